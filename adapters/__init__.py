@@ -1,0 +1,1 @@
+"""tck.adapters: see SPEC.md and the design notes in README.md."""

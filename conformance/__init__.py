@@ -1,0 +1,1 @@
+"""The conformance checks, their hypothesis profiles and (soon) the pytest plugin and CLI."""

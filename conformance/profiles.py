@@ -1,0 +1,31 @@
+"""Hypothesis settings profiles: ``ci`` (derandomised, small, fast), ``dev``, ``thorough``.
+
+Choose one with the ``HYPOTHESIS_PROFILE`` environment variable (default ``dev``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILES = ("ci", "dev", "thorough")
+_COMMON = {"deadline": None, "print_blob": True, "suppress_health_check": [HealthCheck.too_slow]}
+
+
+def register_profiles() -> None:
+    settings.register_profile("ci", max_examples=15, derandomize=True, **_COMMON)
+    settings.register_profile("dev", max_examples=40, **_COMMON)
+    settings.register_profile("thorough", max_examples=400, **_COMMON)
+
+
+def load_profile(name: str | None = None) -> str:
+    """Register the profiles and load ``name`` (or $HYPOTHESIS_PROFILE, or 'dev')."""
+    register_profiles()
+    name = name or os.environ.get("HYPOTHESIS_PROFILE") or "dev"
+    if name not in PROFILES:
+        raise ValueError(
+            f"unknown hypothesis profile {name!r}: choose one of {', '.join(PROFILES)}"
+        )
+    settings.load_profile(name)
+    return name

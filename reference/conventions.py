@@ -1,0 +1,161 @@
+"""What an implementation may legitimately choose (Conventions) and how big it is (Config).
+
+Conventions are the places where the sources disagree (SPEC.md §0.3). The default
+value of every field is the canonical choice; an implementation that makes another
+declares it, the oracle computes under the declared choice, and reports list each
+deviation as a *convention*, not a failure.
+
+Config holds sizes only. Nothing here imports anything else of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+NormPlacement = Literal["post", "pre"]
+Activation = Literal["relu", "gelu", "gelu_tanh"]
+NormKind = Literal["layer_norm", "rms_norm"]
+EpsPlacement = Literal["inside_sqrt", "outside_sqrt"]
+Variance = Literal["biased", "unbiased"]
+PELayout = Literal["interleaved", "concatenated"]
+RopeLayout = Literal["interleaved", "half_split"]
+EmbeddingScale = Literal["emb", "prj", "none"]
+CausalAlignment = Literal["top_left", "bottom_right"]
+FullyMaskedRows = Literal["zero", "nan", "uniform", "undefined"]
+Pooling = Literal["cls", "mean"]
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "norm_placement": ("post", "pre"),
+    "activation": ("relu", "gelu", "gelu_tanh"),
+    "norm_kind": ("layer_norm", "rms_norm"),
+    "eps_placement": ("inside_sqrt", "outside_sqrt"),
+    "variance": ("biased", "unbiased"),
+    "pe_layout": ("interleaved", "concatenated"),
+    "rope_layout": ("interleaved", "half_split"),
+    "embedding_scale": ("emb", "prj", "none"),
+    "causal_alignment": ("top_left", "bottom_right"),
+    "fully_masked_rows": ("zero", "nan", "uniform", "undefined"),
+    "pooling": ("cls", "mean"),
+}
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """The declared choices of an implementation. Defaults are canonical (SPEC.md §0.3)."""
+
+    norm_placement: NormPlacement = "post"  # §7.1: post-LN (paper) | pre-LN (ViT, GPT-2)
+    activation: Activation = "relu"  # §6.1: ReLU (paper) | exact GELU | tanh GELU
+    norm_kind: NormKind = "layer_norm"  # §5.1 | §5.3 RMSNorm
+    eps: float = 1e-5  # §5.1: added to the variance, inside the sqrt
+    eps_placement: EpsPlacement = "inside_sqrt"  # §5.2: sqrt(var + eps) | std + eps
+    variance: Variance = "biased"  # §5.2: divide by d | by d - 1
+    pe_base: float = 10000.0  # §2.1, §2.3
+    pe_layout: PELayout = "interleaved"  # §2.1: sin/cos interleaved | concatenated halves
+    rope_layout: RopeLayout = "interleaved"  # §2.3: pairs (2i, 2i+1) | (i, i + d/2)
+    embedding_scale: EmbeddingScale = "emb"  # §1.2: x sqrt(d_model) on embeddings | on logits
+    causal_alignment: CausalAlignment = "top_left"  # §4.3
+    fully_masked_rows: FullyMaskedRows = "zero"  # §4.4
+    pooling: Pooling = "cls"  # §9.5: class token | mean of patch tokens
+
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(
+                    f"Conventions.{name}={value!r} is not one of {allowed}; "
+                    "SPEC.md §0.3 lists what each choice means."
+                )
+        if not (self.eps >= 0.0):
+            raise ValueError(f"Conventions.eps must be >= 0, got {self.eps!r}")
+        if not (self.pe_base > 1.0):
+            raise ValueError(f"Conventions.pe_base must be > 1, got {self.pe_base!r}")
+
+    def deviations(self) -> dict[str, tuple[Any, Any]]:
+        """Each field that differs from the canonical spec: name -> (canonical, declared)."""
+        canonical = Conventions()
+        return {
+            f.name: (getattr(canonical, f.name), getattr(self, f.name))
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(canonical, f.name)
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CANONICAL = Conventions()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of a component or model (SPEC.md §0.4). Nothing here changes semantics."""
+
+    d_model: int = 32
+    n_heads: int = 4
+    d_k: int | None = None  # per-head query/key width; default d_model // n_heads
+    d_v: int | None = None  # per-head value width; default d_model // n_heads
+    d_ff: int = 64  # hidden width of the position-wise FFN (ViT: mlp_ratio * d_model)
+    n_layers: int = 2  # encoder layers (ViT blocks)
+    n_decoder_layers: int = 2
+    vocab_size: int = 40
+    padding_idx: int | None = 0
+    max_len: int = 512  # longest sequence a positional encoding is defined for
+    tie_weights: bool = True  # §8.3: one matrix for source, target embedding and output projection
+    bias: bool = True  # linear layers carry a bias
+    image_size: int = 16
+    patch_size: int = 4
+    channels: int = 3
+    n_classes: int = 10
+
+    def __post_init__(self) -> None:
+        positive = (
+            "d_model",
+            "n_heads",
+            "d_ff",
+            "vocab_size",
+            "max_len",
+            "patch_size",
+            "channels",
+            "image_size",
+            "n_classes",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"Config.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("n_layers", "n_decoder_layers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Config.{name} must be >= 0, got {getattr(self, name)}")
+        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
+                "(SPEC.md §3.3): choose n_heads dividing d_model, or give d_k and d_v explicitly."
+            )
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"Config.{name} must be >= 1, got {value}")
+        if self.padding_idx is not None and not 0 <= self.padding_idx < self.vocab_size:
+            raise ValueError(
+                f"padding_idx={self.padding_idx} is outside the vocabulary [0, {self.vocab_size})"
+            )
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size={self.image_size} is not divisible by patch_size={self.patch_size} "
+                "(SPEC.md §9.1): crop or pad the image, or choose a patch size that divides it."
+            )
+
+    @property
+    def head_dim_k(self) -> int:
+        return self.d_k if self.d_k is not None else self.d_model // self.n_heads
+
+    @property
+    def head_dim_v(self) -> int:
+        return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""tck.reports: see SPEC.md and the design notes in README.md."""
