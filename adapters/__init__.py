@@ -1,1 +1,75 @@
-"""tck.adapters: see SPEC.md and the design notes in README.md."""
+"""The adapter contract, the torch helper, and the built-in adapters.
+
+``load_adapter`` resolves ``--adapter``: a built-in name (``reference``, ``torch.nn``), or
+``module:attr`` naming an Adapter instance, an Adapter subclass, or a zero-argument factory;
+the ``TCK_ADAPTER`` environment variable is the fallback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from .base import INPUTS, OUTPUTS, Adapter, Arrays, Subject, Unsupported
+from .torch_module import Chunk, TorchEntry, TorchHandle, TorchModuleAdapter
+
+BUILTIN: dict[str, str] = {
+    "reference": "tck.adapters.reference:adapter",
+    "torch.nn": "tck.adapters.torch_nn:adapter",
+}
+DEFAULT_ADAPTER = "reference"
+
+
+class AdapterError(Exception):
+    """The adapter named on the command line cannot be used; the message says why."""
+
+
+def load_adapter(spec: str | None = None) -> Adapter:
+    spec = spec or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
+    target = BUILTIN.get(spec, spec)
+    if ":" not in target:
+        raise AdapterError(
+            f"unknown adapter {spec!r}: use a built-in name ({', '.join(BUILTIN)}) "
+            "or module:attr naming your adapter"
+        )
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # the user's module may fail in any way while importing
+        raise AdapterError(
+            f"cannot import {module_name!r} for adapter {spec!r}: {type(err).__name__}: {err}"
+        ) from err
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, type) and issubclass(obj, Adapter):
+        obj = obj()
+    elif callable(obj) and not isinstance(obj, Adapter):
+        obj = obj()
+    missing = [m for m in ("subjects", "build", "run") if not callable(getattr(obj, m, None))]
+    if missing or not isinstance(getattr(obj, "name", None), str):
+        raise AdapterError(
+            f"{spec!r} is a {type(obj).__name__}, not an adapter: it needs a 'name' and the "
+            f"methods subjects(), build() and run() (missing: {', '.join(missing) or 'name'}); "
+            "see tck.adapters.Adapter"
+        )
+    return obj
+
+
+__all__ = [
+    "BUILTIN",
+    "DEFAULT_ADAPTER",
+    "INPUTS",
+    "OUTPUTS",
+    "Adapter",
+    "AdapterError",
+    "Arrays",
+    "Chunk",
+    "Subject",
+    "TorchEntry",
+    "TorchHandle",
+    "TorchModuleAdapter",
+    "Unsupported",
+    "load_adapter",
+]

@@ -24,8 +24,9 @@ EmbeddingScale = Literal["emb", "prj", "none"]
 CausalAlignment = Literal["top_left", "bottom_right"]
 FullyMaskedRows = Literal["zero", "nan", "uniform", "undefined"]
 Pooling = Literal["cls", "mean"]
+FinalNorm = Literal["pre_only", "always"]
 
-_CHOICES: dict[str, tuple[Any, ...]] = {
+CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
     "activation": ("relu", "gelu", "gelu_tanh"),
     "norm_kind": ("layer_norm", "rms_norm"),
@@ -37,6 +38,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "causal_alignment": ("top_left", "bottom_right"),
     "fully_masked_rows": ("zero", "nan", "uniform", "undefined"),
     "pooling": ("cls", "mean"),
+    "final_norm": ("pre_only", "always"),
 }
 
 
@@ -57,9 +59,10 @@ class Conventions:
     causal_alignment: CausalAlignment = "top_left"  # §4.3
     fully_masked_rows: FullyMaskedRows = "zero"  # §4.4
     pooling: Pooling = "cls"  # §9.5: class token | mean of patch tokens
+    final_norm: FinalNorm = "pre_only"  # §7.3: stacks end with a norm when pre-LN | always
 
     def __post_init__(self) -> None:
-        for name, allowed in _CHOICES.items():
+        for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(
@@ -71,9 +74,11 @@ class Conventions:
         if not (self.pe_base > 1.0):
             raise ValueError(f"Conventions.pe_base must be > 1, got {self.pe_base!r}")
 
-    def deviations(self) -> dict[str, tuple[Any, Any]]:
-        """Each field that differs from the canonical spec: name -> (canonical, declared)."""
-        canonical = Conventions()
+    def deviations(self, canonical: Conventions | None = None) -> dict[str, tuple[Any, Any]]:
+        """Each field that differs from ``canonical`` (default: the Transformer family's;
+        pass ``params.canonical_conventions(component)`` for a component's family):
+        name -> (canonical, declared)."""
+        canonical = canonical or Conventions()
         return {
             f.name: (getattr(canonical, f.name), getattr(self, f.name))
             for f in fields(self)

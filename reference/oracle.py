@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .conventions import CANONICAL, Config, Conventions
-from .params import VIT_CANONICAL, subparams
+from .params import VIT_CANONICAL, has_final_norm, subparams
 
 Array = np.ndarray
 Params = Mapping[str, np.ndarray]
@@ -152,6 +152,9 @@ def key_padding(keep) -> Array:
     return keep[:, None, None, :]
 
 
+_expand_key_padding = key_padding  # combine_keep_masks' argument shadows the name
+
+
 def causal_keep_mask(lq: int, lk: int, alignment: str = "top_left") -> Array:
     """§4.3: query i may attend key j iff j <= i + offset (0 top-left, Lk - Lq bottom-right)."""
     if alignment == "top_left":
@@ -161,6 +164,32 @@ def causal_keep_mask(lq: int, lk: int, alignment: str = "top_left") -> Array:
     else:
         raise ValueError(f"unknown causal alignment {alignment!r}: 'top_left' or 'bottom_right'")
     return np.arange(lk)[None, :] <= np.arange(lq)[:, None] + offset  # (Lq, Lk)
+
+
+def combine_keep_masks(
+    lq: int,
+    lk: int,
+    *,
+    key_padding=None,
+    attn_mask=None,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> Array | None:
+    """§4.1: key padding (B, Lk) AND attn_mask (Lq, Lk) AND causal, as one keep-mask.
+
+    Returns (B, 1, Lq, Lk) when a key-padding mask is given, (Lq, Lk) otherwise, and None
+    when there is no mask at all. ``alignment`` places the causal diagonal (§4.3).
+    """
+    keep = None
+    if attn_mask is not None:
+        keep = check_keep_mask(attn_mask, (lq, lk))
+    if causal:
+        causal_mask = causal_keep_mask(lq, lk, alignment)
+        keep = causal_mask if keep is None else keep & causal_mask
+    if key_padding is not None:
+        padding = _expand_key_padding(key_padding)  # (B, 1, 1, Lk)
+        keep = padding if keep is None else padding & keep
+    return keep
 
 
 def check_keep_mask(keep_mask, scores_shape: tuple[int, ...]) -> Array:
@@ -326,6 +355,8 @@ def layer_norm(
     if variance == "biased":
         var = (centred**2).sum(axis=-1, keepdims=True) / d
     elif variance == "unbiased":
+        if d < 2:
+            raise ValueError("unbiased variance needs at least 2 features (SPEC.md §5.2)")
         var = (centred**2).sum(axis=-1, keepdims=True) / (d - 1)
     else:
         raise ValueError(f"unknown variance {variance!r}: 'biased' or 'unbiased'")
@@ -471,8 +502,8 @@ def decoder_layer(
 
 
 def _final_norm(x, params: Params, conventions: Conventions) -> Array:
-    """§7.3: a pre-LN stack ends with a norm; a post-LN stack does not."""
-    return norm(x, params, "norm.", conventions) if conventions.norm_placement == "pre" else x
+    """§7.3: a pre-LN stack ends with a norm; a post-LN stack only under final_norm='always'."""
+    return norm(x, params, "norm.", conventions) if has_final_norm(conventions) else x
 
 
 def encoder(

@@ -102,11 +102,16 @@ def _decoder_layer(prefix: str, c: Config, conv: Conventions) -> Shapes:
     }
 
 
+def has_final_norm(conventions: Conventions) -> bool:
+    """§7.3: a pre-LN stack ends with a norm; a post-LN one only under final_norm='always'."""
+    return conventions.norm_placement == "pre" or conventions.final_norm == "always"
+
+
 def _stack(prefix: str, c: Config, conv: Conventions, n_layers: int, layer) -> Shapes:
     shapes: Shapes = {}
     for i in range(n_layers):
         shapes.update(layer(f"{prefix}layers.{i}.", c, conv))
-    if conv.norm_placement == "pre":  # §7.3: a pre-LN stack ends with a norm
+    if has_final_norm(conv):
         shapes.update(_norm(f"{prefix}norm.", c.d_model, conv))
     return shapes
 
@@ -189,15 +194,22 @@ def init_params(
     for name, shape in param_shapes(component, config, conventions).items():
         *path, leaf = name.split(".")
         is_norm = component in ("layer_norm", "rms_norm") or any(p.startswith("norm") for p in path)
-        is_table = "embed" in name or leaf == "cls_token"  # looked up or added, not multiplied
+        # Tables that are looked up or added, not multiplied: unit variance.
+        is_table = leaf in ("cls_token", "pos_embed") or (
+            leaf == "weight"
+            and (
+                component == "embedding"
+                or path[-1:] in (["embedding"], ["src_embedding"], ["tgt_embedding"])
+            )
+        )
         if leaf == "bias":
             value = 0.1 * rng.standard_normal(shape)
         elif is_norm:
             value = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif len(shape) >= 2 and not is_table:
-            value = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
-        else:
+        elif is_table or len(shape) < 2:
             value = rng.standard_normal(shape)
+        else:  # a linear or conv weight: std 1/sqrt(fan_in) keeps activations O(1)
+            value = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
         params[name] = value.astype(np.float64)
     if config.padding_idx is not None:
         for name in ("weight", "embedding.weight", "src_embedding.weight", "tgt_embedding.weight"):

@@ -1,0 +1,131 @@
+"""The adapter contract: how the suite talks to an implementation.
+
+Adapters speak numpy at the boundary, so JAX, MLX, ONNX Runtime or a C++ binding can be
+adapted as easily as PyTorch. An adapter offers *subjects*: a component of SPEC.md (e.g.
+"mha") as the implementation builds it, with the conventions it declares (e.g.
+``nn.MultiheadAttention`` returns NaN for fully-masked rows). One implementation may
+offer several subjects of one component ("encoder_layer[norm_first]").
+
+Every input and output is a numpy array; masks cross the boundary in one form, boolean
+**keep**-masks (True = may attend), and each adapter converts them to its library's
+convention. The inputs of each component are listed in ``INPUTS``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions
+
+Arrays = Mapping[str, np.ndarray]
+
+# component -> (required inputs, optional inputs), with shapes. Output shapes in OUTPUTS.
+#   key_padding: bool keep [B, Lk] (True = a real token); attn_mask: bool keep [Lq, Lk];
+#   causal: a 0-d bool array, "apply your own causal mask" (its alignment is a convention).
+INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "embedding": (("ids",), ()),  # ids int64 [B, L]
+    "sinusoidal_pe": (("positions",), ()),  # positions int64 [L]
+    "rope": (("x", "positions"), ()),  # x [B, H, L, d], positions int64 [L]
+    "attention": (("q", "k", "v"), ("keep_mask", "causal")),  # q [B,H,Lq,dk] k [B,H,Lk,dk]
+    "mha": (("query", "key", "value"), ("key_padding", "attn_mask", "causal")),  # [B, L, D]
+    "layer_norm": (("x",), ()),  # x [B, L, D]
+    "rms_norm": (("x",), ()),
+    "ffn": (("x",), ()),
+    "encoder_layer": (("x",), ("key_padding", "attn_mask", "causal")),
+    "decoder_layer": (("x", "memory"), ("key_padding", "memory_key_padding", "causal")),
+    "encoder": (("x",), ("key_padding", "attn_mask", "causal")),
+    "decoder": (("x", "memory"), ("key_padding", "memory_key_padding", "causal")),
+    "seq2seq": (("src_ids", "tgt_ids"), ()),  # padding from Config.padding_idx, causal tgt
+    "patch_embed": (("images",), ()),  # images [B, C, H, W]
+    "vit": (("images",), ()),
+}
+
+OUTPUTS: dict[str, str] = {
+    "embedding": "[B, L, D] the table rows (no scale: §1.2 is checked on seq2seq)",
+    "sinusoidal_pe": "[L, D] the encoding at each position",
+    "rope": "[B, H, L, d] x rotated",
+    "attention": "[B, H, Lq, dv]",
+    "mha": "[B, Lq, D]",
+    "layer_norm": "[B, L, D]",
+    "rms_norm": "[B, L, D]",
+    "ffn": "[B, L, D]",
+    "encoder_layer": "[B, L, D]",
+    "decoder_layer": "[B, Lt, D]",
+    "encoder": "[B, L, D]",
+    "decoder": "[B, Lt, D]",
+    "seq2seq": "[B, Lt, V] logits",
+    "patch_embed": "[B, N_p, D]",
+    "vit": "[B, n_classes] logits",
+}
+
+assert set(INPUTS) == set(COMPONENTS) == set(OUTPUTS)
+
+
+class Unsupported(Exception):
+    """An adapter lacks a capability (a component, a config, parameter access, a dtype).
+
+    The suite turns it into a *skip* whose reason is this exception's message, so say
+    what is missing and why, e.g. "nn.MultiheadAttention has no separate d_v".
+    """
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One component as an implementation builds it, with the conventions it declares."""
+
+    name: str  # unique within the adapter: "mha", "mha[seq_first]"
+    component: str  # a SPEC component: one of tck.reference.COMPONENTS
+    conventions: Conventions = None  # type: ignore[assignment]  # default: canonical
+    notes: tuple[str, ...] = ()  # plain-words facts for the report
+    options: Mapping[str, Any] = field(default_factory=dict)  # adapter-private settings
+
+    def __post_init__(self) -> None:
+        if self.component not in COMPONENTS:
+            raise ValueError(
+                f"subject {self.name!r}: unknown component {self.component!r}; "
+                f"choose one of {', '.join(COMPONENTS)}"
+            )
+        if self.conventions is None:
+            object.__setattr__(self, "conventions", canonical_conventions(self.component))
+
+
+class Adapter(ABC):
+    """Subclass this (or use ``TorchModuleAdapter``) to point the suite at an implementation.
+
+    Required: ``name``, ``subjects``, ``build`` and ``run``. ``params`` and ``load`` give
+    access to canonical parameters (SPEC.md §0.2); without them, oracle-equality checks
+    skip and the property checks and probes still run.
+    """
+
+    name: str = "unnamed"
+
+    @abstractmethod
+    def subjects(self) -> list[Subject]:
+        """What this implementation offers."""
+
+    @abstractmethod
+    def build(self, subject: Subject, config: Config, *, seed: int) -> Any:
+        """A fresh instance in evaluation mode, float64 where the library allows.
+
+        Raise ``Unsupported`` for a config the implementation cannot express.
+        """
+
+    @abstractmethod
+    def run(self, handle: Any, inputs: Arrays) -> np.ndarray:
+        """One forward call; ``inputs`` as in ``INPUTS[subject.component]``."""
+
+    def params(self, handle: Any) -> dict[str, np.ndarray]:
+        """The instance's parameters in the canonical layout (SPEC.md §0.2)."""
+        raise Unsupported(f"{self.name} does not export canonical parameters")
+
+    def load(self, handle: Any, params: Arrays) -> None:
+        """Set the instance's parameters from the canonical layout."""
+        raise Unsupported(f"{self.name} does not load canonical parameters")
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "subjects": [s.name for s in self.subjects()]}

@@ -1,0 +1,105 @@
+"""The built-in ``reference`` adapter: the minimal torch Transformer and ViT of
+``tck.reference.model``, every component, in float64. Its parameter names are canonical,
+so it needs no parameter map; each forward only turns the canonical mask inputs into the
+single keep-mask the reference modules take."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+from tck.reference import COMPONENTS, Conventions, canonical_conventions
+from tck.reference import model as ref
+
+from .torch_module import TorchEntry, TorchModuleAdapter
+
+
+def keep_mask(
+    lq: int,
+    lk: int,
+    key_padding: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    causal: bool = False,
+    alignment: str = "top_left",
+) -> Tensor | None:
+    """Key padding AND attn_mask AND causal as one keep-mask (SPEC.md §4.1)."""
+    keep = attn_mask
+    if causal:
+        causal_mask = ref.causal_keep_mask(lq, lk, alignment)
+        keep = causal_mask if keep is None else keep & causal_mask
+    if key_padding is not None:
+        padding = ref.key_padding(key_padding)  # (B, 1, 1, Lk)
+        keep = padding if keep is None else padding & keep
+    return keep
+
+
+def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
+    """One forward per component, for a subject that declares ``alignment`` (§4.3)."""
+
+    def attention(m, q, k, v, keep_mask=None, causal=False):
+        if causal:
+            causal_mask = ref.causal_keep_mask(q.shape[-2], k.shape[-2], alignment)
+            keep_mask = causal_mask if keep_mask is None else keep_mask & causal_mask
+        return m(q, k, v, keep_mask)
+
+    def mha(m, query, key, value, key_padding=None, attn_mask=None, causal=False):
+        keep = keep_mask(query.shape[1], key.shape[1], key_padding, attn_mask, causal, alignment)
+        return m(query, key, value, keep)
+
+    def encoder(m, x, key_padding=None, attn_mask=None, causal=False):
+        return m(x, keep_mask(x.shape[1], x.shape[1], key_padding, attn_mask, causal, alignment))
+
+    def decoder(m, x, memory, key_padding=None, memory_key_padding=None, causal=False):
+        self_keep = keep_mask(x.shape[1], x.shape[1], key_padding, None, causal, alignment)
+        return m(x, memory, self_keep, keep_mask(x.shape[1], memory.shape[1], memory_key_padding))
+
+    def sinusoidal_pe(m, positions):
+        return m(int(positions.max()) + 1)[positions]
+
+    return {
+        "embedding": lambda m, ids: m(ids),
+        "sinusoidal_pe": sinusoidal_pe,
+        "rope": lambda m, x, positions: m(x, positions),
+        "attention": attention,
+        "mha": mha,
+        "layer_norm": lambda m, x: m(x),
+        "rms_norm": lambda m, x: m(x),
+        "ffn": lambda m, x: m(x),
+        "encoder_layer": encoder,
+        "encoder": encoder,
+        "decoder_layer": decoder,
+        "decoder": decoder,
+        "seq2seq": lambda m, src_ids, tgt_ids: m(src_ids, tgt_ids),
+        "patch_embed": lambda m, images: m(images),
+        "vit": lambda m, images: m(images),
+    }
+
+
+def entry(component: str, conventions: Conventions, name: str | None = None) -> TorchEntry:
+    return TorchEntry(
+        component,
+        make=lambda config: ref.build(component, config, conventions),
+        forward=forwards(conventions.causal_alignment)[component],
+        conventions=conventions,
+        name=name,
+    )
+
+
+# Besides the canonical subjects, declared variants prove that the suite computes the
+# oracle under the declared conventions (zero false failures off the canonical path).
+VARIANTS = {
+    "encoder_layer[pre_gelu]": (
+        "encoder_layer",
+        Conventions(norm_placement="pre", activation="gelu"),
+    ),
+    "layer_norm[std_plus_eps]": ("layer_norm", Conventions(eps_placement="outside_sqrt", eps=1e-6)),
+    "mha[nan_rows]": ("mha", Conventions(fully_masked_rows="nan")),
+    "vit[mean_pool]": ("vit", Conventions(norm_placement="pre", activation="gelu", pooling="mean")),
+}
+
+adapter = TorchModuleAdapter(
+    "reference",
+    [entry(c, canonical_conventions(c)) for c in COMPONENTS]
+    + [entry(component, conv, name) for name, (component, conv) in VARIANTS.items()],
+)

@@ -1,0 +1,393 @@
+"""The ``tck`` fixture every check receives: build, run, compare, diagnose, record.
+
+A check is a plain pytest test. It asks the harness for an instance of the subject under
+test, runs it on canonical inputs, and compares with the oracle under the conventions the
+adapter declares. When they disagree, the harness looks for the convention the
+implementation *does* follow (``explain``) so the failure names a bug class, not just a
+number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.adapters import Adapter, Subject, Unsupported
+from tck.reference import Config, Conventions, canonical_conventions, init_params, param_shapes
+from tck.reference.conventions import CHOICES
+
+from .expected import expected
+from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
+from .results import CheckFailure
+from .tolerance import Comparison, compare
+
+# Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
+# lengths that are not multiples of 8.
+DEFAULT_CONFIG = Config(
+    d_model=24,
+    n_heads=4,
+    d_ff=40,
+    n_layers=2,
+    n_decoder_layers=2,
+    vocab_size=23,
+    padding_idx=0,
+    max_len=128,
+    image_size=8,
+    patch_size=4,
+    channels=3,
+    n_classes=5,
+)
+
+# The convention fields each component's output depends on, and the values to try.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "sinusoidal_pe": ("pe_layout", "pe_base"),
+    "rope": ("rope_layout", "pe_base"),
+    "attention": ("fully_masked_rows", "causal_alignment"),
+    "mha": ("fully_masked_rows", "causal_alignment"),
+    "layer_norm": ("eps_placement", "variance", "eps"),
+    "rms_norm": ("eps",),
+    "ffn": ("activation",),
+    "encoder_layer": (
+        "norm_placement",
+        "activation",
+        "eps_placement",
+        "variance",
+        "eps",
+        "fully_masked_rows",
+    ),
+    "decoder_layer": (
+        "norm_placement",
+        "activation",
+        "eps_placement",
+        "variance",
+        "eps",
+        "fully_masked_rows",
+    ),
+    "encoder": (
+        "norm_placement",
+        "final_norm",
+        "activation",
+        "eps_placement",
+        "variance",
+        "eps",
+        "fully_masked_rows",
+    ),
+    "decoder": (
+        "norm_placement",
+        "final_norm",
+        "activation",
+        "eps_placement",
+        "variance",
+        "eps",
+        "fully_masked_rows",
+    ),
+    "seq2seq": (
+        "embedding_scale",
+        "pe_layout",
+        "norm_placement",
+        "final_norm",
+        "activation",
+        "eps_placement",
+        "variance",
+        "eps",
+    ),
+    "vit": (
+        "pooling",
+        "norm_placement",
+        "final_norm",
+        "activation",
+        "eps_placement",
+        "variance",
+        "eps",
+    ),
+    "embedding": (),
+    "patch_embed": (),
+}
+
+_ALTERNATIVES: dict[str, tuple[Any, ...]] = {
+    "eps": (1e-5, 1e-6, 1e-12, 1e-8, 1e-3, 0.0),
+    "pe_base": (10000.0, 1000.0, 500000.0),
+}
+
+# The stable diagnosis code for "the implementation follows <field> = <value>".
+CONVENTION_CODES: dict[tuple[str, Any], str] = {
+    ("eps_placement", "outside_sqrt"): "layer_norm.eps_outside_sqrt",
+    ("eps_placement", "inside_sqrt"): "layer_norm.eps_inside_sqrt",
+    ("variance", "unbiased"): "layer_norm.unbiased_variance",
+    ("variance", "biased"): "layer_norm.biased_variance",
+    ("pe_layout", "concatenated"): "positional.layout_concatenated",
+    ("pe_layout", "interleaved"): "positional.layout_interleaved",
+    ("rope_layout", "half_split"): "rope.layout_half_split",
+    ("rope_layout", "interleaved"): "rope.layout_interleaved",
+    ("causal_alignment", "bottom_right"): "mask.causal_alignment_bottom_right",
+    ("causal_alignment", "top_left"): "mask.causal_alignment_top_left",
+    ("norm_placement", "pre"): "blocks.norm_placement_pre",
+    ("norm_placement", "post"): "blocks.norm_placement_post",
+    ("final_norm", "pre_only"): "blocks.final_norm_missing",
+    ("final_norm", "always"): "blocks.final_norm_extra",
+    ("embedding_scale", "none"): "embedding.scale_missing",
+    ("embedding_scale", "emb"): "embedding.scale_on_embeddings",
+    ("embedding_scale", "prj"): "embedding.scale_on_logits",
+    ("pooling", "mean"): "vit.pooling_mean",
+    ("pooling", "cls"): "vit.pooling_cls",
+}
+
+
+def convention_code(field: str, value: Any) -> str:
+    if (field, value) in CONVENTION_CODES:
+        return CONVENTION_CODES[(field, value)]
+    if field == "eps":
+        return "layer_norm.eps_wrong"
+    if field == "activation":
+        return f"ffn.activation_{value}"
+    if field == "fully_masked_rows":
+        return f"mask.fully_masked_rows_{value}"
+    if field == "pe_base":
+        return "positional.base_wrong"
+    return f"convention.{field}_{value}"
+
+
+def alternatives(field: str, declared: Any) -> list[Any]:
+    """The values of a convention field to try besides the declared one."""
+    values = _ALTERNATIVES.get(field, CHOICES.get(field, ()))
+    # 'undefined' is a promise not to promise: no output can show it.
+    return [v for v in values if v != declared and v != "undefined"]
+
+
+@dataclass
+class Instance:
+    """A built subject: the adapter's handle, its config and canonical params (if any)."""
+
+    subject: Subject
+    config: Config
+    handle: Any
+    params: dict[str, np.ndarray] | None
+
+    @property
+    def component(self) -> str:
+        return self.subject.component
+
+    @property
+    def conventions(self) -> Conventions:
+        return self.subject.conventions
+
+
+class Harness:
+    """What a check works with. One per (check, subject); it accumulates metrics."""
+
+    def __init__(self, adapter: Adapter, subject: Subject, seed: int = 0):
+        self.adapter, self.subject, self.seed = adapter, subject, seed
+        self.metrics: dict[str, Any] = {}
+        self.conventions_seen: list[tuple[str, str]] = []  # (code, message)
+        self.calls: list[str] = []  # a readable log of what was run, for the repro
+        self.clauses: list[str] | None = None  # overrides the check's spec marker
+
+    # ------------------------------------------------------------------ building
+    @property
+    def component(self) -> str:
+        return self.subject.component
+
+    def config(self, **overrides: Any) -> Config:
+        return dataclasses.replace(DEFAULT_CONFIG, **overrides)
+
+    def instance(
+        self, config: Config | None = None, *, seed: int | None = None, params: bool = True
+    ) -> Instance:
+        """Build a fresh instance; with ``params``, give it canonical parameters from
+        ``init_params`` (or read its own when the adapter cannot load)."""
+        config = config or self.config()
+        seed = self.seed if seed is None else seed
+        handle = self.adapter.build(self.subject, config, seed=seed)
+        values = None
+        if params:
+            canonical = init_params(self.component, config, self.subject.conventions, seed=seed)
+            try:
+                self.adapter.load(handle, canonical)
+                values = canonical
+            except Unsupported:
+                try:
+                    values = self.adapter.params(handle)
+                except Unsupported:
+                    values = None
+        self.calls.append(f"build {self.subject.name} {config} seed={seed}")
+        return Instance(self.subject, config, handle, values)
+
+    def require_params(self, inst: Instance) -> dict[str, np.ndarray]:
+        if inst.params is None and _has_params(inst):
+            pytest.skip(
+                f"{self.adapter.name} gives no access to canonical parameters "
+                "(load or params), which this check needs"
+            )
+        return inst.params or {}
+
+    def inputs(
+        self, inst: Instance, shape: Shape = DEFAULT_SHAPE, *, seed: int | None = None
+    ) -> Inputs:
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        return make_inputs(self.component, inst.config, rng, shape)
+
+    # ------------------------------------------------------------------ running
+    def run(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        out = self.adapter.run(inst.handle, dict(inputs))
+        if not isinstance(out, np.ndarray):
+            raise CheckFailure(
+                "adapter.output_not_array",
+                f"run() returned {type(out).__name__}, not a numpy array",
+            )
+        if not np.issubdtype(out.dtype, np.floating):
+            raise CheckFailure("adapter.output_not_float", f"run() returned dtype {out.dtype}")
+        return out
+
+    def gold(
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        conventions: Conventions | None = None,
+    ) -> np.ndarray:
+        return expected(
+            self.component, inputs, inst.params, inst.config, conventions or inst.conventions
+        )
+
+    def ignore_mask(self, inst: Instance, gold: np.ndarray) -> np.ndarray | None:
+        """Positions the declared conventions leave undefined (§4.4 'undefined')."""
+        if inst.conventions.fully_masked_rows == "undefined":
+            return np.isnan(gold)
+        return None
+
+    # ------------------------------------------------------------------ comparing
+    def compare(self, inst: Instance, test: np.ndarray, gold: np.ndarray) -> Comparison:
+        if test.shape != gold.shape:
+            raise CheckFailure(
+                "shape.wrong_output_shape",
+                f"output shape {test.shape}, the spec's is {gold.shape} (SPEC.md §10.6)",
+                {"shape": list(test.shape), "expected_shape": list(gold.shape)},
+            )
+        result = compare(test, gold, ignore=self.ignore_mask(inst, gold))
+        self.note(result.metrics())
+        return result
+
+    def note(self, metrics: Mapping[str, Any]) -> None:
+        """Keep the worst value of each metric across calls (hypothesis runs many)."""
+        for key, value in metrics.items():
+            old = self.metrics.get(key)
+            if isinstance(value, (int, float)) and isinstance(old, (int, float)):
+                if key in ("max_abs_err", "ratio", "nan_mismatch", "mean_abs_err"):
+                    self.metrics[key] = max(old, value)
+                    if key == "ratio" and value >= old:
+                        self.metrics["worst_index"] = metrics.get("worst_index")
+                        self.metrics["bound"] = metrics.get("bound")
+                continue
+            if old is None or key not in ("worst_index", "bound"):
+                self.metrics[key] = value
+
+    def assert_matches_oracle(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], what: str = "output"
+    ) -> np.ndarray:
+        """Run and compare with the oracle; on failure, explain and raise CheckFailure."""
+        self.require_params(inst)
+        test = self.run(inst, inputs)
+        gold = self.gold(inst, inputs)
+        result = self.compare(inst, test, gold)
+        if not result.passed:
+            code, message = self.explain(inst, inputs, test, result)
+            raise CheckFailure(code, f"{what}: {message}", result.metrics())
+        return test
+
+    # ------------------------------------------------------------------ diagnosing
+    def matching_values(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], test: np.ndarray, field: str
+    ) -> list[Any]:
+        """The values of convention ``field`` under which the oracle reproduces ``test``."""
+        declared = getattr(inst.conventions, field)
+        found = []
+        for value in [declared, *alternatives(field, declared)]:
+            try:
+                conv = dataclasses.replace(inst.conventions, **{field: value})
+                gold = self.gold(inst, inputs, conv)
+            except (ValueError, KeyError):  # e.g. a final norm the params do not have
+                continue
+            if test.shape == gold.shape and compare(test, gold).passed:
+                found.append(value)
+        return found
+
+    def explain(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison
+    ) -> tuple[str, str]:
+        """A diagnosis code and message for a mismatch with the oracle."""
+        numbers = (
+            f"max |test - oracle| = {result.max_abs_err:.3g} > bound {result.bound:.3g} "
+            f"(ratio {result.ratio:.3g}) at index {result.worst_index}"
+        )
+        if result.nan_mismatch:
+            numbers = (
+                f"{result.nan_mismatch} position(s) are NaN in exactly one of the "
+                f"implementation and the oracle (first at {result.worst_index})"
+            )
+        for field in FIELDS.get(self.component, ()):
+            values = self.matching_values(inst, inputs, test, field)
+            if values and getattr(inst.conventions, field) not in values:
+                value = values[0]
+                return (
+                    convention_code(field, value),
+                    f"behaves as {field}={value!r}, but the adapter declares "
+                    f"{field}={getattr(inst.conventions, field)!r}; {numbers}",
+                )
+        for code, message, altered in self._mask_hypotheses(inputs):
+            gold = self.gold(inst, altered)
+            if test.shape == gold.shape and compare(test, gold, ignore=np.isnan(gold)).passed:
+                return code, f"{message}; {numbers}"
+        return f"{_area(self.component)}.oracle_mismatch", f"disagrees with the oracle: {numbers}"
+
+    def _mask_hypotheses(self, inputs: Mapping[str, np.ndarray]) -> Iterable[tuple[str, str, dict]]:
+        masks = [
+            k
+            for k in ("keep_mask", "key_padding", "attn_mask", "memory_key_padding")
+            if k in inputs
+        ]
+        if masks:
+            yield (
+                "mask.polarity_inverted",
+                "the output is what the spec gives with every keep-mask inverted: the "
+                "implementation attends to the padded keys and ignores the real ones",
+                {**inputs, **{k: ~np.asarray(inputs[k]) for k in masks}},
+            )
+            yield (
+                "mask.ignored",
+                "the output is what the spec gives with no mask at all: the mask has no "
+                "effect (a float/bool mask mix-up, or a mask that never reaches softmax)",
+                {k: v for k, v in inputs.items() if k not in masks},
+            )
+
+    # ------------------------------------------------------------------ recording
+    def convention(self, code: str, message: str) -> None:
+        """Record an observed, declared deviation from the canonical spec."""
+        self.conventions_seen.append((code, message))
+
+
+def _area(component: str) -> str:
+    return {
+        "layer_norm": "layer_norm",
+        "rms_norm": "layer_norm",
+        "sinusoidal_pe": "positional",
+        "rope": "rope",
+        "attention": "attention",
+        "mha": "attention",
+        "ffn": "ffn",
+        "embedding": "embedding",
+        "patch_embed": "vit",
+        "vit": "vit",
+        "seq2seq": "model",
+    }.get(component, "blocks")
+
+
+def _has_params(inst: Instance) -> bool:
+    return bool(param_shapes(inst.component, inst.config, inst.conventions))
+
+
+def canonical_for(subject: Subject) -> Conventions:
+    return canonical_conventions(subject.component)

@@ -1,0 +1,257 @@
+"""The pytest plugin: runs the checks of tck.conformance against an adapter.
+
+    pytest --pyargs tck.conformance --tck-adapter=torch.nn [--tck-out=DIR] [--tck-only=mha]
+
+Each check is a test with ``@pytest.mark.spec(...)`` (the clauses it verifies) and
+``@pytest.mark.components(...)`` (what it applies to); it is parametrised over the
+adapter's subjects of those components and receives the ``tck`` fixture (a Harness).
+Every outcome becomes a Result; ``--tck-out`` writes them to DIR/results.json.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.adapters import Adapter, AdapterError, Subject, Unsupported, load_adapter
+from tck.reference import COMPONENTS, canonical_conventions
+
+from .harness import FIELDS, Harness
+from .profiles import PROFILES, load_profile
+from .results import SCHEMA, CheckFailure, Result, summarize, write_results
+
+_STATE = pytest.StashKey[dict[str, Any]]()
+_HARNESS = pytest.StashKey["Harness"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tck", "transformer-tck conformance checks")
+    group.addoption(
+        "--tck-adapter",
+        default=None,
+        help="built-in adapter name or module:attr (default: $TCK_ADAPTER or reference)",
+    )
+    group.addoption("--tck-out", default=None, help="write DIR/results.json")
+    group.addoption("--tck-only", default=None, help="comma-separated components to check")
+    group.addoption(
+        "--tck-profile",
+        default=None,
+        choices=PROFILES,
+        help="hypothesis profile (default: $HYPOTHESIS_PROFILE or dev)",
+    )
+    group.addoption("--tck-seed", default=0, type=int, help="seed of params and inputs")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spec(*clauses): the SPEC.md clauses a check verifies")
+    config.addinivalue_line("markers", "components(*names): the components a check applies to")
+    config.addinivalue_line("markers", "fields(*names): convention fields a probe measures")
+    config.stash[_STATE] = {"adapter": None, "results": [], "start": time.time()}
+    if config.getoption("--tck-profile"):
+        load_profile(config.getoption("--tck-profile"))
+
+
+def _adapter(config: pytest.Config) -> Adapter:
+    state = config.stash[_STATE]
+    if state["adapter"] is None:
+        try:
+            state["adapter"] = load_adapter(config.getoption("--tck-adapter"))
+        except AdapterError as err:
+            raise pytest.UsageError(str(err)) from None
+    return state["adapter"]
+
+
+def _only(config: pytest.Config) -> set[str] | None:
+    only = config.getoption("--tck-only")
+    if not only:
+        return None
+    names = {n.strip() for n in only.split(",") if n.strip()}
+    unknown = names - set(COMPONENTS)
+    if unknown:
+        raise pytest.UsageError(
+            f"--tck-only: unknown component(s) {', '.join(sorted(unknown))}; "
+            f"choose from {', '.join(COMPONENTS)}"
+        )
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "subject" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("components")
+    wanted = set(marker.args) if marker else set(COMPONENTS)
+    only = _only(metafunc.config)
+    subjects = [
+        s
+        for s in _adapter(metafunc.config).subjects()
+        if s.component in wanted and (only is None or s.component in only)
+    ]
+    fields = metafunc.definition.get_closest_marker("fields")
+    if fields is None:
+        metafunc.parametrize("subject", subjects, ids=[s.name for s in subjects])
+        return
+    # Probes: one case per (subject, convention field that shapes its output).
+    pairs = [(s, f) for s in subjects for f in fields.args if f in FIELDS.get(s.component, ())]
+    metafunc.parametrize("subject,field", pairs, ids=[f"{s.name}-{f}" for s, f in pairs])
+
+
+@pytest.fixture
+def tck(request: pytest.FixtureRequest, subject: Subject) -> Harness:
+    harness = Harness(
+        _adapter(request.config), subject, seed=request.config.getoption("--tck-seed")
+    )
+    request.node.stash[_HARNESS] = harness
+    return harness
+
+
+def check_id(item: pytest.Item) -> str:
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else "checks"
+    area = module.removeprefix("test_")
+    name = getattr(item, "originalname", item.name).removeprefix("test_")
+    params = getattr(item, "callspec", None) and item.callspec.params
+    if params and "field" in params:  # a probe is named by what it measures
+        name = params["field"]
+    return f"{area}.{name}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    excinfo = call.excinfo
+    if excinfo is not None and excinfo.errisinstance(Unsupported) and report.failed:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {excinfo.value}")
+    subject = getattr(item, "callspec", None) and item.callspec.params.get("subject")
+    if not isinstance(subject, Subject):
+        return report
+    done = report.when == "call" or (report.when == "setup" and not report.passed)
+    if done:
+        item.config.stash[_STATE]["results"].append(_result(item, subject, report, excinfo))
+    return report
+
+
+def _result(
+    item: pytest.Item,
+    subject: Subject,
+    report: pytest.TestReport,
+    excinfo: pytest.ExceptionInfo | None,
+) -> Result:
+    marker = item.get_closest_marker("spec")
+    harness = item.stash.get(_HARNESS, None)
+    metrics = dict(harness.metrics) if harness else {}
+    clauses = harness.clauses if harness and harness.clauses else marker.args if marker else []
+    result = Result(
+        check=check_id(item),
+        clause=list(clauses),
+        component=subject.component,
+        subject=subject.name,
+        status="pass",
+        metrics=metrics,
+        duration_s=round(report.duration, 4),
+    )
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        result.status = "skip"
+        result.diagnosis = {"code": "skip", "message": reason.removeprefix("Skipped: ")}
+    elif report.failed and excinfo is not None and isinstance(excinfo.value, CheckFailure):
+        err = excinfo.value
+        result.status = "fail"
+        result.diagnosis = {"code": err.code, "message": err.message}
+        result.metrics.update(err.metrics)
+        result.repro = _repro(item, subject, excinfo)
+    elif report.failed and excinfo is not None and isinstance(excinfo.value, AssertionError):
+        result.status = "fail"
+        result.diagnosis = {
+            "code": f"{result.check}.assertion",
+            "message": str(excinfo.value).strip()[:2000],
+        }
+        result.repro = _repro(item, subject, excinfo)
+    elif report.failed:
+        value = excinfo.value if excinfo is not None else None
+        result.status = "error"
+        result.diagnosis = {
+            "code": "adapter.exception" if report.when == "call" else "adapter.build_failed",
+            "message": f"{type(value).__name__}: {value}"
+            if value is not None
+            else str(report.longrepr)[:2000],
+        }
+        result.repro = _repro(item, subject, excinfo)
+    elif harness and harness.conventions_seen:
+        result.status = "convention"
+        codes = sorted({code for code, _ in harness.conventions_seen})
+        result.diagnosis = {
+            "code": ",".join(codes),
+            "message": " ".join(dict.fromkeys(m for _, m in harness.conventions_seen)),
+        }
+    return result
+
+
+def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | None) -> str:
+    adapter = item.config.getoption("--tck-adapter") or os.environ.get("TCK_ADAPTER") or "reference"
+    lines = [
+        f"# {check_id(item)} on {adapter}:{subject.name}",
+        f"pytest --pyargs tck.conformance --tck-adapter={adapter} "
+        f"--tck-seed={item.config.getoption('--tck-seed')} -k '{item.name}'",
+    ]
+    notes = getattr(excinfo.value, "__notes__", []) if excinfo is not None else []
+    lines += [f"# {line}" for note in notes for line in str(note).splitlines()]
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, str]:
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "device": "cpu",
+        "platform": platform.platform(),
+    }
+
+
+def results_document(config: pytest.Config) -> dict[str, Any]:
+    state = config.stash[_STATE]
+    adapter: Adapter | None = state["adapter"]
+    results: list[Result] = state["results"]
+    subjects = adapter.subjects() if adapter else []
+    return {
+        "schema": SCHEMA,
+        "adapter": {
+            "name": adapter.name if adapter else None,
+            "conventions": {s.name: s.conventions.to_dict() for s in subjects},
+            "deviations": {
+                s.name: {
+                    k: list(v)
+                    for k, v in s.conventions.deviations(canonical_conventions(s.component)).items()
+                }
+                for s in subjects
+            },
+            "notes": {s.name: list(s.notes) for s in subjects if s.notes},
+        },
+        "environment": environment(),
+        "profile": config.getoption("--tck-profile") or os.environ.get("HYPOTHESIS_PROFILE", "dev"),
+        "seed": config.getoption("--tck-seed"),
+        "started": state["start"],
+        "duration_s": round(time.time() - state["start"], 3),
+        "summary": summarize(results),
+        "results": [r.to_dict() for r in results],
+    }
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    out = config.getoption("--tck-out")
+    if out and config.stash[_STATE]["adapter"] is not None:
+        write_results(Path(out) / "results.json", results_document(config))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    adapter = config.stash[_STATE]["adapter"]
+    return f"tck adapter: {adapter.name}" if adapter else None

@@ -1,0 +1,83 @@
+"""Probes: measure each convention an implementation shows, and hold it to what its
+adapter declares (the *fingerprint*). A declared deviation from the canonical spec is a
+``convention`` result; a difference between declared and shown is a failure that names
+the bug class.
+
+A probe finds the values of one convention field under which the oracle reproduces the
+implementation's output, on inputs chosen to tell those values apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tck.reference import canonical_conventions
+
+from .harness import Harness, Instance, convention_code
+from .inputs import Inputs, Shape
+from .results import CheckFailure
+
+# field -> the SPEC clauses it belongs to
+FIELD_CLAUSES = {
+    "eps": ("5.1",),
+    "eps_placement": ("5.2",),
+    "variance": ("5.2",),
+    "activation": ("6.1",),
+    "norm_placement": ("7.1",),
+    "final_norm": ("7.3",),
+    "causal_alignment": ("4.3",),
+    "fully_masked_rows": ("4.4",),
+    "pe_layout": ("2.1",),
+    "pe_base": ("2.1",),
+    "rope_layout": ("2.3",),
+    "embedding_scale": ("1.2",),
+    "pooling": ("9.5",),
+}
+
+
+def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
+    """Inputs on which the values of ``field`` give different outputs."""
+    if field == "causal_alignment":  # Lq < Lk: top-left and bottom-right differ
+        return tck.inputs(inst, Shape(batch=2, lq=3, lk=7, masked=False, causal=True))
+    if field == "fully_masked_rows":  # the second row has no key at all
+        return tck.inputs(inst, Shape(batch=2, lq=4, lk=5, lengths=(5, 0)))
+    if tck.component == "sinusoidal_pe":
+        return {"positions": np.arange(64)}
+    inputs = tck.inputs(inst)
+    if "x" in inputs and field in ("eps", "eps_placement", "variance"):
+        inputs["x"][0] = inputs["x"][0] * 1e-3 + 2.0  # a row of variance ~1e-6: eps matters
+    if "x" in inputs and field == "activation":
+        inputs["x"] = inputs["x"] * 3.0  # spread pre-activations where GELU forms differ
+    return inputs
+
+
+@pytest.mark.spec(*sorted({c for cs in FIELD_CLAUSES.values() for c in cs}))
+@pytest.mark.fields(*FIELD_CLAUSES)
+def test_convention(tck: Harness, field: str) -> None:
+    tck.clauses = list(FIELD_CLAUSES[field])
+    inst = tck.instance()
+    tck.require_params(inst)
+    inputs = probe_inputs(tck, inst, field)
+    test = tck.run(inst, inputs)
+    declared = getattr(inst.conventions, field)
+    canonical = getattr(canonical_conventions(tck.component), field)
+    shown = tck.matching_values(inst, inputs, test, field)
+    tck.note({"field": field, "declared": declared, "shown": shown, "canonical": canonical})
+    if not shown:
+        pytest.skip(
+            f"no value of {field} reproduces the output: the subject differs from "
+            "the oracle in another way (see equality.oracle)"
+        )
+    if declared not in shown and declared != "undefined":
+        raise CheckFailure(
+            convention_code(field, shown[0]),
+            f"shows {field}={shown[0]!r} but its adapter declares {field}={declared!r}",
+        )
+    if len(shown) > 1:
+        tck.note({"indistinguishable": shown})
+    if declared != canonical:
+        what = f"shows {shown[0]!r}" if declared == "undefined" else "declared and shown"
+        tck.convention(
+            f"convention.{field}", f"{field}={declared!r} (canonical: {canonical!r}), {what}."
+        )
