@@ -97,7 +97,8 @@ def expected(
         x = inputs["x"]
         keep = self_keep(inputs, x.shape[1], conv)
         if component == "encoder":
-            return oracle.encoder(x, p, c, keep_mask=keep, conventions=conv)
+            query_keep = inputs.get("key_padding")  # self-attention: queries are the keys
+            return oracle.encoder(x, p, c, keep_mask=keep, query_keep=query_keep, conventions=conv)
         return oracle.encoder_layer(x, p, n_heads=c.n_heads, keep_mask=keep, conventions=conv)
     if component in ("decoder_layer", "decoder"):
         x, memory = inputs["x"], inputs["memory"]

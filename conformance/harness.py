@@ -76,6 +76,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "variance",
         "eps",
         "fully_masked_rows",
+        "padded_query_rows",
     ),
     "decoder": (
         "norm_placement",
@@ -135,7 +136,55 @@ CONVENTION_CODES: dict[tuple[str, Any], str] = {
     ("embedding_scale", "prj"): "embedding.scale_on_logits",
     ("pooling", "mean"): "vit.pooling_mean",
     ("pooling", "cls"): "vit.pooling_cls",
+    ("padded_query_rows", "zero"): "mask.padded_queries_zeroed",
+    ("padded_query_rows", "computed"): "mask.padded_queries_computed",
 }
+
+
+# What each convention value means, in words, for reports.
+PLAIN_WORDS: dict[tuple[str, Any], str] = {
+    ("fully_masked_rows", "zero"): "returns zeros for a query whose keys are all masked",
+    ("fully_masked_rows", "nan"): "returns NaN for a query whose keys are all masked",
+    ("fully_masked_rows", "uniform"): "spreads a query whose keys are all masked evenly over "
+    "every key (the mean of V), as a finite fill value such as -1e9 does",
+    ("fully_masked_rows", "undefined"): "makes no promise for a query whose keys are all masked",
+    ("norm_placement", "pre"): "normalises before each sublayer (pre-LN: x + f(norm(x)))",
+    ("norm_placement", "post"): "normalises after each residual add (post-LN: norm(x + f(x)))",
+    ("final_norm", "always"): "ends every stack with a LayerNorm, post-LN stacks included",
+    ("final_norm", "pre_only"): "ends a stack with a LayerNorm only when it is pre-LN",
+    ("activation", "relu"): "uses ReLU in the feed-forward network",
+    ("activation", "gelu"): "uses the exact GELU, x * Phi(x), in the feed-forward network",
+    ("activation", "gelu_tanh"): "uses the tanh approximation of GELU in the feed-forward network",
+    ("eps_placement", "outside_sqrt"): "divides by std + eps instead of sqrt(var + eps)",
+    ("eps_placement", "inside_sqrt"): "divides by sqrt(var + eps)",
+    ("variance", "unbiased"): "normalises with the unbiased variance (divides by D - 1)",
+    ("variance", "biased"): "normalises with the biased variance (divides by D)",
+    ("pe_layout", "concatenated"): "puts all sines first and all cosines after them",
+    ("pe_layout", "interleaved"): "interleaves sines (even dims) and cosines (odd dims)",
+    ("rope_layout", "half_split"): "rotates pairs (x_i, x_(i+d/2)) (rotate_half)",
+    ("rope_layout", "interleaved"): "rotates pairs (x_2i, x_2i+1)",
+    ("causal_alignment", "bottom_right"): "aligns the causal mask bottom-right when Lq != Lk",
+    ("causal_alignment", "top_left"): "aligns the causal mask top-left when Lq != Lk",
+    ("embedding_scale", "emb"): "multiplies embeddings by sqrt(d_model)",
+    ("embedding_scale", "prj"): "divides the output logits by sqrt(d_model) instead of "
+    "scaling the embeddings",
+    ("embedding_scale", "none"): "does not scale embeddings or logits by sqrt(d_model)",
+    ("pooling", "mean"): "pools the mean of the patch tokens instead of the class token",
+    ("pooling", "cls"): "pools the class token",
+    ("padded_query_rows", "zero"): "returns exactly 0 at padded query positions instead of the "
+    "value the formula gives",
+    ("padded_query_rows", "computed"): "computes padded query positions by the formula",
+}
+
+
+def plain_words(field: str, value: Any) -> str:
+    if (field, value) in PLAIN_WORDS:
+        return PLAIN_WORDS[(field, value)]
+    if field == "eps":
+        return f"uses LayerNorm eps = {value:g}"
+    if field == "pe_base":
+        return f"uses the positional base {value:g}"
+    return f"has {field} = {value!r}"
 
 
 def convention_code(field: str, value: Any) -> str:

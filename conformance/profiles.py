@@ -10,7 +10,12 @@ import os
 from hypothesis import HealthCheck, settings
 
 PROFILES = ("ci", "dev", "thorough")
-_COMMON = {"deadline": None, "print_blob": True, "suppress_health_check": [HealthCheck.too_slow]}
+_COMMON = {
+    "deadline": None,
+    "print_blob": True,
+    # Checks take the per-test `tck` harness fixture; it accumulates metrics across examples.
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
 
 
 def register_profiles() -> None:

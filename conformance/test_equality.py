@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tck.adapters import Unsupported
+
 from .harness import Harness
 from .inputs import Shape
 
@@ -48,11 +50,19 @@ LONG = Shape(batch=2, lq=113, lk=113)  # not a multiple of 8, 16 or 64
 def test_oracle(tck: Harness) -> None:
     inst = tck.instance()
     tck.require_params(inst)
+    unsupported = []
     for index, shape in enumerate((*SHAPES, LONG)):
         if tck.component in ("patch_embed", "vit", "embedding") and shape.magnitude != 1.0:
             continue
         inputs = tck.inputs(inst, shape, seed=index)
-        tck.assert_matches_oracle(inst, inputs, what=f"call {index + 1} ({_describe(shape)})")
+        try:
+            tck.assert_matches_oracle(inst, inputs, what=f"call {index + 1} ({_describe(shape)})")
+        except Unsupported as why:  # this call only: the other shapes still count
+            unsupported.append(f"{_describe(shape)}: {why}")
+    if unsupported:
+        tck.note({"unsupported_calls": unsupported})
+    if len(unsupported) == len(SHAPES) + 1:
+        pytest.skip("; ".join(unsupported))
 
 
 @spec("5.1", "5.2", "5.3")

@@ -25,6 +25,7 @@ CausalAlignment = Literal["top_left", "bottom_right"]
 FullyMaskedRows = Literal["zero", "nan", "uniform", "undefined"]
 Pooling = Literal["cls", "mean"]
 FinalNorm = Literal["pre_only", "always"]
+PaddedQueryRows = Literal["computed", "zero"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -39,6 +40,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "fully_masked_rows": ("zero", "nan", "uniform", "undefined"),
     "pooling": ("cls", "mean"),
     "final_norm": ("pre_only", "always"),
+    "padded_query_rows": ("computed", "zero"),
 }
 
 
@@ -60,6 +62,9 @@ class Conventions:
     fully_masked_rows: FullyMaskedRows = "zero"  # §4.4
     pooling: Pooling = "cls"  # §9.5: class token | mean of patch tokens
     final_norm: FinalNorm = "pre_only"  # §7.3: stacks end with a norm when pre-LN | always
+    # §4.2: an encoder's output at padded query positions is computed by the formula | zero
+    # (torch's nested-tensor encoder path)
+    padded_query_rows: PaddedQueryRows = "computed"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():

@@ -507,9 +507,19 @@ def _final_norm(x, params: Params, conventions: Conventions) -> Array:
 
 
 def encoder(
-    x, params: Params, config: Config, *, keep_mask=None, conventions: Conventions = CANONICAL
+    x,
+    params: Params,
+    config: Config,
+    *,
+    keep_mask=None,
+    query_keep=None,
+    conventions: Conventions = CANONICAL,
 ) -> Array:
-    """§7.3: config.n_layers encoder layers, then the final norm of a pre-LN stack."""
+    """§7.3: config.n_layers encoder layers, then the final norm of a pre-LN stack.
+
+    ``query_keep`` (B, L) marks the real positions; under padded_query_rows='zero' (§4.2)
+    the stack's output is zero at the other positions, before the final norm.
+    """
     for i in range(config.n_layers):
         x = encoder_layer(
             x,
@@ -518,7 +528,10 @@ def encoder(
             keep_mask=keep_mask,
             conventions=conventions,
         )
-    return _final_norm(_f64(x), params, conventions)
+    x = _f64(x)
+    if conventions.padded_query_rows == "zero" and query_keep is not None:
+        x = np.where(np.asarray(query_keep)[..., None], x, 0.0)
+    return _final_norm(x, params, conventions)
 
 
 def decoder(
