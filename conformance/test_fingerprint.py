@@ -53,7 +53,7 @@ def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
     return inputs
 
 
-@pytest.mark.spec(*sorted({c for cs in FIELD_CLAUSES.values() for c in cs}))
+@pytest.mark.spec("0.3", *sorted({c for cs in FIELD_CLAUSES.values() for c in cs}))
 @pytest.mark.fields(*FIELD_CLAUSES)
 def test_convention(tck: Harness, field: str) -> None:
     tck.clauses = list(FIELD_CLAUSES[field])

@@ -252,7 +252,7 @@ def test_patch_embedding_equals_a_strided_convolution(seed, p, grid, channels):
     np.testing.assert_allclose(out, conv.reshape(2, d, -1).transpose(0, 2, 1), rtol=1e-12)
 
 
-@spec("9.2", "9.3", "9.5")
+@spec("2.5", "9.2", "9.3", "9.5")
 def test_vit_class_token_and_pooling():
     c = Config(d_model=8, n_heads=2, d_ff=16, n_layers=1, image_size=4, patch_size=2)
     params = init_params("vit", c, seed=3)

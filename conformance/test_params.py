@@ -1,0 +1,84 @@
+"""Canonical parameters (§0.2), the padding row (§1.3) and parameter counts (§10.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tck.adapters import Unsupported
+from tck.reference import COMPONENTS, param_count
+
+from .harness import Harness
+from .results import CheckFailure
+
+# Components that hold parameters (attention, sinusoidal PE and RoPE have none).
+WITH_PARAMS = tuple(c for c in COMPONENTS if c not in ("attention", "sinusoidal_pe", "rope"))
+
+
+def _own_params(tck: Harness, inst) -> dict[str, np.ndarray]:
+    try:
+        return tck.adapter.params(inst.handle)
+    except Unsupported as why:
+        pytest.skip(f"{tck.adapter.name} does not export canonical parameters: {why}")
+
+
+@pytest.mark.spec("0.2")
+@pytest.mark.components(*WITH_PARAMS)
+def test_round_trip(tck: Harness) -> None:
+    """Loading canonical parameters and reading them back gives the same arrays."""
+    inst = tck.instance()
+    if inst.params is None:
+        pytest.skip(f"{tck.adapter.name} cannot load canonical parameters")
+    back = _own_params(tck, inst)
+    missing = sorted(set(inst.params) - set(back))
+    extra = sorted(set(back) - set(inst.params))
+    if missing or extra:
+        raise CheckFailure(
+            "params.names_differ",
+            f"params() lacks {missing} and adds {extra} (SPEC.md §0.2 layout)",
+        )
+    for name, value in inst.params.items():
+        got = np.asarray(back[name])
+        if got.shape != value.shape:
+            raise CheckFailure(
+                "params.shape_differs", f"{name}: loaded {value.shape}, read back {got.shape}"
+            )
+        err = float(np.abs(got - value).max(initial=0.0))
+        if err > 1e-12 * max(1.0, float(np.abs(value).max(initial=0.0))):
+            raise CheckFailure(
+                "params.round_trip_changed",
+                f"{name}: read back differs from what was loaded by {err:.3g}",
+            )
+
+
+@pytest.mark.spec("10.3")
+@pytest.mark.components(*WITH_PARAMS)
+def test_count(tck: Harness) -> None:
+    """The implementation holds exactly the spec's number of parameters (a tied matrix once)."""
+    inst = tck.instance(params=False)
+    own = _own_params(tck, inst)
+    counted = sum(int(np.asarray(v).size) for v in own.values())
+    expected = param_count(tck.component, inst.config, inst.conventions)
+    tck.note({"param_count": counted, "expected_param_count": expected})
+    if counted != expected:
+        raise CheckFailure(
+            "params.count_wrong",
+            f"{counted} parameters, SPEC.md §10.3 gives {expected} for {inst.config}",
+        )
+
+
+@pytest.mark.spec("1.3")
+@pytest.mark.components("embedding")
+def test_padding_row_starts_at_zero(tck: Harness) -> None:
+    """A freshly built embedding maps padding_idx to the zero vector."""
+    inst = tck.instance(params=False)
+    pad = inst.config.padding_idx
+    out = tck.run(inst, {"ids": np.full((1, 3), pad)})
+    norm = float(np.abs(out).max())
+    tck.note({"padding_row_max_abs": norm})
+    if norm != 0.0:
+        raise CheckFailure(
+            "embedding.padding_row_not_zero",
+            f"the row of padding_idx={pad} is not zero at initialisation "
+            f"(max |value| = {norm:.3g})",
+        )

@@ -1,0 +1,650 @@
+"""A minimal PyTorch Transformer and ViT: the spec's second, independent implementation.
+
+In the spirit of nanoGPT's ``model.py``: one file, each ``nn.Module`` one idea, in reading
+order, shapes in comments where they change. Every forward has exactly one code path, the
+spec's. Parameter names are the canonical ones of ``params.param_shapes``, so exporting and
+importing canonical parameters is name matching (``canonical_params``, ``load_canonical``).
+
+Run it in float64 (``build`` does) and it agrees with the numpy oracle to ~1e-12 and gives
+float64 autograd gradients. It does not import the oracle: the two check each other.
+
+Keep-masks are boolean, True = may attend, and broadcast to the scores ``(B, H, Lq, Lk)``;
+a ``(B, Lk)`` key-padding mask is passed as ``(B, 1, 1, Lk)`` (``key_padding``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .conventions import Config, Conventions
+from .params import COMPONENTS, canonical_conventions, has_final_norm
+
+# ----------------------------------------------------------------------- functional pieces
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    keep_mask: Tensor | None = None,
+    scale: float | None = None,
+    fully_masked_rows: str = "zero",
+) -> Tensor:
+    """§3.1: softmax(Q K^T * scale) V, scale = 1/sqrt(d_k); §4.1 keep-masks; §4.4 empty rows.
+
+    q (..., Lq, d_k), k (..., Lk, d_k), v (..., Lk, d_v) -> (..., Lq, d_v). A query row with
+    no key kept gets weights 0 ('zero'), NaN ('nan', 'undefined') or 1/Lk ('uniform').
+    """
+    if fully_masked_rows not in ("zero", "nan", "uniform", "undefined"):
+        raise ValueError(
+            f"unknown fully_masked_rows policy {fully_masked_rows!r}: "
+            "'zero', 'nan', 'uniform' or 'undefined' (SPEC.md §4.4)"
+        )
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"attention shapes do not fit: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} (need q[-1] == k[-1] and k[-2] == v[-2])"
+        )
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Lq, Lk)
+    if keep_mask is None:
+        keep_mask = torch.ones(1, 1, dtype=torch.bool, device=scores.device)  # keep every key
+    check_keep_mask(keep_mask, scores.shape)
+    scores = scores.masked_fill(~keep_mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., Lq, Lk), NaN on a row with no key kept
+    empty_row = ~keep_mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+    empty_row_weight = {
+        "zero": 0.0,
+        "nan": math.nan,
+        "undefined": math.nan,
+        "uniform": 1.0 / k.shape[-2],
+    }[fully_masked_rows]
+    weights = torch.where(empty_row, empty_row_weight, weights)
+    return weights @ v  # (..., Lq, d_v)
+
+
+def check_keep_mask(keep_mask: Tensor, scores_shape: tuple[int, ...] | torch.Size) -> None:
+    """§4.1: a boolean keep-mask, (Lq, Lk) or of the scores' rank, broadcasting to them."""
+    if not isinstance(keep_mask, Tensor) or keep_mask.dtype != torch.bool:
+        dtype = keep_mask.dtype if isinstance(keep_mask, Tensor) else type(keep_mask).__name__
+        raise ValueError(
+            f"keep-masks are boolean tensors (True = may attend), got {dtype} (SPEC.md §4.1); "
+            "an additive float mask is not a keep-mask: use mask == 0 for a 0/-inf mask"
+        )
+    scores_shape = tuple(scores_shape)
+    if keep_mask.dim() not in (2, len(scores_shape)):
+        raise ValueError(
+            f"keep-mask of shape {tuple(keep_mask.shape)} is ambiguous for scores "
+            f"{scores_shape}: give (Lq, Lk) or a mask of the scores' rank "
+            "(a (B, Lk) key-padding mask goes in as key_padding(keep), i.e. (B, 1, 1, Lk))"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(keep_mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(
+            f"keep-mask of shape {tuple(keep_mask.shape)} does not broadcast to the attention "
+            f"scores {scores_shape} (SPEC.md §4.1)"
+        )
+
+
+def key_padding(keep: Tensor) -> Tensor:
+    """§4.2: a (B, Lk) key-padding keep-mask as (B, 1, 1, Lk): the same keys for every query."""
+    if keep.dtype != torch.bool or keep.dim() != 2:
+        raise ValueError(
+            f"a key-padding keep-mask is boolean (B, Lk), got {keep.dtype} {tuple(keep.shape)}"
+        )
+    return keep[:, None, None, :]
+
+
+def causal_keep_mask(
+    lq: int, lk: int, alignment: str = "top_left", device: torch.device | None = None
+) -> Tensor:
+    """§4.3: query i may attend key j iff j <= i + offset (0 top-left, Lk - Lq bottom-right)."""
+    if alignment not in ("top_left", "bottom_right"):
+        raise ValueError(f"unknown causal alignment {alignment!r}: 'top_left' or 'bottom_right'")
+    offset = 0 if alignment == "top_left" else lk - lq
+    i = torch.arange(lq, device=device)[:, None]  # (Lq, 1)
+    j = torch.arange(lk, device=device)[None, :]  # (1, Lk)
+    return j <= i + offset  # (Lq, Lk)
+
+
+def _frequencies(d: int, base: float, what: str) -> Tensor:
+    """w_i = base^(-2i/d) for i = 0 .. d/2 - 1 (§2.1, §2.3)."""
+    if d % 2:
+        raise ValueError(f"{what} needs an even width, got d={d} (SPEC.md §10.6)")
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+
+
+def sinusoidal_pe(
+    length: int,
+    d: int,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    max_len: int | None = None,
+) -> Tensor:
+    """§2.1: PE[pos, 2i] = sin(pos w_i), PE[pos, 2i+1] = cos(pos w_i); float64 (L, d).
+
+    ``concatenated`` puts all sines first, then all cosines (same frequencies).
+    """
+    if max_len is not None and length > max_len:
+        raise ValueError(
+            f"sequence length {length} exceeds the declared max_len={max_len} (SPEC.md §2.2): "
+            "truncate the input or build with a larger Config.max_len"
+        )
+    if layout not in ("interleaved", "concatenated"):
+        raise ValueError(f"unknown PE layout {layout!r}: 'interleaved' or 'concatenated'")
+    pos = torch.arange(length, dtype=torch.float64)[:, None]  # (L, 1)
+    angles = pos * _frequencies(d, base, "sinusoidal PE")  # (L, d/2)
+    if layout == "interleaved":
+        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (L, d)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (L, d)
+
+
+def rope(
+    x: Tensor, positions: Tensor | None = None, base: float = 10000.0, layout: str = "interleaved"
+) -> Tensor:
+    """§2.3: rotate each pair of x (..., L, d) by theta = pos * base^(-2i/d).
+
+    ``interleaved`` pairs (x[2i], x[2i+1]); ``half_split`` pairs (x[i], x[i + d/2]).
+    """
+    if layout not in ("interleaved", "half_split"):
+        raise ValueError(f"unknown RoPE layout {layout!r}: 'interleaved' or 'half_split'")
+    length, d = x.shape[-2], x.shape[-1]
+    positions = torch.arange(length) if positions is None else torch.as_tensor(positions)
+    if tuple(positions.shape) != (length,):
+        raise ValueError(f"positions must have shape ({length},), got {tuple(positions.shape)}")
+    omega = _frequencies(d, base, "RoPE").to(x.device)  # (d/2,)
+    theta = positions.to(device=x.device, dtype=torch.float64)[:, None] * omega  # (L, d/2)
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
+    else:
+        a, b = x[..., : d // 2], x[..., d // 2 :]
+    ra, rb = a * cos - b * sin, a * sin + b * cos  # (..., L, d/2) each
+    if layout == "interleaved":
+        return torch.stack([ra, rb], dim=-1).flatten(-2)  # (..., L, d)
+    return torch.cat([ra, rb], dim=-1)  # (..., L, d)
+
+
+def embedding_scale(d_model: int, conventions: Conventions) -> tuple[float, float]:
+    """§1.2: (factor on the embeddings, factor on the output logits)."""
+    return {
+        "emb": (math.sqrt(d_model), 1.0),  # the paper: embeddings x sqrt(d_model)
+        "prj": (1.0, 1.0 / math.sqrt(d_model)),  # Mesh-TF/T5: decoder output x d^-1/2
+        "none": (1.0, 1.0),
+    }[conventions.embedding_scale]
+
+
+# ------------------------------------------------------------------------------ modules
+
+
+class Embedding(nn.Module):
+    """§1.1: x = E[id]; §1.3: the padding row starts at zero and receives no gradient."""
+
+    def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None):
+        super().__init__()
+        self.padding_idx = padding_idx
+        self.weight = nn.Parameter(torch.randn(vocab_size, d_model) / math.sqrt(d_model))
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx] = 0.0
+
+    def forward(self, ids: Tensor) -> Tensor:
+        vocab = self.weight.shape[0]
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"token ids must be integers, got dtype {ids.dtype}")
+        bad = (ids < 0) | (ids >= vocab)
+        # a check on values cannot be traced into a graph (torch.export, ONNX): eager only
+        if not torch.compiler.is_compiling() and bad.any():
+            raise ValueError(
+                f"token id {int(ids[bad][0])} is outside the vocabulary [0, {vocab}) "
+                f"(SPEC.md §1.1): {int(bad.sum())} id(s) out of range; enlarge vocab_size or "
+                "map unknown tokens to [UNK]"
+            )
+        return F.embedding(ids, self.weight, padding_idx=self.padding_idx)  # (..., D)
+
+
+class LayerNorm(nn.Module):
+    """§5.1: (x - mean) / sqrt(var + eps) * weight + bias; §5.2: std + eps, var over d - 1."""
+
+    def __init__(
+        self,
+        d: int,
+        eps: float = 1e-5,
+        eps_placement: str = "inside_sqrt",
+        variance: str = "biased",
+    ):
+        super().__init__()
+        if eps_placement not in ("inside_sqrt", "outside_sqrt"):
+            raise ValueError(f"unknown eps placement {eps_placement!r}")
+        if variance not in ("biased", "unbiased"):
+            raise ValueError(f"unknown variance {variance!r}: 'biased' or 'unbiased'")
+        self.eps, self.eps_placement, self.variance = eps, eps_placement, variance
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        d = x.shape[-1]
+        centred = x - x.mean(dim=-1, keepdim=True)
+        divisor = d if self.variance == "biased" else d - 1
+        var = (centred**2).sum(dim=-1, keepdim=True) / divisor  # (..., 1)
+        if self.eps_placement == "inside_sqrt":
+            y = centred / torch.sqrt(var + self.eps)
+        else:
+            y = centred / (torch.sqrt(var) + self.eps)
+        return y * self.weight + self.bias
+
+
+class RMSNorm(nn.Module):
+    """§5.3: x / sqrt(mean(x^2) + eps) * weight (no centring, no bias)."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(d: int, conventions: Conventions) -> LayerNorm | RMSNorm:
+    """The norm a layer declares (§5.1-§5.3)."""
+    if conventions.norm_kind == "rms_norm":
+        return RMSNorm(d, conventions.eps)
+    return LayerNorm(d, conventions.eps, conventions.eps_placement, conventions.variance)
+
+
+class MultiHeadAttention(nn.Module):
+    """§3.4: Concat(head_1..head_H) W^O, head_h = Attention(Q W^Q_h, K W^K_h, V W^V_h).
+
+    §3.5 cross-attention is the same module with key = value = encoder memory.
+    """
+
+    def __init__(self, config: Config, conventions: Conventions):
+        super().__init__()
+        self.n_heads, self.d_k, self.d_v = config.n_heads, config.head_dim_k, config.head_dim_v
+        self.fully_masked_rows = conventions.fully_masked_rows
+        d, hk, hv = config.d_model, config.n_heads * self.d_k, config.n_heads * self.d_v
+        self.q = nn.Linear(d, hk, bias=config.bias)
+        self.k = nn.Linear(d, hk, bias=config.bias)
+        self.v = nn.Linear(d, hv, bias=config.bias)
+        self.o = nn.Linear(hv, d, bias=config.bias)
+
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, keep_mask: Tensor | None = None
+    ) -> Tensor:
+        (b, lq, _), lk, h = query.shape, key.shape[1], self.n_heads
+        # §3.3: head h owns columns h*d .. (h+1)*d - 1 of each projection
+        q = self.q(query).view(b, lq, h, self.d_k).transpose(1, 2)  # (B, H, Lq, d_k)
+        k = self.k(key).view(b, lk, h, self.d_k).transpose(1, 2)  # (B, H, Lk, d_k)
+        v = self.v(value).view(b, lk, h, self.d_v).transpose(1, 2)  # (B, H, Lk, d_v)
+        heads = scaled_dot_product_attention(
+            q, k, v, keep_mask, fully_masked_rows=self.fully_masked_rows
+        )  # (B, H, Lq, d_v)
+        heads = heads.transpose(1, 2).reshape(b, lq, h * self.d_v)  # (B, Lq, H*d_v)
+        return self.o(heads)  # (B, Lq, D)
+
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact: x * Phi(x)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+class FeedForward(nn.Module):
+    """§6.1: act(x W1^T + b1) W2^T + b2, at each position independently (§6.2)."""
+
+    def __init__(self, config: Config, conventions: Conventions):
+        super().__init__()
+        self.activation = ACTIVATIONS[conventions.activation]
+        self.fc1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.activation(self.fc1(x)))  # (B, L, F) -> (B, L, D)
+
+
+def residual(
+    x: Tensor,
+    sublayer: Callable[[Tensor], Tensor],
+    norm: nn.Module,
+    dropout: nn.Module,
+    placement: str,
+) -> Tensor:
+    """§7.1: post-LN x = Norm(x + Dropout(f(x))); pre-LN x = x + Dropout(f(Norm(x)))."""
+    if placement == "post":
+        return norm(x + dropout(sublayer(x)))
+    return x + dropout(sublayer(norm(x)))
+
+
+class EncoderLayer(nn.Module):
+    """§7.1: self-attention sublayer (norm1), then feed-forward sublayer (norm2)."""
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.placement = conventions.norm_placement
+        self.self_attn = MultiHeadAttention(config, conventions)
+        self.norm1 = make_norm(config.d_model, conventions)
+        self.ffn = FeedForward(config, conventions)
+        self.norm2 = make_norm(config.d_model, conventions)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, keep_mask: Tensor | None = None) -> Tensor:
+        def self_attention(h: Tensor) -> Tensor:
+            return self.self_attn(h, h, h, keep_mask)
+
+        x = residual(x, self_attention, self.norm1, self.dropout, self.placement)  # (B, L, D)
+        return residual(x, self.ffn, self.norm2, self.dropout, self.placement)  # (B, L, D)
+
+
+class DecoderLayer(nn.Module):
+    """§7.2: masked self-attention (norm1), cross-attention over memory (norm2), FFN (norm3)."""
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.placement = conventions.norm_placement
+        self.self_attn = MultiHeadAttention(config, conventions)
+        self.norm1 = make_norm(config.d_model, conventions)
+        self.cross_attn = MultiHeadAttention(config, conventions)
+        self.norm2 = make_norm(config.d_model, conventions)
+        self.ffn = FeedForward(config, conventions)
+        self.norm3 = make_norm(config.d_model, conventions)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_keep_mask: Tensor | None = None,
+        memory_keep_mask: Tensor | None = None,
+    ) -> Tensor:
+        def self_attention(h: Tensor) -> Tensor:
+            return self.self_attn(h, h, h, self_keep_mask)
+
+        def cross_attention(h: Tensor) -> Tensor:  # queries from the decoder, keys from memory
+            return self.cross_attn(h, memory, memory, memory_keep_mask)
+
+        x = residual(x, self_attention, self.norm1, self.dropout, self.placement)  # (B, Lt, D)
+        x = residual(x, cross_attention, self.norm2, self.dropout, self.placement)
+        return residual(x, self.ffn, self.norm3, self.dropout, self.placement)
+
+
+class Encoder(nn.Module):
+    """§7.3: n_layers encoder layers; a pre-LN stack ends with a norm (a post-LN one only
+    under final_norm='always')."""
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(config, conventions, dropout) for _ in range(config.n_layers)
+        )
+        final = has_final_norm(conventions)
+        self.norm = make_norm(config.d_model, conventions) if final else nn.Identity()
+
+    def forward(self, x: Tensor, keep_mask: Tensor | None = None) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, keep_mask)  # (B, L, D)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """§7.3: n_decoder_layers decoder layers, then the final norm (as in Encoder)."""
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, conventions, dropout) for _ in range(config.n_decoder_layers)
+        )
+        final = has_final_norm(conventions)
+        self.norm = make_norm(config.d_model, conventions) if final else nn.Identity()
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_keep_mask: Tensor | None = None,
+        memory_keep_mask: Tensor | None = None,
+    ) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, memory, self_keep_mask, memory_keep_mask)  # (B, Lt, D)
+        return self.norm(x)
+
+
+class Seq2Seq(nn.Module):
+    """§8.1: the encoder-decoder Transformer; logits (B, Lt, V), not probabilities.
+
+    §8.3: with tie_weights one matrix (``embedding``) embeds source and target tokens and
+    projects to the vocabulary; otherwise ``src_embedding``, ``tgt_embedding``, ``generator``.
+    """
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.config, self.conventions = config, conventions
+        v, d, pad = config.vocab_size, config.d_model, config.padding_idx
+        if config.tie_weights:
+            self.embedding = Embedding(v, d, pad)
+        else:
+            self.src_embedding = Embedding(v, d, pad)
+            self.tgt_embedding = Embedding(v, d, pad)
+            self.generator = nn.Linear(d, v, bias=False)
+        self.encoder = Encoder(config, conventions, dropout)
+        self.decoder = Decoder(config, conventions, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def embed(self, ids: Tensor, table: Embedding) -> Tensor:
+        """§1.2, §2.1: E[id] * s + PE[pos], positions 0 .. L-1, then dropout."""
+        c, conv = self.config, self.conventions
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must have shape (B, L), got {tuple(ids.shape)}")
+        scale, _ = embedding_scale(c.d_model, conv)
+        length = ids.shape[1]
+        pe = sinusoidal_pe(length, c.d_model, conv.pe_base, conv.pe_layout, c.max_len)  # (L, D)
+        return self.dropout(table(ids) * scale + pe.to(table.weight))  # (B, L, D)
+
+    def keep(self, ids: Tensor) -> Tensor:
+        """§4.2: keys that are not padding, as (B, 1, 1, L)."""
+        pad = self.config.padding_idx
+        return key_padding(ids != pad if pad is not None else torch.ones_like(ids, dtype=bool))
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        tied = self.config.tie_weights
+        src_table = self.embedding if tied else self.src_embedding
+        tgt_table = self.embedding if tied else self.tgt_embedding
+        out_table = self.embedding.weight if tied else self.generator.weight  # (V, D)
+        lt = tgt_ids.shape[-1]
+        src_keep = self.keep(src_ids)  # (B, 1, 1, Ls)
+        causal = causal_keep_mask(lt, lt, self.conventions.causal_alignment, tgt_ids.device)
+        tgt_keep = self.keep(tgt_ids) & causal  # (B, 1, Lt, Lt)
+        memory = self.encoder(self.embed(src_ids, src_table), src_keep)  # (B, Ls, D)
+        x = self.decoder(self.embed(tgt_ids, tgt_table), memory, tgt_keep, src_keep)  # (B, Lt, D)
+        _, logit_scale = embedding_scale(self.config.d_model, self.conventions)
+        return (x @ out_table.T) * logit_scale  # (B, Lt, V)
+
+
+class PatchEmbedding(nn.Module):
+    """§9.1: cut (B, C, H, W) into p x p patches, flatten each in (c, y, x) order and project.
+
+    That is a convolution with kernel = stride = p; patches come out row-major over the grid.
+    """
+
+    def __init__(self, channels: int, d_model: int, patch_size: int):
+        super().__init__()
+        self.channels, self.patch_size = channels, patch_size
+        fan_in = channels * patch_size * patch_size
+        self.weight = nn.Parameter(
+            torch.randn(d_model, channels, patch_size, patch_size) / math.sqrt(fan_in)
+        )
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, images: Tensor) -> Tensor:
+        p = self.patch_size
+        if images.dim() != 4 or images.shape[1] != self.channels:
+            raise ValueError(
+                f"images must have shape (B, {self.channels}, H, W), got {tuple(images.shape)}"
+            )
+        h, w = images.shape[-2:]
+        if h % p or w % p:
+            raise ValueError(
+                f"image size {h}x{w} is not divisible by the patch size {p} (SPEC.md §9.1): "
+                "resize or pad the image, or choose a patch size that divides it"
+            )
+        x = F.conv2d(images, self.weight, self.bias, stride=p)  # (B, D, H/p, W/p)
+        return x.flatten(2).transpose(1, 2)  # (B, N_p, D)
+
+
+class ViT(nn.Module):
+    """§9: patches + class token + position embedding -> encoder -> pooled token -> head."""
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.config, self.pooling = config, conventions.pooling
+        d = config.d_model
+        self.patch_embed = PatchEmbedding(config.channels, d, config.patch_size)
+        self.cls_token = nn.Parameter(0.02 * torch.randn(1, 1, d))  # §9.2
+        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, config.n_patches + 1, d))  # §9.3
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = Encoder(config, conventions, dropout)  # §9.4
+        self.head = nn.Linear(d, config.n_classes)  # §9.5
+
+    def forward(self, images: Tensor) -> Tensor:
+        c = self.config
+        expected = (c.channels, c.image_size, c.image_size)
+        if images.dim() != 4 or tuple(images.shape[1:]) != expected:
+            raise ValueError(
+                f"images must have shape (B, {c.channels}, {c.image_size}, {c.image_size}), "
+                f"got {tuple(images.shape)} (SPEC.md §9.1): the position embedding is "
+                f"defined for {c.n_patches} patches of {c.patch_size}x{c.patch_size}"
+            )
+        x = self.patch_embed(images)  # (B, N_p, D)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+        x = self.dropout(torch.cat([cls, x], dim=1) + self.pos_embed)  # (B, N_p + 1, D)
+        x = self.encoder(x)  # (B, N_p + 1, D)
+        pooled = x[:, 0] if self.pooling == "cls" else x[:, 1:].mean(dim=1)  # (B, D)
+        return self.head(pooled)  # (B, n_classes)
+
+
+# ------------------------------------------------- parameter-free components as modules
+
+
+class Attention(nn.Module):
+    """§3.1 scaled dot-product attention as a module (no parameters)."""
+
+    def __init__(self, fully_masked_rows: str = "zero", scale: float | None = None):
+        super().__init__()
+        self.fully_masked_rows, self.scale = fully_masked_rows, scale
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, keep_mask: Tensor | None = None) -> Tensor:
+        return scaled_dot_product_attention(q, k, v, keep_mask, self.scale, self.fully_masked_rows)
+
+
+class SinusoidalPE(nn.Module):
+    """§2.1 as a module: forward(length) -> the (length, d_model) table, float64."""
+
+    def __init__(self, config: Config, conventions: Conventions):
+        super().__init__()
+        self.d_model, self.max_len = config.d_model, config.max_len
+        self.base, self.layout = conventions.pe_base, conventions.pe_layout
+
+    def forward(self, length: int) -> Tensor:
+        return sinusoidal_pe(length, self.d_model, self.base, self.layout, self.max_len)
+
+
+class RoPE(nn.Module):
+    """§2.3 as a module: forward(x (..., L, d), positions (L,)) -> rotated x."""
+
+    def __init__(self, conventions: Conventions):
+        super().__init__()
+        self.base, self.layout = conventions.pe_base, conventions.rope_layout
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        return rope(x, positions, self.base, self.layout)
+
+
+# ------------------------------------------------------------ building and canonical params
+
+
+def build(
+    component: str,
+    config: Config,
+    conventions: Conventions | None = None,
+    *,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """A fresh float64 module for ``component`` whose parameter names are the canonical ones.
+
+    ``conventions`` defaults to the component family's canonical ones; ``dropout`` is the
+    probability at sublayer outputs and on the input embeddings (identity in ``eval()``).
+    """
+    if component not in COMPONENTS:
+        raise ValueError(
+            f"unknown component {component!r}; the components are: {', '.join(COMPONENTS)}"
+        )
+    c, conv = config, conventions or canonical_conventions(component)
+    if component == "embedding":
+        module: nn.Module = Embedding(c.vocab_size, c.d_model, c.padding_idx)
+    elif component == "sinusoidal_pe":
+        module = SinusoidalPE(c, conv)
+    elif component == "rope":
+        module = RoPE(conv)
+    elif component == "attention":
+        module = Attention(conv.fully_masked_rows)
+    elif component == "mha":
+        module = MultiHeadAttention(c, conv)
+    elif component == "layer_norm":
+        module = LayerNorm(c.d_model, conv.eps, conv.eps_placement, conv.variance)
+    elif component == "rms_norm":
+        module = RMSNorm(c.d_model, conv.eps)
+    elif component == "ffn":
+        module = FeedForward(c, conv)
+    elif component == "encoder_layer":
+        module = EncoderLayer(c, conv, dropout)
+    elif component == "decoder_layer":
+        module = DecoderLayer(c, conv, dropout)
+    elif component == "encoder":
+        module = Encoder(c, conv, dropout)
+    elif component == "decoder":
+        module = Decoder(c, conv, dropout)
+    elif component == "seq2seq":
+        module = Seq2Seq(c, conv, dropout)
+    elif component == "patch_embed":
+        module = PatchEmbedding(c.channels, c.d_model, c.patch_size)
+    else:  # vit
+        module = ViT(c, conv, dropout)
+    return module.to(torch.float64)
+
+
+def canonical_params(module: nn.Module) -> dict[str, np.ndarray]:
+    """The module's parameters as canonical float64 arrays (a tied matrix appears once)."""
+    return {
+        name: p.detach().cpu().numpy().astype(np.float64, copy=True)
+        for name, p in module.named_parameters()
+    }
+
+
+def load_canonical(module: nn.Module, params: Mapping[str, np.ndarray]) -> None:
+    """Copy canonical parameters into ``module``; the names and shapes must match exactly."""
+    own = dict(module.named_parameters())
+    problems = [f"missing {k} {tuple(p.shape)}" for k, p in own.items() if k not in params]
+    problems += [f"unexpected {k}" for k in params if k not in own]
+    problems += [
+        f"{k} has shape {tuple(np.shape(params[k]))}, expected {tuple(p.shape)}"
+        for k, p in own.items()
+        if k in params and tuple(np.shape(params[k])) != tuple(p.shape)
+    ]
+    if problems:
+        raise ValueError(
+            f"parameters do not match the canonical layout of {type(module).__name__} "
+            "(SPEC.md §0.2): " + "; ".join(problems)
+        )
+    with torch.no_grad():
+        for name, p in own.items():
+            p.copy_(torch.as_tensor(np.asarray(params[name]), dtype=p.dtype, device=p.device))
