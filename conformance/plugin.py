@@ -189,6 +189,7 @@ def _result(
             "code": ",".join(codes),
             "message": " ".join(dict.fromkeys(m for _, m in harness.conventions_seen)),
         }
+        result.notes = list(subject.notes)
     return result
 
 

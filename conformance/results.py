@@ -34,6 +34,7 @@ class Result:
     diagnosis: dict[str, str] = field(default_factory=lambda: {"code": "", "message": ""})
     metrics: dict[str, Any] = field(default_factory=dict)
     repro: str = ""
+    notes: list[str] = field(default_factory=list)  # the adapter's words on this subject
     duration_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:

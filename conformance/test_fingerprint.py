@@ -56,7 +56,7 @@ def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
 @pytest.mark.spec("0.3", *sorted({c for cs in FIELD_CLAUSES.values() for c in cs}))
 @pytest.mark.fields(*FIELD_CLAUSES)
 def test_convention(tck: Harness, field: str) -> None:
-    tck.clauses = list(FIELD_CLAUSES[field])
+    tck.clauses = ["0.3", *FIELD_CLAUSES[field]]
     inst = tck.instance()
     tck.require_params(inst)
     inputs = probe_inputs(tck, inst, field)
