@@ -1,8 +1,9 @@
 """The adapter contract, the torch helper, and the built-in adapters.
 
-``load_adapter`` resolves ``--adapter``: a built-in name (``reference``, ``torch.nn``), or
-``module:attr`` naming an Adapter instance, an Adapter subclass, or a zero-argument factory;
-the ``TCK_ADAPTER`` environment variable is the fallback.
+``load_adapter`` resolves ``--adapter``: a built-in name (``reference``, ``torch.nn``,
+``mutants.<bug_class>`` from ``tck.adapters.mutants.CATALOG``), or ``module:attr`` naming an
+Adapter instance, an Adapter subclass, or a zero-argument factory; the ``TCK_ADAPTER``
+environment variable is the fallback.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class AdapterError(Exception):
 def load_adapter(spec: str | None = None) -> Adapter:
     spec = spec or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
     target = BUILTIN.get(spec, spec)
+    if spec.startswith("mutants.") and ":" not in spec:  # the catalog of tck.adapters.mutants
+        from .mutants import CATALOG
+
+        name = spec.removeprefix("mutants.")
+        if name not in CATALOG:
+            raise AdapterError(f"unknown mutant {spec!r}; the mutants are: {', '.join(CATALOG)}")
+        target = f"{CATALOG[name]}:adapter"
     if ":" not in target:
         raise AdapterError(
             f"unknown adapter {spec!r}: use a built-in name ({', '.join(BUILTIN)}) "
@@ -43,10 +51,15 @@ def load_adapter(spec: str | None = None) -> Adapter:
         obj = getattr(module, attr)
     except AttributeError:
         raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if isinstance(obj, type) and issubclass(obj, Adapter):
-        obj = obj()
-    elif callable(obj) and not isinstance(obj, Adapter):
-        obj = obj()
+    if callable(obj) and not isinstance(obj, Adapter):  # an Adapter subclass or a factory
+        try:
+            obj = obj()
+        except Exception as err:  # the user's factory may fail in any way
+            raise AdapterError(
+                f"{spec!r} is callable, so it was called without arguments to make the "
+                f"adapter, and that failed: {type(err).__name__}: {err}; name an Adapter "
+                "instance, an Adapter subclass, or a factory that takes no arguments"
+            ) from err
     missing = [m for m in ("subjects", "build", "run") if not callable(getattr(obj, m, None))]
     if missing or not isinstance(getattr(obj, "name", None), str):
         raise AdapterError(

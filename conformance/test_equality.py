@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from tck.adapters import Unsupported
-
-from .harness import Harness
-from .inputs import Shape
+from tck.conformance.harness import Harness
+from tck.conformance.inputs import Shape
 
 spec = pytest.mark.spec
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tck.conformance.harness import Harness, Instance, convention_code, plain_words
+from tck.conformance.inputs import Inputs, Shape
+from tck.conformance.results import CheckFailure
 from tck.reference import canonical_conventions
-
-from .harness import Harness, Instance, convention_code, plain_words
-from .inputs import Inputs, Shape
-from .results import CheckFailure
 
 # field -> the SPEC clauses it belongs to
 FIELD_CLAUSES = {

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from tck.adapters import Unsupported
+from tck.conformance.harness import Harness
+from tck.conformance.results import CheckFailure
 from tck.reference import COMPONENTS, param_count
-
-from .harness import Harness
-from .results import CheckFailure
 
 # Components that hold parameters (attention, sinusoidal PE and RoPE have none).
 WITH_PARAMS = tuple(c for c in COMPONENTS if c not in ("attention", "sinusoidal_pe", "rope"))

@@ -24,7 +24,7 @@ EmbeddingScale = Literal["emb", "prj", "none"]
 CausalAlignment = Literal["top_left", "bottom_right"]
 FullyMaskedRows = Literal["zero", "nan", "uniform", "undefined"]
 Pooling = Literal["cls", "mean"]
-FinalNorm = Literal["pre_only", "always"]
+FinalNorm = Literal["pre_only", "always", "never"]
 PaddedQueryRows = Literal["computed", "zero"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
@@ -39,7 +39,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "causal_alignment": ("top_left", "bottom_right"),
     "fully_masked_rows": ("zero", "nan", "uniform", "undefined"),
     "pooling": ("cls", "mean"),
-    "final_norm": ("pre_only", "always"),
+    "final_norm": ("pre_only", "always", "never"),
     "padded_query_rows": ("computed", "zero"),
 }
 
@@ -61,7 +61,7 @@ class Conventions:
     causal_alignment: CausalAlignment = "top_left"  # §4.3
     fully_masked_rows: FullyMaskedRows = "zero"  # §4.4
     pooling: Pooling = "cls"  # §9.5: class token | mean of patch tokens
-    final_norm: FinalNorm = "pre_only"  # §7.3: stacks end with a norm when pre-LN | always
+    final_norm: FinalNorm = "pre_only"  # §7.3: a final norm when pre-LN | always | never
     # §4.2: an encoder's output at padded query positions is computed by the formula | zero
     # (torch's nested-tensor encoder path)
     padded_query_rows: PaddedQueryRows = "computed"

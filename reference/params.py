@@ -103,8 +103,11 @@ def _decoder_layer(prefix: str, c: Config, conv: Conventions) -> Shapes:
 
 
 def has_final_norm(conventions: Conventions) -> bool:
-    """§7.3: a pre-LN stack ends with a norm; a post-LN one only under final_norm='always'."""
-    return conventions.norm_placement == "pre" or conventions.final_norm == "always"
+    """§7.3: a pre-LN stack ends with a norm, a post-LN one does not; final_norm='always'
+    or 'never' overrides that."""
+    if conventions.final_norm != "pre_only":
+        return conventions.final_norm == "always"
+    return conventions.norm_placement == "pre"
 
 
 def _stack(prefix: str, c: Config, conv: Conventions, n_layers: int, layer) -> Shapes:

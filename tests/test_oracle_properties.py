@@ -249,7 +249,9 @@ def test_patch_embedding_equals_a_strided_convolution(seed, p, grid, channels):
         for j in range(grid):
             window = images[:, :, i * p : (i + 1) * p, j * p : (j + 1) * p]
             conv[:, :, i, j] = np.einsum("bcyx,dcyx->bd", window, weight) + bias
-    np.testing.assert_allclose(out, conv.reshape(2, d, -1).transpose(0, 2, 1), rtol=1e-12)
+    np.testing.assert_allclose(
+        out, conv.reshape(2, d, -1).transpose(0, 2, 1), rtol=1e-12, atol=1e-12
+    )
 
 
 @spec("2.5", "9.2", "9.3", "9.5")

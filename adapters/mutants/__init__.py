@@ -1,0 +1,99 @@
+"""Mutants: one small, realistic buggy implementation per bug class, to measure what the
+suite catches (issue 4).
+
+Each mutant module holds a third-party-style ``nn.Module`` (copied from ``tutorial`` or from
+``tck.reference.model`` and broken in one place, marked ``# BUG``), adapted like any other
+model, and declares:
+
+- ``BUG_CLASS``: its name, the ``X`` of the adapter name ``mutants.X``;
+- ``EXPECTED_CODES``: the diagnosis code(s) the suite must report for it;
+- ``adapter``: a ``TorchModuleAdapter`` declaring the *canonical* conventions (a mutant
+  claims to be correct; that is the point), offering only the subjects where the bug lives.
+
+``tutorial`` is the unbroken control: the same modules, no bug, zero failures.
+Run one with ``tck run --adapter tck.adapters.mutants.scale_d_model:adapter`` (or
+``--adapter mutants.scale_d_model`` once ``load_adapter`` resolves the ``mutants.`` prefix
+through ``CATALOG``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from tck.adapters.base import Adapter
+
+PACKAGE = __name__
+
+NAMES: tuple[str, ...] = (
+    "mask_polarity_inverted",
+    "float_mask_ignored",
+    "fully_masked_nan",
+    "causal_diagonal_hidden",
+    "causal_bottom_right",
+    "scale_d_model",
+    "scale_missing",
+    "scale_multiplied",
+    "layer_norm_std_plus_eps",
+    "layer_norm_unbiased",
+    "layer_norm_eps_ignored",
+    "pe_concatenated",
+    "pe_precedence",
+    "rope_layout_mixup",
+    "gelu_tanh",
+    "dropout_in_eval",
+    "value_uses_key_proj",
+    "softmax_query_axis",
+    "padding_mask_on_queries",
+    "residual_missing",
+    "pre_post_swapped",
+    "final_norm_missing",
+    "batch_leak",
+    "vit_cls_no_pos_embed",
+    "vit_pooled_wrong_token",
+    "embedding_not_scaled",
+    "fp16_mask_overflow",
+    "heads_merged_wrong_order",
+    "mask_wrong_batch_row",
+    "causal_mask_dropped",
+)
+
+# mutant name -> module path; ``<path>:adapter`` is its adapter
+CATALOG: dict[str, str] = {name: f"{PACKAGE}.{name}" for name in NAMES}
+CONTROL = f"{PACKAGE}.tutorial"
+
+
+def _name(name: str) -> str:
+    bare = name.removeprefix("mutants.")
+    if bare not in CATALOG:
+        raise KeyError(f"unknown mutant {name!r}; the mutants are: {', '.join(CATALOG)}")
+    return bare
+
+
+def module(name: str) -> ModuleType:
+    """The module of mutant ``name`` (``"scale_d_model"`` or ``"mutants.scale_d_model"``)."""
+    return importlib.import_module(CATALOG[_name(name)])
+
+
+def adapter_for(name: str) -> Adapter:
+    return module(name).adapter
+
+
+def spec_for(name: str) -> str:
+    """``module:attr`` for ``tck run --adapter`` (works without the ``mutants.`` rule)."""
+    return f"{CATALOG[_name(name)]}:adapter"
+
+
+def expected_codes(name: str) -> frozenset[str]:
+    return frozenset(module(name).EXPECTED_CODES)
+
+
+__all__ = [
+    "CATALOG",
+    "CONTROL",
+    "NAMES",
+    "adapter_for",
+    "expected_codes",
+    "module",
+    "spec_for",
+]
