@@ -82,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"--tck-out={out}",
         f"--tck-profile={args.profile}",
         f"--tck-seed={args.seed}",
+        f"--tck-threads={args.threads}",
         "-q" if not args.verbose else "-v",
         "--no-header",
         "-p",
@@ -168,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help="results folder (default reports/out/ADAPTER)")
     run.add_argument("--only", default=None, help="comma-separated components")
     run.add_argument("--seed", default=0, type=int, help="seed of parameters and inputs")
+    run.add_argument(
+        "--threads",
+        default=1,
+        type=int,
+        help="torch intra-op threads (default 1: the checks' tensors are tiny)",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")
     run.set_defaults(func=cmd_run)
     lst = sub.add_parser("list", help="list built-in adapters and their components")

@@ -1,0 +1,68 @@
+"""§6 Feed-forward network: applied to each position separately and identically.
+
+No parameters needed: the checks compare the FFN with itself under permutations and
+changes of other positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tck.conformance.harness import Harness
+from tck.conformance.results import CheckFailure
+from tck.conformance.strategies import (
+    cached_instance,
+    delta,
+    note_worst,
+    require_deterministic,
+    rng,
+    seeds,
+)
+
+spec = pytest.mark.spec
+components = pytest.mark.components
+
+
+@spec("6.2", "10.2")
+@components("ffn")
+@given(seed=seeds, batch=st.integers(1, 3), length=st.integers(2, 9))
+def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None:
+    """§6.2: FFN(X)[b, t] = FFN(X[b, t]): permuting positions permutes the outputs, and
+    changing position t' leaves every other position (and batch row, §10.2) unchanged."""
+    inst = cached_instance(tck, "default", tck.instance)
+    generator = rng(seed)
+    x = generator.standard_normal((batch, length, inst.config.d_model)) * 2.0
+    out = tck.run(inst, {"x": x})
+    require_deterministic(tck, inst, {"x": x}, out)  # an FFN call is cheap
+    order = generator.permutation(length)
+    found = delta(out[:, order], tck.run(inst, {"x": x[:, order]}))
+    note_worst(tck, found)
+    if found.changed:
+        raise CheckFailure(
+            "ffn.not_position_wise",
+            f"permuting the positions by {order.tolist()} does not permute the output the "
+            f"same way: {found.describe()} (SPEC.md §6.2)",
+            found.metrics(),
+        )
+    b, t = int(generator.integers(batch)), int(generator.integers(length))
+    changed = x.copy()
+    changed[b, t] = generator.standard_normal(x.shape[-1]) * 3.0
+    others = np.ones((batch, length, 1), bool)
+    others[b, t] = False
+    found = delta(out, tck.run(inst, {"x": changed}), others)
+    note_worst(tck, found)
+    if found.changed:
+        code = "ffn.not_position_wise"
+        moved_row = found.index is not None and found.index[0] != b
+        if moved_row:
+            code = "batch.rows_interact"
+        raise CheckFailure(
+            code,
+            f"changing x[{b}, {t}] changes the output at another "
+            f"{'batch row' if moved_row else 'position'}: {found.describe()} "
+            "(SPEC.md §6.2, §10.2)",
+            found.metrics(),
+        )

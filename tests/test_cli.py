@@ -1,0 +1,145 @@
+"""The tck command, run as a user runs it: a subprocess, a results folder, an exit status."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_spec_traceability import NOT_CHECKABLE, spec_clauses
+
+from tck.adapters import load_adapter
+from tck.conformance.cli import main
+
+SCHEMA_KEYS = {"schema", "adapter", "environment", "summary", "results"}
+RESULT_KEYS = {"check", "clause", "component", "status", "diagnosis", "metrics", "repro"}
+
+
+def tck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tck", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
+
+
+@pytest.fixture(scope="module", params=["reference", "torch.nn"])
+def run(request, tmp_path_factory) -> tuple[str, subprocess.CompletedProcess, dict]:
+    out = tmp_path_factory.mktemp(request.param.replace(".", "_"))
+    proc = tck("run", "--adapter", request.param, "--profile", "ci", "--out", str(out))
+    document = json.loads((out / "results.json").read_text())
+    return request.param, proc, document
+
+
+@pytest.mark.spec("0.3")
+def test_a_correct_adapter_runs_clean(run):
+    name, proc, document = run
+    bad = [
+        f"{r['check']}[{r['subject']}]: {r['diagnosis']}"
+        for r in document["results"]
+        if r["status"] in ("fail", "error")
+    ]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not bad
+    assert document["summary"]["failed"] == document["summary"]["errors"] == 0
+    assert f"tck {name}:" in proc.stdout and "0 failed, 0 errors" in proc.stdout
+
+
+def test_results_json_schema(run):
+    name, _, document = run
+    assert SCHEMA_KEYS <= set(document)
+    assert document["schema"] == 1 and document["adapter"]["name"] == name
+    assert {"python", "torch", "numpy", "device"} <= set(document["environment"])
+    assert set(document["summary"]) == {"passed", "failed", "skipped", "errors", "conventions"}
+    statuses = {"pass", "fail", "skip", "error", "convention"}
+    for result in document["results"]:
+        assert RESULT_KEYS <= set(result)
+        assert result["status"] in statuses
+        assert {"code", "message"} == set(result["diagnosis"])
+    counted = sum(document["summary"].values())
+    assert counted == len(document["results"])
+
+
+def test_every_component_and_clause_is_covered(run):
+    name, _, document = run
+    offered = {s.component for s in load_adapter(name).subjects()}
+    checked = {r["component"] for r in document["results"] if r["status"] != "skip"}
+    assert offered == checked
+    if name == "reference":  # offers every component: every checkable clause has a result
+        clauses = {c for r in document["results"] if r["status"] != "skip" for c in r["clause"]}
+        missing = set(spec_clauses()) - set(NOT_CHECKABLE) - clauses
+        assert not missing, sorted(missing)
+
+
+def test_declared_deviations_are_conventions_in_plain_words(run):
+    name, _, document = run
+    conventions = [r for r in document["results"] if r["status"] == "convention"]
+    assert conventions
+    for result in conventions:
+        assert result["diagnosis"]["message"].startswith("It ")
+    if name == "torch.nn":
+        by_subject = {
+            r["subject"]: r["diagnosis"]["message"]
+            for r in conventions
+            if r["check"] == "fingerprint.fully_masked_rows"
+        }
+        assert "returns NaN" in by_subject["mha[need_weights]"]
+        assert "attention" not in by_subject  # F.scaled_dot_product_attention: zeros, canonical
+        fast_path = [r for r in conventions if r["subject"] == "encoder_layer"]
+        assert fast_path and "NaN" in fast_path[0]["diagnosis"]["message"]
+        assert any("fast path" in note for note in fast_path[0]["notes"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--adapter", "no_such_adapter"], "unknown adapter 'no_such_adapter'"),
+        (["run", "--adapter", "no_such_module:thing"], "cannot import 'no_such_module'"),
+        (["run", "--adapter", "json:dumps"], "that failed: TypeError"),
+        (["run", "--adapter", "json:decoder"], "not an adapter"),
+        (["run", "--only", "mlp"], "unknown component(s) mlp"),
+        (["run", "--profile", "nightly"], "invalid choice: 'nightly'"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_unwritable_out_is_a_usage_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["run", "--out", str(blocker / "sub")]) == 2
+    assert "cannot write to --out" in capsys.readouterr().err
+
+
+def test_list_names_every_builtin_adapter_with_its_components(capsys):
+    assert main(["list"]) == 0
+    lines = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
+    assert "mha" in lines["torch.nn"].split() and "vit" in lines["reference"].split()
+
+
+def test_the_checks_run_as_plain_pytest(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "tck.conformance",
+            "--tck-adapter=torch.nn",
+            "--tck-only=layer_norm",
+            f"--tck-out={tmp_path}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    document = json.loads((tmp_path / "results.json").read_text())
+    assert {r["component"] for r in document["results"]} == {"layer_norm"}
