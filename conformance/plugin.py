@@ -60,8 +60,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "components(*names): the components a check applies to")
     config.addinivalue_line("markers", "fields(*names): convention fields a probe measures")
     config.stash[_STATE] = {"adapter": None, "results": [], "start": time.time()}
-    if config.getoption("--tck-profile"):
-        load_profile(config.getoption("--tck-profile"))
 
 
 def _adapter(config: pytest.Config) -> Adapter:
@@ -78,6 +76,9 @@ def _adapter(config: pytest.Config) -> Adapter:
         import torch
 
         torch.set_num_threads(config.getoption("--tck-threads"))
+        # Likewise the hypothesis profile: --tck-profile, else $HYPOTHESIS_PROFILE, else dev.
+        # Checks need it (they take the per-test harness fixture under @given).
+        load_profile(config.getoption("--tck-profile"))
     return state["adapter"]
 
 

@@ -7,7 +7,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP_LEVEL = {
-    "tck": "tck",
+    "src/tck": "tck",
     "reference": "tck.reference",
     "conformance": "tck.conformance",
     "adapters": "tck.adapters",
