@@ -44,68 +44,23 @@ DEFAULT_CONFIG = Config(
 )
 
 # The convention fields each component's output depends on, and the values to try.
+_NORM = ("eps_placement", "variance", "eps")
+_LAYER = ("norm_placement", "activation", *_NORM)  # what every layer's output depends on
+_STACK = ("norm_placement", "final_norm", "activation", *_NORM)  # a layer, and the end
 FIELDS: dict[str, tuple[str, ...]] = {
     "sinusoidal_pe": ("pe_layout", "pe_base"),
     "rope": ("rope_layout", "pe_base"),
     "attention": ("fully_masked_rows", "causal_alignment"),
     "mha": ("fully_masked_rows", "causal_alignment"),
-    "layer_norm": ("eps_placement", "variance", "eps"),
+    "layer_norm": _NORM,
     "rms_norm": ("eps",),
     "ffn": ("activation",),
-    "encoder_layer": (
-        "norm_placement",
-        "activation",
-        "eps_placement",
-        "variance",
-        "eps",
-        "fully_masked_rows",
-    ),
-    "decoder_layer": (
-        "norm_placement",
-        "activation",
-        "eps_placement",
-        "variance",
-        "eps",
-        "fully_masked_rows",
-    ),
-    "encoder": (
-        "norm_placement",
-        "final_norm",
-        "activation",
-        "eps_placement",
-        "variance",
-        "eps",
-        "fully_masked_rows",
-        "padded_query_rows",
-    ),
-    "decoder": (
-        "norm_placement",
-        "final_norm",
-        "activation",
-        "eps_placement",
-        "variance",
-        "eps",
-        "fully_masked_rows",
-    ),
-    "seq2seq": (
-        "embedding_scale",
-        "pe_layout",
-        "norm_placement",
-        "final_norm",
-        "activation",
-        "eps_placement",
-        "variance",
-        "eps",
-    ),
-    "vit": (
-        "pooling",
-        "norm_placement",
-        "final_norm",
-        "activation",
-        "eps_placement",
-        "variance",
-        "eps",
-    ),
+    "encoder_layer": (*_LAYER, "fully_masked_rows"),
+    "decoder_layer": (*_LAYER, "fully_masked_rows"),
+    "encoder": (*_STACK, "fully_masked_rows", "padded_query_rows"),
+    "decoder": (*_STACK, "fully_masked_rows"),
+    "seq2seq": ("embedding_scale", "pe_layout", *_STACK),
+    "vit": ("pooling", *_STACK),
     "embedding": (),
     "patch_embed": (),
 }
