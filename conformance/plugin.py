@@ -174,7 +174,7 @@ def _result(
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         result.status = "skip"
         result.diagnosis = {"code": "skip", "message": reason.removeprefix("Skipped: ")}
-    elif report.failed and excinfo is not None and isinstance(excinfo.value, CheckFailure):
+    elif report.failed and excinfo is not None and _is_check_failure(excinfo.value):
         err = excinfo.value
         result.status = "fail"
         result.diagnosis = {"code": err.code, "message": err.message}
@@ -206,6 +206,16 @@ def _result(
         }
         result.notes = list(subject.notes)
     return result
+
+
+def _is_check_failure(error: BaseException) -> bool:
+    """A CheckFailure, also from a second copy of the package (pytest may import a check
+    module under another name, and its relative imports with it): judged by its fields."""
+    return isinstance(error, CheckFailure) or (
+        isinstance(error, AssertionError)
+        and isinstance(getattr(error, "code", None), str)
+        and isinstance(getattr(error, "message", None), str)
+    )
 
 
 def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | None) -> str:

@@ -22,20 +22,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import settings
 from hypothesis import strategies as st
 
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.inputs import Inputs, Shape
-from tck.conformance.profiles import load_profile
 from tck.conformance.tolerance import compare
 from tck.reference import param_shapes
-
-# The plugin loads a profile only for --tck-profile; when nothing chose one, honour
-# $HYPOTHESIS_PROFILE (default 'dev'), so that the checks' function-scoped `tck` fixture is
-# allowed and the documented profiles apply whichever way the suite is started.
-if settings.get_current_profile_name() == "default":
-    load_profile()
 
 # ------------------------------------------------------------------------------ strategies
 
