@@ -59,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec(*clauses): the SPEC.md clauses a check verifies")
     config.addinivalue_line("markers", "components(*names): the components a check applies to")
     config.addinivalue_line("markers", "fields(*names): convention fields a probe measures")
-    config.stash[_STATE] = {"adapter": None, "results": [], "start": time.time()}
+    config.stash[_STATE] = {"adapter": None, "profile": None, "results": [], "start": time.time()}
 
 
 def _adapter(config: pytest.Config) -> Adapter:
@@ -76,9 +76,6 @@ def _adapter(config: pytest.Config) -> Adapter:
         import torch
 
         torch.set_num_threads(config.getoption("--tck-threads"))
-        # Likewise the hypothesis profile: --tck-profile, else $HYPOTHESIS_PROFILE, else dev.
-        # Checks need it (they take the per-test harness fixture under @given).
-        load_profile(config.getoption("--tck-profile"))
     return state["adapter"]
 
 
@@ -94,6 +91,19 @@ def _only(config: pytest.Config) -> set[str] | None:
             f"choose from {', '.join(COMPONENTS)}"
         )
     return names
+
+
+_CHECKS = Path(__file__).resolve().parent
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """Load the hypothesis profile just before the first check module is imported: @given
+    fixes a test's settings when it decorates it, and the checks need the profile (they
+    take the per-test harness fixture). Sessions that collect no check are left alone."""
+    state = collector.config.stash[_STATE]
+    if state["profile"] is None and isinstance(collector, pytest.Module):
+        if Path(collector.path).resolve().parent == _CHECKS:
+            state["profile"] = load_profile(collector.config.getoption("--tck-profile"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -262,7 +272,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
             "notes": {s.name: list(s.notes) for s in subjects if s.notes},
         },
         "environment": environment(),
-        "profile": config.getoption("--tck-profile") or os.environ.get("HYPOTHESIS_PROFILE", "dev"),
+        "profile": state["profile"],
         "seed": config.getoption("--tck-seed"),
         "started": state["start"],
         "duration_s": round(time.time() - state["start"], 3),
