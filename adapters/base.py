@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -82,7 +82,6 @@ class Subject:
     component: str  # a SPEC component: one of tck.reference.COMPONENTS
     conventions: Conventions = None  # type: ignore[assignment]  # default: canonical
     notes: tuple[str, ...] = ()  # plain-words facts for the report
-    options: Mapping[str, Any] = field(default_factory=dict)  # adapter-private settings
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:

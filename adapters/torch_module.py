@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,6 @@ class TorchEntry:
     conventions: Conventions | None = None
     name: str | None = None  # default: the component
     notes: tuple[str, ...] = ()
-    options: Mapping[str, Any] = field(default_factory=dict)
 
     def subject(self) -> Subject:
         return Subject(
@@ -69,7 +68,6 @@ class TorchEntry:
             component=self.component,
             conventions=self.conventions,  # type: ignore[arg-type]
             notes=self.notes,
-            options=self.options,
         )
 
 

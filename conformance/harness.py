@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tck.adapters import Adapter, Subject, Unsupported
-from tck.reference import Config, Conventions, canonical_conventions, init_params, param_shapes
+from tck.reference import Config, Conventions, init_params, param_shapes
 from tck.reference.conventions import CHOICES
 
 from .expected import expected
@@ -190,7 +190,6 @@ class Harness:
         self.adapter, self.subject, self.seed = adapter, subject, seed
         self.metrics: dict[str, Any] = {}
         self.conventions_seen: list[tuple[str, str]] = []  # (code, message)
-        self.calls: list[str] = []  # a readable log of what was run, for the repro
         self.clauses: list[str] | None = None  # overrides the check's spec marker
 
     # ------------------------------------------------------------------ building
@@ -220,7 +219,6 @@ class Harness:
                     values = self.adapter.params(handle)
                 except Unsupported:
                     values = None
-        self.calls.append(f"build {self.subject.name} {config} seed={seed}")
         return Instance(self.subject, config, handle, values)
 
     def require_params(self, inst: Instance) -> dict[str, np.ndarray]:
@@ -393,7 +391,3 @@ def _area(component: str) -> str:
 
 def _has_params(inst: Instance) -> bool:
     return bool(param_shapes(inst.component, inst.config, inst.conventions))
-
-
-def canonical_for(subject: Subject) -> Conventions:
-    return canonical_conventions(subject.component)
