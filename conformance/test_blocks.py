@@ -21,7 +21,7 @@ from tck.conformance.inputs import Inputs, Shape
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import batch_slice, delta, require_deterministic, rng
 from tck.conformance.tolerance import compare
-from tck.reference import oracle, param_shapes, subparams
+from tck.reference import COMPONENTS, oracle, param_shapes, subparams
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -38,15 +38,7 @@ MODELS = (
     "vit",
 )
 # Every component: dropout and caches can hide anywhere, and these checks are cheap.
-EVERYTHING = (
-    *MODELS,
-    "embedding",
-    "sinusoidal_pe",
-    "rope",
-    "layer_norm",
-    "rms_norm",
-    "patch_embed",
-)
+EVERYTHING = COMPONENTS
 
 FIRST = Shape(batch=2, lq=5, lk=7)  # rows of different length, Lq != Lk
 SECOND = Shape(batch=3, lq=11, lk=4, lengths=(4, 1, 2))  # other sizes, other masks
