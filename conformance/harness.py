@@ -183,6 +183,25 @@ class Instance:
         return self.subject.conventions
 
 
+@dataclass
+class FailedCall:
+    """An oracle comparison that failed: the instance, the exact inputs and what they were."""
+
+    inst: Instance
+    inputs: dict[str, np.ndarray]
+    what: str
+
+
+def seq_len(inputs: Mapping[str, np.ndarray]) -> int | None:
+    """The sequence length of a call (queries / targets), or None for images."""
+    if "positions" in inputs:  # sinusoidal_pe, rope (whose x is [B, H, L, d])
+        return int(np.size(inputs["positions"]))
+    for name, axis in (("q", -2), ("query", 1), ("x", 1), ("tgt_ids", 1), ("ids", 1)):
+        if name in inputs and np.ndim(inputs[name]) >= 2:
+            return int(np.shape(inputs[name])[axis])
+    return None
+
+
 class Harness:
     """What a check works with. One per (check, subject); it accumulates metrics."""
 
@@ -191,6 +210,10 @@ class Harness:
         self.metrics: dict[str, Any] = {}
         self.conventions_seen: list[tuple[str, str]] = []  # (code, message)
         self.clauses: list[str] | None = None  # overrides the check's spec marker
+        # One entry per oracle comparison (for the report's error-vs-length plot), and the
+        # comparison that failed, with everything needed to replay it (the repro snippet).
+        self.calls: list[dict[str, Any]] = []
+        self.failed_call: FailedCall | None = None
 
     # ------------------------------------------------------------------ building
     @property
@@ -297,7 +320,17 @@ class Harness:
         test = self.run(inst, inputs)
         gold = self.gold(inst, inputs)
         result = self.compare(inst, test, gold)
+        self.calls.append(
+            {
+                "what": what,
+                "seq_len": seq_len(inputs),
+                "max_abs_err": result.max_abs_err,
+                "ratio": result.ratio,
+                "passed": result.passed,
+            }
+        )
         if not result.passed:
+            self.failed_call = FailedCall(inst, dict(inputs), what)
             code, message = self.explain(inst, inputs, test, result)
             raise CheckFailure(code, f"{what}: {message}", result.metrics())
         return test
