@@ -173,6 +173,7 @@ class Instance:
     config: Config
     handle: Any
     params: dict[str, np.ndarray] | None
+    seed: int = 0  # what build and init_params were given
 
     @property
     def component(self) -> str:
@@ -242,7 +243,7 @@ class Harness:
                     values = self.adapter.params(handle)
                 except Unsupported:
                     values = None
-        return Instance(self.subject, config, handle, values)
+        return Instance(self.subject, config, handle, values, seed)
 
     def require_params(self, inst: Instance) -> dict[str, np.ndarray]:
         if inst.params is None and _has_params(inst):
