@@ -191,6 +191,7 @@ class FailedCall:
     inst: Instance
     inputs: dict[str, np.ndarray]
     what: str
+    recipe: tuple[Shape, int] | None = None  # (shape, seed) if made by Harness.inputs
 
 
 def seq_len(inputs: Mapping[str, np.ndarray]) -> int | None:
@@ -215,6 +216,7 @@ class Harness:
         # comparison that failed, with everything needed to replay it (the repro snippet).
         self.calls: list[dict[str, Any]] = []
         self.failed_call: FailedCall | None = None
+        self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
 
     # ------------------------------------------------------------------ building
     @property
@@ -256,8 +258,16 @@ class Harness:
     def inputs(
         self, inst: Instance, shape: Shape = DEFAULT_SHAPE, *, seed: int | None = None
     ) -> Inputs:
-        rng = np.random.default_rng(self.seed if seed is None else seed)
-        return make_inputs(self.component, inst.config, rng, shape)
+        seed = self.seed if seed is None else seed
+        made = make_inputs(self.component, inst.config, np.random.default_rng(seed), shape)
+        self._recipes[id(made)] = (made, shape, seed)
+        return made
+
+    def recipe(self, inputs: Mapping[str, np.ndarray]) -> tuple[Shape, int] | None:
+        """How ``inputs`` were made (shape, seed), if by ``self.inputs`` (possibly changed
+        since: the caller compares before relying on it)."""
+        made, shape, seed = self._recipes.get(id(inputs), (None, None, None))
+        return (shape, seed) if made is inputs else None
 
     # ------------------------------------------------------------------ running
     def run(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -331,7 +341,7 @@ class Harness:
             }
         )
         if not result.passed:
-            self.failed_call = FailedCall(inst, dict(inputs), what)
+            self.failed_call = FailedCall(inst, dict(inputs), what, self.recipe(inputs))
             code, message = self.explain(inst, inputs, test, result)
             raise CheckFailure(code, f"{what}: {message}", result.metrics())
         return test

@@ -19,9 +19,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tck.adapters import Adapter, AdapterError, Subject, Unsupported, load_adapter
+from tck.adapters import (
+    DEFAULT_ADAPTER,
+    Adapter,
+    AdapterError,
+    Subject,
+    Unsupported,
+    load_adapter,
+)
 from tck.reference import COMPONENTS, canonical_conventions
 
+from . import repro
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .results import SCHEMA, CheckFailure, Result, summarize, write_results
@@ -170,6 +178,8 @@ def _result(
     marker = item.get_closest_marker("spec")
     harness = item.stash.get(_HARNESS, None)
     metrics = dict(harness.metrics) if harness else {}
+    if harness and harness.calls:
+        metrics["calls"] = list(harness.calls)
     clauses = harness.clauses if harness and harness.clauses else marker.args if marker else []
     result = Result(
         check=check_id(item),
@@ -215,6 +225,8 @@ def _result(
             "message": " ".join(dict.fromkeys(m for _, m in harness.conventions_seen)),
         }
         result.notes = list(subject.notes)
+    if result.status in ("fail", "error") and excinfo is not None:
+        result.counterexample = repro.counterexample(getattr(excinfo.value, "__notes__", []))
     return result
 
 
@@ -228,16 +240,30 @@ def _is_check_failure(error: BaseException) -> bool:
     )
 
 
+def _adapter_spec(config: pytest.Config) -> str:
+    return config.getoption("--tck-adapter") or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
+
+
 def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | None) -> str:
-    adapter = item.config.getoption("--tck-adapter") or os.environ.get("TCK_ADAPTER") or "reference"
-    lines = [
-        f"# {check_id(item)} on {adapter}:{subject.name}",
-        f"pytest --pyargs tck.conformance --tck-adapter={adapter} "
-        f"--tck-seed={item.config.getoption('--tck-seed')} -k '{item.name}'",
-    ]
-    notes = getattr(excinfo.value, "__notes__", []) if excinfo is not None else []
-    lines += [f"# {line}" for note in notes for line in str(note).splitlines()]
-    return "\n".join(lines)
+    harness = item.stash.get(_HARNESS, None)
+    adapter, seed = _adapter_spec(item.config), item.config.getoption("--tck-seed")
+    title = f"tck repro: {check_id(item)} on {adapter} [{subject.name}]"
+    failed = harness.failed_call if harness else None
+    if failed is not None and _is_check_failure(excinfo.value if excinfo else None):
+        return repro.oracle_snippet(
+            adapter_spec=adapter,
+            subject=subject.name,
+            component=subject.component,
+            config=failed.inst.config,
+            seed=failed.inst.seed,
+            inputs=failed.inputs,
+            recipe=failed.recipe,
+            title=f"{title}: {failed.what}",
+        )
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else "checks"
+    return repro.pytest_snippet(
+        adapter_spec=adapter, seed=seed, module=module, test_id=item.name, title=title
+    )
 
 
 def environment() -> dict[str, str]:

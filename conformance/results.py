@@ -33,7 +33,8 @@ class Result:
     status: str  # one of STATUSES
     diagnosis: dict[str, str] = field(default_factory=lambda: {"code": "", "message": ""})
     metrics: dict[str, Any] = field(default_factory=dict)
-    repro: str = ""
+    repro: str = ""  # Python that shows the failure when pasted into `python`
+    counterexample: str = ""  # hypothesis' falsifying example, when hypothesis found it
     notes: list[str] = field(default_factory=list)  # the adapter's words on this subject
     duration_s: float = 0.0
 
