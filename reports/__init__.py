@@ -1,2 +1,76 @@
-"""Renderings of results.json (HTML per adapter, scoreboard, JUnit). Empty so far: issue 9.
-Generated reports go to reports/out/, which git ignores."""
+"""Renderings of results.json: an HTML page per run, a scoreboard across runs, JUnit XML.
+
+    from tck.reports import load_results, write_reports, write_scoreboard
+
+    document = load_results("reports/out/torch.nn")        # reads and checks results.json
+    write_reports(document, "reports/out/torch.nn")        # index.html + junit.xml
+    write_scoreboard(["reports/out/reference", "reports/out/torch.nn"], "reports/out")
+
+results.json is the single source: every page can be rebuilt from it (``tck report``).
+Generated reports go to reports/out/ by default, which git ignores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .junit import junit_xml
+
+__all__ = ["ReportError", "junit_xml", "load_results", "write_reports", "write_scoreboard"]
+
+SCHEMA = 1  # the results.json schema these renderings read
+_REQUIRED = ("schema", "adapter", "summary", "results")
+
+
+class ReportError(Exception):
+    """A results folder that cannot be rendered; the message says which and why."""
+
+
+def load_results(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / "results.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReportError(
+            f"{path} does not exist; pass a folder written by 'tck run --out DIR'"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ReportError(f"{path} is not readable JSON ({err}); rerun 'tck run'") from None
+    missing = [k for k in _REQUIRED if not isinstance(document, dict) or k not in document]
+    if missing:
+        raise ReportError(f"{path} is not a tck results file: no {', '.join(missing)}")
+    if document["schema"] != SCHEMA:
+        raise ReportError(
+            f"{path} has results schema {document['schema']!r}; this tck reads schema {SCHEMA}"
+        )
+    return document
+
+
+def write_reports(document: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write OUT/index.html and OUT/junit.xml for one run."""
+    from .html import render_report
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"html": out / "index.html", "junit": out / "junit.xml"}
+    paths["html"].write_text(render_report(document), encoding="utf-8")
+    paths["junit"].write_text(junit_xml(document), encoding="utf-8")
+    return paths
+
+
+def write_scoreboard(folders: list[str | Path], out_dir: str | Path) -> Path:
+    """Write OUT/scoreboard.html across the runs in ``folders`` (each re-rendered too)."""
+    from .html import render_scoreboard
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for folder in map(Path, folders):
+        document = load_results(folder)
+        write_reports(document, folder)
+        runs.append((folder, document))
+    path = out / "scoreboard.html"
+    path.write_text(render_scoreboard(runs, out), encoding="utf-8")
+    return path

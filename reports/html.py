@@ -1,0 +1,184 @@
+"""HTML pages from results.json: one per adapter run, and a scoreboard across runs.
+
+Static files: inline CSS, inline SVG, a few lines of inline script for the copy buttons, no
+network. jinja2 autoescapes everything; the only markup inserted unescaped is the SVG our
+own plots module drew (``Markup``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from . import plots
+
+# Worst first: the colour and the order a cell or a group takes.
+STATUS_ORDER = ("fail", "error", "convention", "pass", "skip")
+_SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("tck.reports", "templates"),
+        autoescape=True,  # every template, whatever its file name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = format_number
+    env.filters["anchor"] = anchor
+    return env
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def anchor(text: str) -> str:
+    """An id fragment made only of [a-z0-9-]: safe in href and id whatever the input."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
+
+
+@cache
+def clause_titles() -> dict[str, str]:
+    """SPEC.md clause number -> title, when the spec sits beside the package (a checkout or
+    an editable install); empty otherwise, and the pages show numbers only."""
+    try:
+        text = _SPEC.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return dict(re.findall(r"^### §(\d+\.\d+) (.+)$", text, flags=re.MULTILINE))
+
+
+def worst(statuses: Counter) -> str:
+    return next((s for s in STATUS_ORDER if statuses.get(s)), "none")
+
+
+def _clause_key(clause: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in clause.split("."))
+
+
+def _summaries(results: list[dict[str, Any]]) -> tuple[dict, dict]:
+    by_component: dict[str, Counter] = defaultdict(Counter)
+    by_clause: dict[str, Counter] = defaultdict(Counter)
+    for r in results:
+        by_component[r["component"]][r["status"]] += 1
+        for clause in r["clause"]:
+            by_clause[clause][r["status"]] += 1
+    return dict(by_component), dict(sorted(by_clause.items(), key=lambda kv: _clause_key(kv[0])))
+
+
+def fingerprint_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Declared against shown, per subject and convention field (the probes' results)."""
+    rows = []
+    for index, r in enumerate(document["results"]):
+        if not r["check"].startswith("fingerprint."):
+            continue
+        m = r.get("metrics", {})
+        field = m.get("field", r["check"].split(".", 1)[1])
+        shown = m.get("shown")
+        rows.append(
+            {
+                "index": index,
+                "subject": r["subject"],
+                "field": field,
+                "declared": m.get("declared", "?"),
+                "shown": ", ".join(map(str, shown)) if isinstance(shown, list) else "?",
+                "canonical": m.get("canonical", "?"),
+                "status": r["status"],
+                "mismatch": r["status"] == "fail",
+                "message": r["diagnosis"]["message"],
+            }
+        )
+    return sorted(rows, key=lambda row: (row["subject"], row["field"]))
+
+
+def _numbers(metrics: dict[str, Any]) -> dict[str, Any]:
+    keys = ("max_abs_err", "mean_abs_err", "bound", "ratio", "dtype", "grad_of")
+    return {k: metrics[k] for k in keys if k in metrics}
+
+
+def report_context(document: dict[str, Any]) -> dict[str, Any]:
+    results = document["results"]
+    by_component, by_clause = _summaries(results)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for index, r in enumerate(results):
+        groups[r["component"]].append({**r, "index": index, "numbers": _numbers(r["metrics"])})
+    rank = {s: i for i, s in enumerate(STATUS_ORDER)}
+    ordered = {
+        component: sorted(items, key=lambda r: (rank.get(r["status"], 9), r["check"]))
+        for component, items in sorted(
+            groups.items(), key=lambda kv: (rank[worst(by_component[kv[0]])], kv[0])
+        )
+    }
+    svgs = [plots.ratio_per_dtype(results), plots.error_vs_length(results)]
+    return {
+        "doc": document,
+        "adapter": document["adapter"],
+        "summary": document["summary"],
+        "started": _when(document.get("started")),
+        "by_component": by_component,
+        "by_clause": by_clause,
+        "titles": clause_titles(),
+        "worst": worst,
+        "fingerprint": fingerprint_rows(document),
+        "groups": ordered,
+        "problems": [r for rs in ordered.values() for r in rs if r["status"] in ("fail", "error")],
+        "plots": [Markup(svg) for svg in svgs if svg],
+        "statuses": STATUS_ORDER,
+    }
+
+
+def _when(timestamp: Any) -> str:
+    if not isinstance(timestamp, (int, float)):
+        return ""
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def render_report(document: dict[str, Any]) -> str:
+    return _environment().get_template("report.html.j2").render(**report_context(document))
+
+
+def render_scoreboard(runs: list[tuple[Path, dict[str, Any]]], out_dir: Path) -> str:
+    """``runs``: (folder holding results.json and index.html, its document)."""
+    columns = []
+    clauses: set[str] = set()
+    for folder, document in runs:
+        _, by_clause = _summaries(document["results"])
+        clauses |= set(by_clause)
+        link = os.path.relpath(folder / "index.html", out_dir)
+        columns.append(
+            {
+                "name": document["adapter"]["name"] or folder.name,
+                "folder": str(folder),
+                "link": Path(link).as_posix(),
+                "summary": document["summary"],
+                "by_clause": by_clause,
+                "profile": document.get("profile"),
+                "seed": document.get("seed"),
+            }
+        )
+    return (
+        _environment()
+        .get_template("scoreboard.html.j2")
+        .render(
+            columns=columns,
+            clauses=sorted(clauses, key=_clause_key),
+            titles=clause_titles(),
+            worst=worst,
+            statuses=STATUS_ORDER,
+        )
+    )

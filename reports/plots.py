@@ -1,0 +1,107 @@
+"""Inline SVG pictures for the reports (matplotlib, Agg; no files, no network).
+
+Every label drawn comes from our own vocabulary (dtypes, component names, numbers):
+matplotlib writes text into SVG comments and ids, so adapter-supplied strings never reach
+a plot.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+from typing import Any
+
+from tck.reference import COMPONENTS
+
+_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "tck"  # stable ids: the same results, the same page
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _svg(fig) -> str:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    _pyplot().close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: it goes inline
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def ratio_per_dtype(results: list[dict[str, Any]]) -> str | None:
+    """Each result's error / bound ratio, one column per dtype (pass iff <= 1)."""
+    columns: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        ratio = _number(r.get("metrics", {}).get("ratio"))
+        if ratio is not None and r["status"] in ("pass", "fail", "convention"):
+            dtype = str(r["metrics"].get("dtype", "float64"))
+            columns[dtype if dtype.isidentifier() else "other"].append(max(ratio, 1e-12))
+    if not columns:
+        return None
+    plt = _pyplot()
+    order = [d for d in ("float64", "float32", "float16", "bfloat16") if d in columns]
+    order += sorted(set(columns) - set(order))
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for i, dtype in enumerate(order):
+        ys = sorted(columns[dtype])
+        xs = [i + 0.3 * ((j % 7) / 6 - 0.5) for j in range(len(ys))]  # deterministic jitter
+        ax.scatter(xs, ys, s=10, alpha=0.6, color=_COLOURS[i % len(_COLOURS)])
+    ax.axhline(1.0, color="#d62728", linewidth=1, linestyle="--", label="bound (ratio 1)")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(order)), [f"{d}\n({len(columns[d])})" for d in order])
+    ax.set_ylabel("max error / bound")
+    ax.set_title("Error ratio per dtype (below the line passes)")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _svg(fig)
+
+
+def error_vs_length(results: list[dict[str, Any]]) -> str | None:
+    """Max |test - oracle| against sequence length, per component (oracle comparisons)."""
+    series: dict[str, dict[int, float]] = defaultdict(dict)
+    for r in results:
+        component = r["component"] if r["component"] in COMPONENTS else "other"
+        for call in r.get("metrics", {}).get("calls", []) or []:
+            length, err = call.get("seq_len"), _number(call.get("max_abs_err"))
+            if isinstance(length, int) and err is not None:
+                points = series[component]
+                points[length] = max(points.get(length, 0.0), max(err, 1e-18))
+    series = {c: p for c, p in series.items() if len(p) > 1}
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, (component, points) in enumerate(sorted(series.items())):
+        xs = sorted(points)
+        style = "-o" if i < len(_COLOURS) else "--s"
+        ax.plot(
+            xs,
+            [points[x] for x in xs],
+            style,
+            markersize=3,
+            linewidth=1,
+            label=component,
+            color=_COLOURS[i % len(_COLOURS)],
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length (queries)")
+    ax.set_ylabel("max |test - oracle|")
+    ax.set_title("Error against the float64 oracle by sequence length")
+    ax.legend(fontsize=7, ncol=2, loc="best")
+    ax.grid(alpha=0.3)
+    return _svg(fig)
