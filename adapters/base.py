@@ -9,6 +9,12 @@ offer several subjects of one component ("encoder_layer[norm_first]").
 Every input and output is a numpy array; masks cross the boundary in one form, boolean
 **keep**-masks (True = may attend), and each adapter converts them to its library's
 convention. The inputs of each component are listed in ``INPUTS``.
+
+Precision and gradients are optional capabilities (SPEC.md §10.7, §10.8): ``dtypes`` names
+the dtypes ``build`` accepts (float64 only, unless an adapter says more), and ``grad``
+returns vector-Jacobian products. An adapter written before they existed keeps working:
+the suite passes ``dtype`` to ``build`` only for a dtype ``dtypes`` offers, and skips the
+gradient checks when ``grad`` raises ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ import numpy as np
 from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions
 
 Arrays = Mapping[str, np.ndarray]
+
+# The dtypes the suite knows, by their numpy/torch names ("bfloat16" has no numpy dtype: an
+# adapter returns bfloat16 results as float32 or float64 arrays).
+DTYPES: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16")
 
 # component -> (required inputs, optional inputs), with shapes. Output shapes in OUTPUTS.
 #   key_padding: bool keep [B, Lk] (True = a real token); attn_mask: bool keep [Lq, Lk];
@@ -99,6 +109,9 @@ class Adapter(ABC):
     Required: ``name``, ``subjects``, ``build`` and ``run``. ``params`` and ``load`` give
     access to canonical parameters (SPEC.md §0.2); without them, oracle-equality checks
     skip and the property checks and probes still run.
+
+    Optional: ``dtypes`` (the precisions ``build`` can make, SPEC.md §10.7) and ``grad``
+    (gradients, SPEC.md §10.8). ``TorchModuleAdapter`` implements both.
     """
 
     name: str = "unnamed"
@@ -111,7 +124,11 @@ class Adapter(ABC):
     def build(self, subject: Subject, config: Config, *, seed: int) -> Any:
         """A fresh instance in evaluation mode, float64 where the library allows.
 
-        Raise ``Unsupported`` for a config the implementation cannot express.
+        Raise ``Unsupported`` for a config the implementation cannot express. An adapter that
+        offers other precisions (``dtypes``) takes a keyword ``dtype`` as well, one of
+        ``DTYPES`` ("float32", "float16", "bfloat16"), and computes in it: the suite passes
+        ``dtype`` only when it is not float64, so ``build(subject, config, *, seed)`` stays
+        a valid signature for float64-only adapters.
         """
 
     @abstractmethod
@@ -125,6 +142,26 @@ class Adapter(ABC):
     def load(self, handle: Any, params: Arrays) -> None:
         """Set the instance's parameters from the canonical layout."""
         raise Unsupported(f"{self.name} does not load canonical parameters")
+
+    def dtypes(self, subject: Subject) -> tuple[str, ...]:
+        """The dtypes ``build`` can make ``subject`` in (a subset of ``DTYPES``).
+
+        The suite checks each one besides float64 with the tolerance rule of SPEC.md §10.7
+        and skips the others with a reason; the default offers float64 only.
+        """
+        return ("float64",)
+
+    def grad(self, handle: Any, inputs: Arrays, cotangent: np.ndarray) -> dict[str, np.ndarray]:
+        """The vector-Jacobian product of one forward call (SPEC.md §10.8).
+
+        With ``out = run(handle, inputs)``, the gradients of ``sum(out * cotangent)`` with
+        respect to every floating-point input (keyed by its ``INPUTS`` name, e.g. ``"q"``)
+        and to every canonical parameter (keyed ``"params." + name``, e.g.
+        ``"params.q.weight"``), each of its input's or parameter's shape. An input the output
+        does not depend on has gradient zero. Raise ``Unsupported`` when the implementation
+        cannot differentiate; that is the default.
+        """
+        raise Unsupported(f"{self.name} does not compute gradients")
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "subjects": [s.name for s in self.subjects()]}

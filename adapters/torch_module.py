@@ -17,12 +17,21 @@ in the module's dtype; masks are boolean keep-masks (True = may attend) and ``ca
 a Python bool. Convert them to your module's convention there: that is where polarity
 bugs live, and the checks probe it. Inputs the component may take but ``forward`` does
 not accept are never passed, and checks that need them skip with a reason.
+
+Precision and gradients come for free: ``build(..., dtype="float16")`` converts the module
+(parameters and buffers) to that dtype, ``run`` feeds it inputs of that dtype and returns
+its output in it, and ``grad`` differentiates the same ``forward`` with torch autograd and
+maps parameter gradients to canonical names through ``param_map``. An entry that cannot run
+in some dtype lists the ones it can (``TorchEntry(dtypes=("float64", "float32"))``); an op
+torch lacks for a dtype on this device ("not implemented for 'Half'") becomes
+``Unsupported``, so the check skips with that reason.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +41,14 @@ from torch import nn
 
 from tck.reference import Config, Conventions, param_shapes
 
-from .base import Adapter, Arrays, Subject, Unsupported
+from .base import DTYPES, Adapter, Arrays, Subject, Unsupported
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,7 @@ class TorchEntry:
     conventions: Conventions | None = None
     name: str | None = None  # default: the component
     notes: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] | None = None  # default: the adapter's
 
     def subject(self) -> Subject:
         return Subject(
@@ -77,6 +94,7 @@ class TorchHandle:
     subject: Subject
     module: nn.Module
     config: Config
+    dtype: torch.dtype = torch.float64
 
     def param_map(self) -> Mapping[str, ParamRef]:
         mapping = self.entry.param_map
@@ -84,6 +102,14 @@ class TorchHandle:
             shapes = param_shapes(self.subject.component, self.config, self.subject.conventions)
             return {name: name for name in shapes}
         return mapping(self.config) if callable(mapping) else mapping
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """numpy has no bfloat16: such results cross the boundary as float32 (exactly)."""
+    tensor = tensor.detach().to("cpu")
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.to(torch.float32)
+    return tensor.numpy()
 
 
 def _accepted_inputs(forward: Callable[..., Any]) -> set[str] | None:
@@ -95,44 +121,134 @@ def _accepted_inputs(forward: Callable[..., Any]) -> set[str] | None:
 
 
 class TorchModuleAdapter(Adapter):
-    """An adapter over torch modules, float64 by default, always in eval mode."""
+    """An adapter over torch modules, float64 by default, always in eval mode.
 
-    def __init__(self, name: str, entries: list[TorchEntry], *, dtype: torch.dtype = torch.float64):
+    ``dtype`` is what ``build`` makes when the suite asks for float64 (leave it); ``dtypes``
+    the precisions its subjects offer (SPEC.md §10.7), narrowed per entry by
+    ``TorchEntry.dtypes``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        entries: list[TorchEntry],
+        *,
+        dtype: torch.dtype = torch.float64,
+        dtypes: tuple[str, ...] = DTYPES,
+    ):
         self.name = name
         self.dtype = dtype
+        self._dtypes = tuple(dtypes)
         self._entries = {(e.name or e.component): e for e in entries}
         if len(self._entries) != len(entries):
             raise ValueError(f"adapter {name!r}: two entries share a subject name")
+        for entry in entries:
+            unknown = set(entry.dtypes or self._dtypes) - set(DTYPES)
+            if unknown:
+                raise ValueError(
+                    f"adapter {name!r}: unknown dtype(s) {sorted(unknown)} for "
+                    f"{entry.name or entry.component}; choose from {', '.join(DTYPES)}"
+                )
 
     def subjects(self) -> list[Subject]:
         return [e.subject() for e in self._entries.values()]
 
-    def build(self, subject: Subject, config: Config, *, seed: int) -> TorchHandle:
+    def dtypes(self, subject: Subject) -> tuple[str, ...]:
         entry = self._entries[subject.name]
+        return tuple(entry.dtypes or self._dtypes)
+
+    def build(
+        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
+    ) -> TorchHandle:
+        entry = self._entries[subject.name]
+        if dtype not in self.dtypes(subject):
+            raise Unsupported(
+                f"{self.name}:{subject.name} offers {', '.join(self.dtypes(subject))}, not {dtype}"
+            )
+        torch_dtype = self.dtype if dtype == "float64" else TORCH_DTYPES[dtype]
         torch.manual_seed(seed)
-        module = entry.make(config).to(self.dtype).eval()
-        return TorchHandle(entry, subject, module, config)
+        module = entry.make(config).to(torch_dtype).eval()
+        return TorchHandle(entry, subject, module, config, torch_dtype)
 
     def run(self, handle: TorchHandle, inputs: Arrays) -> np.ndarray:
+        kwargs = self._kwargs(handle, inputs)
+        with torch.no_grad(), self._lacking_ops(handle):
+            out = self._output(handle.entry.forward(handle.module, **kwargs))
+        return _numpy(out.to(handle.dtype) if out.is_floating_point() else out)
+
+    def grad(
+        self, handle: TorchHandle, inputs: Arrays, cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        kwargs = self._kwargs(handle, inputs)
+        leaves = {
+            k: v.requires_grad_(True)
+            for k, v in kwargs.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+        }
+        named = dict(handle.module.named_parameters())
+        mapping = handle.param_map()
+        # Several canonical parameters may live in one tensor (Chunk): differentiate each
+        # module parameter once, then slice.
+        owners = sorted({ref.name if isinstance(ref, Chunk) else ref for ref in mapping.values()})
+        for owner in owners:
+            self._lookup(handle, named, owner).requires_grad_(True)
+        targets = [*leaves.values(), *(named[o] for o in owners)]
+        with torch.enable_grad(), self._lacking_ops(handle):
+            out = self._output(handle.entry.forward(handle.module, **kwargs))
+            if tuple(out.shape) != tuple(np.shape(cotangent)):
+                raise ValueError(
+                    f"{self.name}: the cotangent has shape {tuple(np.shape(cotangent))}, the "
+                    f"output {tuple(out.shape)}"
+                )
+            seed = torch.from_numpy(np.ascontiguousarray(cotangent, dtype=np.float64))
+            grads = torch.autograd.grad(out, targets, seed.to(out.dtype), allow_unused=True)
+        by_target = [
+            torch.zeros_like(t) if g is None else g for t, g in zip(targets, grads, strict=True)
+        ]
+        result = {k: _numpy(g) for k, g in zip(leaves, by_target, strict=False)}
+        of_owner = dict(zip(owners, by_target[len(leaves) :], strict=True))
+        for canonical, ref in mapping.items():
+            if isinstance(ref, Chunk):
+                g = of_owner[ref.name].chunk(ref.parts, dim=0)[ref.index]
+            else:
+                g = of_owner[ref]
+            result[f"params.{canonical}"] = _numpy(g)
+        return result
+
+    def _kwargs(self, handle: TorchHandle, inputs: Arrays) -> dict[str, Any]:
         accepted = _accepted_inputs(handle.entry.forward)
         missing = [k for k in inputs if accepted is not None and k not in accepted]
         if missing:
             raise Unsupported(
                 f"{self.name}:{handle.subject.name} does not take {', '.join(missing)}"
             )
-        kwargs = {k: self._to_torch(k, v) for k, v in inputs.items()}
-        with torch.no_grad():
-            out = handle.entry.forward(handle.module, **kwargs)
-        if isinstance(out, (tuple, list)):
-            out = out[0]
-        return out.detach().to("cpu").numpy()
+        return {k: self._to_torch(k, v, handle.dtype) for k, v in inputs.items()}
 
-    def _to_torch(self, name: str, value: np.ndarray) -> Any:
+    @staticmethod
+    def _output(out: Any) -> torch.Tensor:
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+    @contextmanager
+    def _lacking_ops(self, handle: TorchHandle) -> Iterator[None]:
+        """torch's "not implemented for 'Half'" on this device: the dtype is unsupported here,
+        not the implementation wrong."""
+        try:
+            yield
+        except (RuntimeError, NotImplementedError) as err:
+            if handle.dtype == torch.float64 or "not implemented for" not in str(err):
+                raise
+            first = str(err).strip().splitlines()[0]
+            raise Unsupported(
+                f"{self.name}:{handle.subject.name} cannot compute in {handle.dtype} on this "
+                f"device: torch says {first}"
+            ) from err
+
+    def _to_torch(self, name: str, value: np.ndarray, dtype: torch.dtype | None = None) -> Any:
         value = np.asarray(value)
         if name == "causal":
             return bool(value)
         tensor = torch.from_numpy(np.ascontiguousarray(value))
-        return tensor.to(self.dtype) if tensor.is_floating_point() else tensor
+        return tensor.to(dtype or self.dtype) if tensor.is_floating_point() else tensor
 
     def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
         named = dict(handle.module.named_parameters())

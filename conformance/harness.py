@@ -5,6 +5,13 @@ test, runs it on canonical inputs, and compares with the oracle under the conven
 adapter declares. When they disagree, the harness looks for the convention the
 implementation *does* follow (``explain``) so the failure names a bug class, not just a
 number.
+
+Precision (SPEC.md §10.7): ``instance(dtype="float16")`` builds the subject in that dtype
+with canonical parameters rounded to it, ``inputs`` rounds the float inputs to it, and the
+comparison takes the naive reference's error in that dtype into its bound (``naive``: the
+torch reference model of ``tck.reference.model``, built under the subject's conventions and
+run in the same dtype on the same rounded values; the one naive implementation of the rule).
+Gradients (SPEC.md §10.8): ``gradients``, ``gold_gradients``, ``naive_gradients``.
 """
 
 from __future__ import annotations
@@ -17,14 +24,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tck.adapters import Adapter, Subject, Unsupported
+from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
 from tck.reference import Config, Conventions, init_params, param_shapes
 from tck.reference.conventions import CHOICES
 
 from .expected import expected
 from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from .results import CheckFailure
-from .tolerance import Comparison, compare
+from .tolerance import Comparison, compare, k_forward, reference_error, round_to
 
 # Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
 # lengths that are not multiples of 8.
@@ -172,8 +179,9 @@ class Instance:
     subject: Subject
     config: Config
     handle: Any
-    params: dict[str, np.ndarray] | None
+    params: dict[str, np.ndarray] | None  # rounded to ``dtype``, held as float64
     seed: int = 0  # what build and init_params were given
+    dtype: str = "float64"  # what build was given (SPEC.md §10.7)
 
     @property
     def component(self) -> str:
@@ -217,6 +225,7 @@ class Harness:
         self.calls: list[dict[str, Any]] = []
         self.failed_call: FailedCall | None = None
         self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
+        self._naive_handles: dict[tuple[int, str], tuple[TorchModuleAdapter, Any, Instance]] = {}
 
     # ------------------------------------------------------------------ building
     @property
@@ -226,17 +235,40 @@ class Harness:
     def config(self, **overrides: Any) -> Config:
         return dataclasses.replace(DEFAULT_CONFIG, **overrides)
 
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes the adapter offers for this subject (float64 unless it says more)."""
+        offered = getattr(self.adapter, "dtypes", None)
+        return tuple(offered(self.subject)) if callable(offered) else ("float64",)
+
     def instance(
-        self, config: Config | None = None, *, seed: int | None = None, params: bool = True
+        self,
+        config: Config | None = None,
+        *,
+        seed: int | None = None,
+        params: bool = True,
+        dtype: str = "float64",
     ) -> Instance:
         """Build a fresh instance; with ``params``, give it canonical parameters from
-        ``init_params`` (or read its own when the adapter cannot load)."""
+        ``init_params`` (or read its own when the adapter cannot load). In a ``dtype`` other
+        than float64 the parameters are rounded to it first, so that the oracle, the naive
+        reference and the adapter share them exactly; a dtype the adapter does not offer is
+        ``Unsupported``."""
         config = config or self.config()
         seed = self.seed if seed is None else seed
-        handle = self.adapter.build(self.subject, config, seed=seed)
+        if dtype == "float64":
+            handle = self.adapter.build(self.subject, config, seed=seed)
+        else:
+            offered = self.dtypes()
+            if dtype not in offered:
+                raise Unsupported(
+                    f"{self.adapter.name}:{self.subject.name} offers {', '.join(offered)}, "
+                    f"not {dtype} (Adapter.dtypes)"
+                )
+            handle = self.adapter.build(self.subject, config, seed=seed, dtype=dtype)
         values = None
         if params:
             canonical = init_params(self.component, config, self.subject.conventions, seed=seed)
+            canonical = {k: round_to(v, dtype) for k, v in canonical.items()}
             try:
                 self.adapter.load(handle, canonical)
                 values = canonical
@@ -245,7 +277,7 @@ class Harness:
                     values = self.adapter.params(handle)
                 except Unsupported:
                     values = None
-        return Instance(self.subject, config, handle, values, seed)
+        return Instance(self.subject, config, handle, values, seed, dtype)
 
     def require_params(self, inst: Instance) -> dict[str, np.ndarray]:
         if inst.params is None and _has_params(inst):
@@ -260,6 +292,7 @@ class Harness:
     ) -> Inputs:
         seed = self.seed if seed is None else seed
         made = make_inputs(self.component, inst.config, np.random.default_rng(seed), shape)
+        made = {k: round_to(v, inst.dtype) for k, v in made.items()}  # once, for every path
         self._recipes[id(made)] = (made, shape, seed)
         return made
 
@@ -291,6 +324,59 @@ class Harness:
             self.component, inputs, inst.params, inst.config, conventions or inst.conventions
         )
 
+    def naive(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``ref`` of the tolerance rule: the torch reference model under the subject's
+        conventions, in ``inst.dtype``, with the instance's (rounded) parameters."""
+        naive, handle = self._naive(inst, inst.dtype)
+        return np.asarray(naive.run(handle, dict(inputs)), dtype=np.float64)
+
+    def _naive(self, inst: Instance, dtype: str) -> tuple[TorchModuleAdapter, Any]:
+        key = (id(inst), dtype)
+        if key not in self._naive_handles:
+            from tck.adapters.reference import entry  # the reference adapter's own forwards
+
+            naive = TorchModuleAdapter(
+                "naive", [entry(self.component, inst.conventions, name=self.subject.name)]
+            )
+            handle = naive.build(self.subject, inst.config, seed=inst.seed, dtype=dtype)
+            if inst.params is not None:
+                naive.load(handle, inst.params)
+            # The instance is kept alive with its handle: id() stays unique while cached.
+            self._naive_handles[key] = (naive, handle, inst)
+        naive, handle, _ = self._naive_handles[key]
+        return naive, handle
+
+    # ------------------------------------------------------------------ gradients
+    def gradients(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """The adapter's gradients of sum(output * cotangent) (Adapter.grad), as float64."""
+        grad = getattr(self.adapter, "grad", None)
+        if not callable(grad):
+            raise Unsupported(f"{self.adapter.name} does not compute gradients (Adapter.grad)")
+        out = grad(inst.handle, dict(inputs), cotangent)
+        if not isinstance(out, Mapping):
+            raise CheckFailure(
+                "adapter.grad_not_a_dict",
+                f"grad() returned {type(out).__name__}, not a dict of numpy arrays",
+            )
+        return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+    def gold_gradients(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """float64 autograd through the torch reference on the same (rounded) values."""
+        naive, handle = self._naive(inst, "float64")
+        return naive.grad(handle, dict(inputs), cotangent)
+
+    def naive_gradients(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """``ref`` for gradients: autograd through the torch reference in ``inst.dtype``."""
+        naive, handle = self._naive(inst, inst.dtype)
+        grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
+        return {k: np.asarray(v, dtype=np.float64) for k, v in grads.items()}
+
     def ignore_mask(self, inst: Instance, gold: np.ndarray) -> np.ndarray | None:
         """Positions the declared conventions leave undefined (§4.4 'undefined')."""
         if inst.conventions.fully_masked_rows == "undefined":
@@ -298,15 +384,43 @@ class Harness:
         return None
 
     # ------------------------------------------------------------------ comparing
-    def compare(self, inst: Instance, test: np.ndarray, gold: np.ndarray) -> Comparison:
+    def compare(
+        self,
+        inst: Instance,
+        test: np.ndarray,
+        gold: np.ndarray,
+        *,
+        ref: np.ndarray | None = None,
+        k: float | None = None,
+    ) -> Comparison:
+        """The tolerance rule in ``inst.dtype``; ``ref`` is the naive reference's output
+        (required below float64, where its error sets the bound)."""
         if test.shape != gold.shape:
             raise CheckFailure(
                 "shape.wrong_output_shape",
                 f"output shape {test.shape}, the spec's is {gold.shape} (SPEC.md §10.6)",
                 {"shape": list(test.shape), "expected_shape": list(gold.shape)},
             )
-        result = compare(test, gold, ignore=self.ignore_mask(inst, gold))
+        ignore = self.ignore_mask(inst, gold)
+        ref_err, lost = 0.0, 0
+        if ref is not None:
+            ref_err, lost = reference_error(ref, gold, ignore)
+            if lost:  # the naive reference overflowed there: it can bound nothing
+                overflow = ~np.isfinite(ref) & np.isfinite(gold)
+                ignore = overflow if ignore is None else ignore | overflow
+        elif inst.dtype != "float64":
+            raise ValueError(f"comparing in {inst.dtype} needs the naive reference (ref=)")
+        result = compare(
+            test,
+            gold,
+            dtype=inst.dtype,
+            ref_err=ref_err,
+            k=k_forward(self.component) if k is None else k,
+            ignore=ignore,
+        )
         self.note(result.metrics())
+        if lost:
+            self.note({"ref_nonfinite": lost})
         return result
 
     def note(self, metrics: Mapping[str, Any]) -> None:
@@ -330,7 +444,8 @@ class Harness:
         self.require_params(inst)
         test = self.run(inst, inputs)
         gold = self.gold(inst, inputs)
-        result = self.compare(inst, test, gold)
+        ref = self.naive(inst, inputs) if inst.dtype != "float64" else None
+        result = self.compare(inst, test, gold, ref=ref)
         self.calls.append(
             {
                 "what": what,
@@ -348,9 +463,15 @@ class Harness:
 
     # ------------------------------------------------------------------ diagnosing
     def matching_values(
-        self, inst: Instance, inputs: Mapping[str, np.ndarray], test: np.ndarray, field: str
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        test: np.ndarray,
+        field: str,
+        tolerance: Comparison | None = None,
     ) -> list[Any]:
-        """The values of convention ``field`` under which the oracle reproduces ``test``."""
+        """The values of convention ``field`` under which the oracle reproduces ``test``
+        (within the bound of ``tolerance``, the failed comparison, when given)."""
         declared = getattr(inst.conventions, field)
         found = []
         for value in [declared, *alternatives(field, declared)]:
@@ -359,7 +480,7 @@ class Harness:
                 gold = self.gold(inst, inputs, conv)
             except (ValueError, KeyError):  # e.g. a final norm the params do not have
                 continue
-            if test.shape == gold.shape and compare(test, gold).passed:
+            if test.shape == gold.shape and _within(test, gold, tolerance):
                 found.append(value)
         return found
 
@@ -377,7 +498,7 @@ class Harness:
                 f"implementation and the oracle (first at {result.worst_index})"
             )
         for field in FIELDS.get(self.component, ()):
-            values = self.matching_values(inst, inputs, test, field)
+            values = self.matching_values(inst, inputs, test, field, result)
             if values and getattr(inst.conventions, field) not in values:
                 value = values[0]
                 return (
@@ -387,7 +508,7 @@ class Harness:
                 )
         for code, message, altered in self._mask_hypotheses(inputs):
             gold = self.gold(inst, altered)
-            if test.shape == gold.shape and compare(test, gold, ignore=np.isnan(gold)).passed:
+            if test.shape == gold.shape and _within(test, gold, result, np.isnan(gold)):
                 return code, f"{message}; {numbers}"
         return f"{_area(self.component)}.oracle_mismatch", f"disagrees with the oracle: {numbers}"
 
@@ -415,6 +536,21 @@ class Harness:
     def convention(self, code: str, message: str) -> None:
         """Record an observed, declared deviation from the canonical spec."""
         self.conventions_seen.append((code, message))
+
+
+def _within(
+    test: np.ndarray,
+    gold: np.ndarray,
+    tolerance: Comparison | None,
+    ignore: np.ndarray | None = None,
+) -> bool:
+    """Does ``gold`` (an alternative hypothesis) explain ``test`` as well as the rule asks,
+    in the dtype and with the naive reference's error of the failed comparison?"""
+    if tolerance is None or tolerance.dtype == "float64":
+        return compare(test, gold, ignore=ignore).passed
+    return compare(
+        test, gold, dtype=tolerance.dtype, ref_err=tolerance.ref_err, k=tolerance.k, ignore=ignore
+    ).passed
 
 
 def _area(component: str) -> str:
