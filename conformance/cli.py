@@ -1,25 +1,30 @@
 """The ``tck`` command.
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
+    tck report DIR [DIR ...] [--out DIR]
     tck list
 
 ``tck run`` runs the checks of tck.conformance (as pytest, through the tck plugin) and
-writes DIR/results.json. Exit status: 0 when nothing failed or errored, 1 otherwise,
-2 on a usage error (one line on stderr; ``--debug`` shows the traceback).
+writes DIR/results.json, DIR/index.html and DIR/junit.xml. ``tck report`` renders them
+again from results.json, and with several folders a scoreboard across them. Exit status:
+0 when nothing failed or errored, 1 otherwise, 2 on a usage error (one line on stderr;
+``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
-from collections import Counter
 from pathlib import Path
+
+from rich.console import Console
 
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, AdapterError, load_adapter
 from tck.reference import COMPONENTS
+from tck.reports import ReportError, load_results, write_reports, write_scoreboard
 
+from .console import ProgressPlugin, print_summary
 from .profiles import PROFILES
 
 
@@ -83,57 +88,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"--tck-profile={args.profile}",
         f"--tck-seed={args.seed}",
         f"--tck-threads={args.threads}",
-        "-q" if not args.verbose else "-v",
-        "--no-header",
         "-p",
         "no:randomly",
-        "--tb=no" if not args.verbose else "--tb=short",
         # hypothesis is imported before pytest starts: its modules cannot be rewritten
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     ]
+    if args.verbose:  # pytest's own report instead of the progress bar
+        pytest_args += ["-v", "--tb=short"]
+        plugins = []
+    else:
+        # The bar replaces pytest's terminal report; an ini file's addopts may hold
+        # terminal options (-ra) that would be unknown without it.
+        pytest_args += ["-p", "no:terminal", "-o", "addopts="]
+        plugins = [ProgressPlugin(Console(stderr=True))]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
-    code = pytest.main(pytest_args)
-    results_path = out / "results.json"
-    if not results_path.exists():
+    code = pytest.main(pytest_args, plugins=plugins)
+    if not (out / "results.json").exists():
         print(
             f"tck: the run ended before writing results (pytest exit status {int(code)})",
             file=sys.stderr,
         )
         return 1
-    document = json.loads(results_path.read_text())
-    print(summary_text(document, results_path))
+    document = load_results(out)
+    reports = write_reports(document, out)
+    print_summary(Console(soft_wrap=True), document, out, reports)
     summary = document["summary"]
     return 1 if summary["failed"] or summary["errors"] else 0
 
 
-def summary_text(document: dict, path: Path) -> str:
-    s = document["summary"]
-    lines = [
-        "",
-        f"tck {document['adapter']['name']}: {s['passed']} passed, {s['failed']} failed, "
-        f"{s['errors']} errors, {s['skipped']} skipped, {s['conventions']} conventions "
-        f"({document['duration_s']:.1f} s, profile {document['profile']})",
-    ]
-    bad = [r for r in document["results"] if r["status"] in ("fail", "error")]
-    for r in bad[:40]:
-        lines.append(
-            f"  {r['status'].upper():5} {r['check']} [{r['subject']}] "
-            f"§{','.join(r['clause'])}: {r['diagnosis']['code']}: "
-            f"{r['diagnosis']['message'][:300]}"
-        )
-    if len(bad) > 40:
-        lines.append(f"  ... and {len(bad) - 40} more in {path}")
-    conventions = Counter(
-        (r["subject"], r["diagnosis"]["message"])
-        for r in document["results"]
-        if r["status"] == "convention"
-    )
-    for (subject, message), _ in sorted(conventions.items())[:20]:
-        lines.append(f"  CONV  [{subject}] {message[:200]}")
-    lines.append(f"results: {path}")
-    return "\n".join(lines)
+def cmd_report(args: argparse.Namespace) -> int:
+    folders = [Path(d) for d in args.dirs]
+    for folder in folders:
+        load_results(folder)  # every folder readable before anything is written
+    if len(folders) == 1:
+        paths = write_reports(load_results(folders[0]), folders[0])
+        print(f"report: {paths['html']}\njunit:  {paths['junit']}")
+        return 0
+    out = _writable_dir(Path(args.out) if args.out else Path("reports") / "out")
+    print(f"scoreboard: {write_scoreboard(folders, out)}")
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -177,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")
     run.set_defaults(func=cmd_run)
+    report = sub.add_parser(
+        "report",
+        help="re-render reports from results.json; several folders: a scoreboard",
+        description="Re-render DIR/index.html and DIR/junit.xml from DIR/results.json. "
+        "With several DIRs, also write OUT/scoreboard.html across them.",
+    )
+    report.add_argument("dirs", nargs="+", metavar="DIR", help="folders written by tck run")
+    report.add_argument("--out", default=None, help="scoreboard folder (default reports/out)")
+    report.set_defaults(func=cmd_report)
     lst = sub.add_parser("list", help="list built-in adapters and their components")
     lst.set_defaults(func=cmd_list)
     return parser
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if exit_.code in (0, None) else 2
     try:
         return args.func(args)
-    except (UsageError, AdapterError) as err:
+    except (UsageError, AdapterError, ReportError) as err:
         if args.debug:
             raise
         print(f"tck: error: {err}", file=sys.stderr)

@@ -1,0 +1,100 @@
+"""What ``tck run`` shows in the terminal: a progress bar while the checks run (stderr) and a
+summary table at the end (stdout), both with rich."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "error": "bold magenta",
+    "convention": "yellow",
+    "skip": "dim",
+}
+
+
+class ProgressPlugin:
+    """A pytest plugin: one step of the bar per check, the failures counted as they come.
+
+    It replaces pytest's terminal reporter, so collection errors (a check module that does
+    not import) are printed here, in full, to stderr.
+    """
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress = Progress(
+            TextColumn("[bold]tck[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self.task = None
+        self.failed = 0
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.console.print(f"[bold red]cannot collect {report.nodeid}[/]:")
+            self.console.print(str(report.longrepr), markup=False, highlight=False)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task("checks", total=len(session.items))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self.failed += 1
+        if report.when == "teardown" and self.task is not None:
+            label = f"checks ({self.failed} failed)" if self.failed else "checks"
+            self.progress.update(self.task, advance=1, description=label)
+
+    def pytest_sessionfinish(self) -> None:
+        self.progress.stop()
+
+
+def print_summary(console: Console, document: dict[str, Any], out: Path, reports: dict) -> None:
+    """The end of a run: counts per component, then every failure, then where things are."""
+    s = document["summary"]
+    statuses = ("pass", "fail", "error", "convention", "skip")
+    table = Table(title=Text(f"tck {document['adapter']['name']}"), title_justify="left")
+    table.add_column("component")
+    for status in statuses:
+        table.add_column(status, justify="right", style=STYLE[status])
+    per_component: dict[str, Counter] = {}
+    for r in document["results"]:
+        per_component.setdefault(r["component"], Counter())[r["status"]] += 1
+    for component, counts in per_component.items():
+        table.add_row(Text(component), *(str(counts[st] or "") for st in statuses))
+    console.print(table)
+    bad = [r for r in document["results"] if r["status"] in ("fail", "error")]
+    for r in bad[:40]:
+        line = Text(f"  {r['status'].upper():5} ", style=STYLE[r["status"]])
+        line.append(  # adapter text: never parsed as markup
+            f"{r['check']} [{r['subject']}] §{','.join(r['clause'])}: "
+            f"{r['diagnosis']['code']}: {r['diagnosis']['message'][:300]}",
+            style="default",
+        )
+        console.print(line, highlight=False)
+    if len(bad) > 40:
+        console.print(f"  ... and {len(bad) - 40} more in the report")
+    # One line that scripts and CI logs can grep, in plain text.
+    console.print(
+        f"tck {document['adapter']['name']}: {s['passed']} passed, {s['failed']} failed, "
+        f"{s['errors']} errors, {s['skipped']} skipped, {s['conventions']} conventions "
+        f"({document['duration_s']:.1f} s, profile {document['profile']})",
+        markup=False,
+        highlight=False,
+    )
+    console.print(f"report:  {reports['html']}", markup=False, highlight=False)
+    console.print(f"results: {out / 'results.json'}", markup=False, highlight=False)
+    console.print(f"junit:   {reports['junit']}", markup=False, highlight=False)
