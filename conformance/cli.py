@@ -183,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
     lst = sub.add_parser("list", help="list built-in adapters and their components")
     lst.set_defaults(func=cmd_list)
+    __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
     return parser
 
 
