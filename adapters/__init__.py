@@ -17,6 +17,9 @@ from .torch_module import Chunk, TorchEntry, TorchHandle, TorchModuleAdapter
 BUILTIN: dict[str, str] = {
     "reference": "tck.adapters.reference:adapter",
     "torch.nn": "tck.adapters.torch_nn:adapter",
+    "hf.bert": "tck.adapters.hf:bert",  # needs transformers (the hf extra)
+    "hf.vit": "tck.adapters.hf:vit",
+    "timm.vit": "tck.adapters.timm_vit:adapter",  # needs timm, and so a working torchvision
 }
 DEFAULT_ADAPTER = "reference"
 
