@@ -7,6 +7,7 @@ tck.reference.oracle, and every stored expectation must still be what the oracle
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import io
 import re
 import shutil
@@ -19,6 +20,7 @@ import tomllib
 
 from tck import fixtures
 from tck.adapters import Unsupported, load_adapter
+from tck.conformance import test_fixtures as fixture_checks
 from tck.conformance.cli import main
 from tck.conformance.expected import expected as oracle_output
 from tck.conformance.harness import Harness
@@ -241,6 +243,25 @@ def test_build_into_a_file_is_a_usage_error(tmp_path, capsys):
 
 
 # -------------------------------------------------------------------------- the checks
+
+
+def test_one_check_per_fixture_citing_its_clauses():
+    for entry in ENTRIES:
+        check = getattr(fixture_checks, f"test_{entry['name']}")
+        marks = {m.name: m.args for m in check.pytestmark}
+        assert marks["spec"] == tuple(entry["clauses"])
+        assert marks["components"] == (entry["component"],)
+
+
+def test_a_broken_manifest_becomes_one_erroring_check(tmp_path, monkeypatch):
+    monkeypatch.setattr(fixtures, "DATA_DIR", tmp_path)  # no manifest.json there
+    spec = importlib.util.find_spec(fixture_checks.__name__)
+    module = importlib.util.module_from_spec(spec)  # a fresh copy, sys.modules untouched
+    spec.loader.exec_module(module)
+    checks = [n for n in vars(module) if n.startswith("test_")]
+    assert checks == ["test_fixture_manifest"]
+    with pytest.raises(fixtures.FixtureError, match=r"manifest\.json: missing"):
+        module.test_fixture_manifest(None)
 
 
 def _outcomes(adapter_name: str) -> dict[str, list[str]]:
