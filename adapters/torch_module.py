@@ -78,6 +78,7 @@ class TorchEntry:
     name: str | None = None  # default: the component
     notes: tuple[str, ...] = ()
     dtypes: tuple[str, ...] | None = None  # default: the adapter's
+    grad_dtypes: tuple[str, ...] | None = None  # dtypes grad() is offered in; default: dtypes
 
     def subject(self) -> Subject:
         return Subject(
@@ -102,6 +103,10 @@ class TorchHandle:
             shapes = param_shapes(self.subject.component, self.config, self.subject.conventions)
             return {name: name for name in shapes}
         return mapping(self.config) if callable(mapping) else mapping
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return next((k for k, v in TORCH_DTYPES.items() if v == dtype), str(dtype))
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -179,6 +184,12 @@ class TorchModuleAdapter(Adapter):
     def grad(
         self, handle: TorchHandle, inputs: Arrays, cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
+        offered = handle.entry.grad_dtypes
+        if offered is not None and _dtype_name(handle.dtype) not in offered:
+            raise Unsupported(
+                f"{self.name}:{handle.subject.name} offers gradients in {', '.join(offered)}, "
+                f"not {_dtype_name(handle.dtype)} (see its notes)"
+            )
         kwargs = self._kwargs(handle, inputs)
         leaves = {
             k: v.requires_grad_(True)

@@ -31,13 +31,6 @@ OUT = Path(os.environ.get("TCK_DETECTION_OUT", ROOT / "reports" / "out" / "detec
 PROFILE = "ci"
 TIMEOUT_S = 300
 
-# Bug classes the float64 suite cannot name yet, and why: the test xfails while the expected
-# code is missing (and still asserts what float64 does show, FLOAT64_CODES).
-DEFERRED = {
-    "fp16_mask_overflow": "the overflow to -inf (then NaN) happens only in float16; the suite "
-    "runs float64 only until the dtype sweep exists",
-}
-
 detection = pytest.mark.detection
 
 
@@ -131,8 +124,6 @@ def test_mutant_is_killed(name: str) -> None:
     if shadow is not None:
         assert reported & shadow, f"{name}: float64 should report {sorted(shadow)}; got {found}"
     expected = module.EXPECTED_CODES
-    if name in DEFERRED and not reported & expected:
-        pytest.xfail(f"{DEFERRED[name]} (float64 reports {sorted(reported)})")
     assert reported & expected, (
         f"{name}: no failing result names {sorted(expected)}; failing checks and their "
         f"codes: {json.dumps(found, indent=1)}"

@@ -56,6 +56,7 @@ NAMES: tuple[str, ...] = (
     "heads_merged_wrong_order",
     "mask_wrong_batch_row",
     "causal_mask_dropped",
+    "rope_low_precision",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

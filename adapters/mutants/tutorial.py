@@ -208,8 +208,10 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, dim: int, base: float = 10000.0):
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # A plain attribute, not a buffer: module.half() or .to(torch.bfloat16) converts
+        # buffers, and positions and frequencies rounded to 16 bits turn the angles of long
+        # positions by radians (huggingface/transformers#29285; mutant rope_low_precision).
+        self.inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         freqs = positions.to(self.inv_freq.dtype)[:, None] * self.inv_freq  # (L, d/2)

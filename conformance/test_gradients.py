@@ -1,0 +1,147 @@
+"""§10.8 Gradients: the backward pass against float64 autograd through the torch reference.
+
+For adapters that differentiate (``Adapter.grad``), the vector-Jacobian product of one call
+(the gradient of ``sum(output * cotangent)``) with respect to every floating-point input and
+every canonical parameter, in each dtype the adapter offers, compared per tensor with the
+tolerance rule: ``gold`` is float64 autograd through ``tck.reference.model`` on the same
+rounded values, ``ref`` the same model's autograd in the test dtype, and k depends on what is
+differentiated (``tolerance.k_gradient``: dV < dK, dQ, as in PyTorch's own tests).
+
+Masked keys take no part in attention, so their gradients are exactly zero, not small: a
+mask applied after the softmax, or a finite fill that does not underflow, shows here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.conformance.harness import Harness, Instance
+from tck.conformance.inputs import Inputs, Shape
+from tck.conformance.results import CheckFailure
+from tck.conformance.tolerance import DTYPES, compare, k_gradient, reference_error, round_to
+
+spec = pytest.mark.spec
+components = pytest.mark.components
+
+NOTHING_TO_DIFFERENTIATE = ("sinusoidal_pe",)  # integer positions in, no parameters
+SELF_ATTENTION = ("encoder_layer", "encoder")
+
+
+def _cotangent(tck: Harness, inst: Instance, inputs: Inputs, seed: int) -> np.ndarray:
+    """A random cotangent of the output's shape, in the test dtype, zero on the rows the
+    declared conventions leave undefined or NaN (they carry no gradient to compare)."""
+    gold = tck.gold(inst, inputs)
+    cotangent = np.random.default_rng(seed).standard_normal(gold.shape)
+    return round_to(np.where(np.isnan(gold), 0.0, cotangent), inst.dtype)
+
+
+def _instance(tck: Harness, dtype: str) -> Instance:
+    if tck.component in NOTHING_TO_DIFFERENTIATE:
+        pytest.skip(f"{tck.component} has no floating-point input and no parameter")
+    inst = tck.instance(dtype=dtype)
+    tck.require_params(inst)
+    tck.note({"dtype": dtype})
+    return inst
+
+
+@spec("10.8")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients(tck: Harness, dtype: str) -> None:
+    """Every input and parameter gradient within k * (naive error) + floor of float64."""
+    inst = _instance(tck, dtype)
+    inputs = tck.inputs(inst, Shape(), seed=4)
+    cotangent = _cotangent(tck, inst, inputs, seed=5)
+    test = tck.gradients(inst, inputs, cotangent)
+    gold = tck.gold_gradients(inst, inputs, cotangent)
+    ref = tck.naive_gradients(inst, inputs, cotangent) if dtype != "float64" else gold
+    missing = sorted(set(gold) - set(test))
+    if missing:
+        raise CheckFailure(
+            "gradients.missing",
+            f"grad() returned no gradient for {', '.join(missing)} (Adapter.grad returns one "
+            "for every floating-point input and every canonical parameter)",
+            {"dtype": dtype, "grad_of": missing[0]},
+        )
+    per_tensor: dict[str, Any] = {}
+    worst: tuple[float, str, Any] | None = None
+    for name in sorted(gold):
+        if np.shape(test[name]) != np.shape(gold[name]):
+            raise CheckFailure(
+                "gradients.wrong_shape",
+                f"the gradient for {name} has shape {np.shape(test[name])}, its input or "
+                f"parameter {np.shape(gold[name])}",
+                {"dtype": dtype, "grad_of": name},
+            )
+        ref_err, _ = reference_error(ref[name], gold[name])
+        k = k_gradient(tck.component, name)
+        result = compare(test[name], gold[name], dtype=dtype, ref_err=ref_err, k=k)
+        per_tensor[name] = round(result.ratio, 4) if np.isfinite(result.ratio) else "inf"
+        rank = np.inf if result.nan_mismatch else result.ratio
+        if worst is None or rank > worst[0]:
+            worst = (rank, name, result)
+    assert worst is not None  # every component here has an input or a parameter
+    _, name, result = worst
+    metrics = {**result.metrics(), "dtype": dtype, "grad_of": name, "ratios": per_tensor}
+    tck.note(metrics)
+    if not result.passed:
+        what = "NaN" if result.nan_mismatch else "error"
+        raise CheckFailure(
+            "gradients.nan" if result.nan_mismatch else "gradients.oracle_mismatch",
+            f"{dtype}: the gradient with respect to {name} disagrees with float64 autograd "
+            f"through the reference ({what}): max |test - gold| = {result.max_abs_err:.3g} > "
+            f"bound {result.bound:.3g} = {result.k:g} x naive error {result.ref_err:.3g} + "
+            f"floor (ratio {result.ratio:.3g}) at index {result.worst_index}",
+            metrics,
+        )
+
+
+@spec("10.8", "4.2")
+@pytest.mark.parametrize("dtype", ("float64", "float16"))
+@components("attention", "mha", "encoder_layer", "encoder", "decoder_layer", "decoder")
+def test_masked_keys_have_zero_gradient(tck: Harness, dtype: str) -> None:
+    """d output / d (key, value at a padded position) is exactly 0 (SPEC.md §4.2)."""
+    inst = _instance(tck, dtype)
+    shape = Shape(batch=2, lq=7, lk=7, lengths=(5, 3))
+    inputs = tck.inputs(inst, shape, seed=6)
+    cotangent = _cotangent(tck, inst, inputs, seed=7)
+    component = tck.component
+    if component == "attention":
+        keep = np.broadcast_to(inputs["keep_mask"], (2, 1, 1, 7))[:, 0, 0, :]
+        probes = {"k": (keep, 2), "v": (keep, 2)}
+    elif component == "mha":
+        keep = inputs["key_padding"]
+        probes = {"key": (keep, 1), "value": (keep, 1)}
+    elif component in SELF_ATTENTION:
+        # a padded position is also a (computed) query row: take no gradient from it
+        keep = inputs["key_padding"]
+        cotangent = cotangent * keep[:, :, None]
+        probes = {"x": (keep, 1)}
+    else:  # decoders: the memory enters only as cross-attention keys and values
+        keep = inputs["memory_key_padding"]
+        probes = {"memory": (keep, 1)}
+    grads = tck.gradients(inst, inputs, cotangent)
+    for name, (keep, axis) in probes.items():
+        if name not in grads:
+            raise CheckFailure("gradients.missing", f"grad() returned no gradient for input {name}")
+        g = np.moveaxis(grads[name], axis, 1)  # (B, L, ...)
+        leak = np.abs(np.where(_expand(~keep, g.ndim), g, 0.0))
+        worst = float(leak.max(initial=0.0))
+        tck.note({"dtype": dtype, "grad_of": name, "max_abs_grad_at_masked_keys": worst})
+        if worst != 0.0 or np.isnan(leak).any():
+            per_key = np.nan_to_num(leak.reshape(*keep.shape, -1).max(-1), nan=np.inf)
+            b, j = (int(i) for i in np.unravel_index(int(per_key.argmax()), keep.shape))
+            raise CheckFailure(
+                "mask.masked_key_gradient",
+                f"{dtype}: the gradient with respect to {name} at masked key position {j} of "
+                f"batch row {b} is {worst:.3g}, not exactly 0: the masked key still takes part "
+                "in attention (a mask applied after the softmax, or a fill value that does not "
+                "underflow to a weight of exactly 0)",
+                {"dtype": dtype, "grad_of": name, "max_abs_grad_at_masked_keys": worst},
+            )
+
+
+def _expand(mask: np.ndarray, ndim: int) -> np.ndarray:
+    return mask.reshape(mask.shape + (1,) * (ndim - mask.ndim))
