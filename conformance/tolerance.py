@@ -30,8 +30,8 @@ backward's extra rounding), dK 8 and dQ 8 (both pass through the softmax backwar
 ``dS = P * (dP - rowsum(dO * O))``, a difference of nearly equal numbers whose rounding
 differs between implementations; PyTorch needs 25 and 160 at lengths of 1024+ and we stay
 far below those), and 8 for every other gradient of a composed component. Measured on the
-built-in adapters (torch.nn's fused and native paths against the naive reference, 20 seeds):
-the worst ratios stay below half of these bounds.
+built-in torch.nn adapter (seed 0, CPU, torch 2.13): worst ratio 0.31 of the bound forward and
+0.36 for gradients; the reference adapter is its own naive reference (ratio <= 1/k).
 """
 
 from __future__ import annotations
