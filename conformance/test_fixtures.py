@@ -62,6 +62,8 @@ def run_fixture(tck: Harness, name: str) -> None:
     tck.note({**result.metrics(), "fixture": name, "file": entry["file"]})
     if not result.passed:
         code, message = tck.explain(inst, fixture.inputs, test, result)
+        # explain() compares with the oracle; here the numbers are against the fixture
+        message = message.replace("|test - oracle|", "|test - expected|")
         if code.endswith(".oracle_mismatch"):  # no bug class named: say what it disagrees with
             code = code.removesuffix(".oracle_mismatch") + ".fixture_mismatch"
             message = message.replace("disagrees with the oracle", "disagrees with the fixture")
