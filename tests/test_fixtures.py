@@ -19,7 +19,8 @@ import pytest
 import tomllib
 
 from tck import fixtures
-from tck.adapters import Unsupported, load_adapter
+from tck.adapters import TorchModuleAdapter, Unsupported, load_adapter
+from tck.adapters import reference as reference_adapter
 from tck.conformance import test_fixtures as fixture_checks
 from tck.conformance.cli import main
 from tck.conformance.expected import expected as oracle_output
@@ -264,9 +265,20 @@ def test_a_broken_manifest_becomes_one_erroring_check(tmp_path, monkeypatch):
         module.test_fixture_manifest(None)
 
 
+# The torch reference under declared conventions that no built-in adapter offers: a correct
+# implementation for the fixtures that assume them.
+VARIANTS = TorchModuleAdapter(
+    "reference-variants",
+    [
+        reference_adapter.entry("ffn", Conventions(activation="gelu"), "ffn[gelu]"),
+        reference_adapter.entry("encoder", Conventions(norm_placement="pre"), "encoder[pre]"),
+    ],
+)
+
+
 def _outcomes(adapter_name: str) -> dict[str, list[str]]:
     """fixture -> ['subject: pass' | 'subject: skip (...)'], running the check directly."""
-    adapter = load_adapter(adapter_name)
+    adapter = VARIANTS if adapter_name == VARIANTS.name else load_adapter(adapter_name)
     outcomes: dict[str, list[str]] = {}
     for entry in ENTRIES:
         for subject in adapter.subjects():
@@ -284,7 +296,7 @@ def _outcomes(adapter_name: str) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, dict[str, list[str]]]:
     # a CheckFailure propagates from here: a false failure of a correct adapter
-    return {name: _outcomes(name) for name in ("reference", "torch.nn")}
+    return {name: _outcomes(name) for name in ("reference", "torch.nn", VARIANTS.name)}
 
 
 @pytest.mark.spec("0.3")
@@ -301,7 +313,7 @@ def test_every_fixture_passes_on_a_correct_adapter(outcomes):
         assert all(r.endswith(": pass") or "assumes" in r for r in results), results
 
 
-@pytest.mark.spec("3.1", "4.1", "4.3", "5.1", "2.1", "2.3")
+@pytest.mark.spec("3.1", "4.1", "4.3", "4.4", "5.1", "2.1", "2.3", "6.1", "7.3")
 @pytest.mark.parametrize(
     ("mutant", "fixture", "code"),
     [
@@ -312,6 +324,9 @@ def test_every_fixture_passes_on_a_correct_adapter(outcomes):
         ("layer_norm_eps_ignored", "layer_norm_rows", "layer_norm.eps_wrong"),
         ("pe_precedence", "sinusoidal_pe_d8", "positional.fixture_mismatch"),
         ("rope_layout_mixup", "rope_known_vectors", "rope.layout_half_split"),
+        ("gelu_tanh", "ffn_gelu", "ffn.activation_gelu_tanh"),
+        ("fully_masked_nan", "attention_fully_masked_row", "mask.fully_masked_rows_nan"),
+        ("final_norm_missing", "encoder_pre_ln_stack", "blocks.final_norm_missing"),
     ],
 )
 def test_hand_fixtures_catch_mutants(mutant, fixture, code):
