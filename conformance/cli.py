@@ -14,6 +14,8 @@ again from results.json, and with several folders a scoreboard across them. Exit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import sys
 from pathlib import Path
@@ -63,6 +65,12 @@ def _writable_dir(path: Path) -> Path:
     return path
 
 
+def _workers(value: str) -> str:
+    if value == "auto" or (value.isdigit() and int(value) <= 512):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not a number of workers or 'auto'")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import pytest
 
@@ -90,6 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"--tck-threads={args.threads}",
         "-p",
         "no:randomly",
+        "-p",
+        "no:benchmark",  # pytest-benchmark, where installed, warns under xdist
         # hypothesis is imported before pytest starts: its modules cannot be rewritten
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
@@ -98,14 +108,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         pytest_args += ["-v", "--tb=short"]
         plugins = []
     else:
-        # The bar replaces pytest's terminal report; an ini file's addopts may hold
-        # terminal options (-ra) that would be unknown without it.
-        pytest_args += ["-p", "no:terminal", "-o", "addopts="]
+        pytest_args += ["-q"]
         plugins = [ProgressPlugin(Console(stderr=True))]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
-    code = pytest.main(pytest_args, plugins=plugins)
+    if args.workers != "0":  # a worker process that dies (segfault, abort) is one error row
+        pytest_args += ["-n", args.workers]
+    if args.timeout > 0:
+        pytest_args += [f"--timeout={args.timeout}", "--timeout-method=signal"]
+    # The bar stands in for pytest's terminal report, which goes to a buffer: shown only
+    # if the run ends without results.
+    pytest_output = io.StringIO()
+    with contextlib.redirect_stdout(sys.stdout if args.verbose else pytest_output):
+        code = pytest.main(pytest_args, plugins=plugins)
     if not (out / "results.json").exists():
+        print(pytest_output.getvalue()[-4000:], file=sys.stderr)
         print(
             f"tck: the run ended before writing results (pytest exit status {int(code)})",
             file=sys.stderr,
@@ -170,6 +187,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="torch intra-op threads (default 1: the checks' tensors are tiny)",
     )
+    run.add_argument(
+        "-n",
+        "--workers",
+        default="1",
+        type=_workers,
+        help="worker processes (pytest-xdist): a number or 'auto' (one per core); default 1, "
+        "so that a check that crashes the interpreter is reported and the run goes on; "
+        "0 runs in this process",
+    )
+    run.add_argument(
+        "--timeout",
+        default=300,
+        type=float,
+        help="seconds one check may take before it is an error (default 300; 0: no limit)",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")
     run.set_defaults(func=cmd_run)
     report = sub.add_parser(
@@ -184,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list built-in adapters and their components")
     lst.set_defaults(func=cmd_list)
     __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
+    __import__("tck.conformance.fingerprint_cli", fromlist=["add_parser"]).add_parser(sub)
     return parser
 
 

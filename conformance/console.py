@@ -48,13 +48,22 @@ class ProgressPlugin:
             self.console.print(str(report.longrepr), markup=False, highlight=False)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.progress.start()
-        self.task = self.progress.add_task("checks", total=len(session.items))
+        self._start(len(session.items))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        self._start(len(ids))  # under pytest-xdist: each worker collects the same checks
+
+    def _start(self, total: int) -> None:
+        if self.task is None and total:
+            self.progress.start()
+            self.task = self.progress.add_task("checks", total=total)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
             self.failed += 1
-        if report.when == "teardown" and self.task is not None:
+        # "???": pytest-xdist's report for a check whose worker crashed
+        if report.when in ("teardown", "???") and self.task is not None:
             label = f"checks ({self.failed} failed)" if self.failed else "checks"
             self.progress.update(self.task, advance=1, description=label)
 

@@ -36,6 +36,7 @@ from .results import SCHEMA, CheckFailure, Result, summarize, write_results
 
 _STATE = pytest.StashKey[dict[str, Any]]()
 _HARNESS = pytest.StashKey["Harness"]()
+_RESULT = "tck_result"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,7 +68,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec(*clauses): the SPEC.md clauses a check verifies")
     config.addinivalue_line("markers", "components(*names): the components a check applies to")
     config.addinivalue_line("markers", "fields(*names): convention fields a probe measures")
-    config.stash[_STATE] = {"adapter": None, "profile": None, "results": [], "start": time.time()}
+    config.stash[_STATE] = {
+        "adapter": None,
+        "profile": None,
+        "results": [],
+        "done": set(),
+        "start": time.time(),
+    }
+    config.pluginmanager.register(_Collector(config), "tck-results")
 
 
 def _adapter(config: pytest.Config) -> Adapter:
@@ -165,8 +173,76 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return report
     done = report.when == "call" or (report.when == "setup" and not report.passed)
     if done:
-        item.config.stash[_STATE]["results"].append(_result(item, subject, report, excinfo))
+        # Carried by the report, so that under pytest-xdist it reaches the controller.
+        report.user_properties.append((_RESULT, _result(item, subject, report, excinfo).to_dict()))
     return report
+
+
+class _Collector:
+    """Gathers results from reports: in a serial run all of them, under pytest-xdist on the
+    controller (workers write nothing). A worker that dies running a check (a segfault or an
+    abort in native code) leaves no result; xdist reports the crash, and it becomes an
+    ``error`` naming the check."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.collected: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        state = self.config.stash[_STATE]
+        properties = dict(report.user_properties)
+        if _RESULT in properties:
+            state["results"].append(Result(**properties[_RESULT]))
+            state["done"].add(report.nodeid)
+        elif report.failed and "crashed while running" in str(report.longrepr):
+            crash = _crash_result(self.config, report)
+            if crash is not None:
+                state["results"].append(crash)
+                state["done"].add(report.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.collected.update(ids)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collected.update(item.nodeid for item in session.items)
+
+
+def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | None:
+    """An ``error`` for the check a dead worker was running, named from its node id."""
+    path, _, name = report.nodeid.partition("::")
+    function, _, param = name.partition("[")
+    param = param.removesuffix("]")
+    area = Path(path).stem.removeprefix("test_")
+    check = function.removeprefix("test_")
+    subjects = {s.name: s for s in _adapter(config).subjects()}
+    subject = subjects.get(param)
+    if subject is None:  # a probe: "<subject>-<field>"
+        for s in subjects.values():
+            if param.startswith(s.name + "-"):
+                subject, check = s, param[len(s.name) + 1 :]
+    if subject is None:
+        return None
+    return Result(
+        check=f"{area}.{check}",
+        clause=[],
+        component=subject.component,
+        subject=subject.name,
+        status="error",
+        diagnosis={
+            "code": "adapter.crashed",
+            "message": "the process running this check died (a segfault or an abort in "
+            f"native code, or os._exit): {report.longrepr}. The checks after it ran in a "
+            "fresh process.",
+        },
+        repro=repro.pytest_snippet(
+            adapter_spec=_adapter_spec(config),
+            seed=config.getoption("--tck-seed"),
+            module=Path(path).stem,
+            test_id=name,
+            title=f"tck repro: {area}.{check} on {_adapter_spec(config)} [{subject.name}]",
+        ),
+    )
 
 
 def _result(
@@ -216,6 +292,13 @@ def _result(
             if value is not None
             else str(report.longrepr)[:2000],
         }
+        if value is not None and "from pytest-timeout" in str(value):
+            limit = item.config.getoption("timeout", None)
+            result.diagnosis = {
+                "code": "adapter.timeout",
+                "message": f"the check did not finish within {limit} s (tck run --timeout) "
+                "and was stopped: the adapter hangs, or is too slow for these sizes",
+            }
         result.repro = _repro(item, subject, excinfo)
     elif harness and harness.conventions_seen:
         result.status = "convention"
@@ -281,9 +364,20 @@ def environment() -> dict[str, str]:
 def results_document(config: pytest.Config) -> dict[str, Any]:
     state = config.stash[_STATE]
     adapter: Adapter | None = state["adapter"]
-    results: list[Result] = state["results"]
+    # Arrival order differs between serial and parallel runs; the document does not.
+    results = sorted(state["results"], key=lambda r: (r.check, r.subject))
     subjects = adapter.subjects() if adapter else []
-    return {
+    collector: _Collector = config.pluginmanager.get_plugin("tck-results")
+    # "[NOTSET]": pytest's placeholder for a check no subject of this adapter takes
+    expected = {i for i in collector.collected if "[NOTSET" not in i} if collector else set()
+    not_run = sorted(expected - state["done"])
+    profile = (
+        state["profile"]
+        or config.getoption("--tck-profile")
+        or os.environ.get("HYPOTHESIS_PROFILE")
+        or "dev"
+    )
+    document = {
         "schema": SCHEMA,
         "adapter": {
             "name": adapter.name if adapter else None,
@@ -298,19 +392,26 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
             "notes": {s.name: list(s.notes) for s in subjects if s.notes},
         },
         "environment": environment(),
-        "profile": state["profile"],
+        "profile": profile,
         "seed": config.getoption("--tck-seed"),
         "started": state["start"],
         "duration_s": round(time.time() - state["start"], 3),
         "summary": summarize(results),
         "results": [r.to_dict() for r in results],
     }
+    if not_run:  # e.g. pytest-xdist gave up restarting crashed workers
+        document["not_run"] = not_run
+    return document
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     out = config.getoption("--tck-out")
-    if out and config.stash[_STATE]["adapter"] is not None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller writes
+        return
+    state = config.stash[_STATE]
+    if out and (state["adapter"] is not None or state["results"]):
+        _adapter(config)  # under xdist the controller has not needed it until now
         write_results(Path(out) / "results.json", results_document(config))
 
 

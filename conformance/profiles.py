@@ -19,7 +19,9 @@ _COMMON = {
 
 
 def register_profiles() -> None:
-    settings.register_profile("ci", max_examples=15, derandomize=True, **_COMMON)
+    # No example database: examples replayed from a .hypothesis folder would make two runs
+    # of the same seed differ (tck run promises identical verdicts for the same seed).
+    settings.register_profile("ci", max_examples=15, derandomize=True, database=None, **_COMMON)
     settings.register_profile("dev", max_examples=40, **_COMMON)
     settings.register_profile("thorough", max_examples=400, **_COMMON)
 
