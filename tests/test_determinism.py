@@ -1,0 +1,60 @@
+"""The same profile and seed give the same results.json, apart from timestamps and timings:
+ten runs of the ci profile per adapter, compared in full (verdicts, diagnoses, metrics,
+repros). Slow (tox -e determinism)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNS = 10
+pytestmark = pytest.mark.determinism
+
+
+def normalised(path: Path) -> dict:
+    document = json.loads(path.read_text())
+    del document["started"], document["duration_s"]
+    for result in document["results"]:
+        del result["duration_s"]
+    return document
+
+
+def run(adapter: str, out: Path, workers: str = "0") -> dict:
+    command = ["run", "--adapter", adapter, "--profile", "ci", "--seed", "0", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tck", *command, "-n", workers],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return normalised(out / "results.json")
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    if a == b:
+        return []
+    found = [k for k in a if k != "results" and a[k] != b.get(k)]
+    for x, y in zip(a["results"], b["results"], strict=False):
+        if x != y:
+            found.append(f"{x['check']}[{x['subject']}]: {x} != {y}")
+    if len(a["results"]) != len(b["results"]):
+        found.append(f"{len(a['results'])} results != {len(b['results'])}")
+    return found[:5]
+
+
+@pytest.mark.parametrize("adapter", ["reference", "torch.nn"])
+def test_ten_runs_give_identical_results(adapter, tmp_path):
+    first = run(adapter, tmp_path / "0")
+    for i in range(1, RUNS):
+        assert not differences(first, run(adapter, tmp_path / str(i))), f"run {i + 1}"
+
+
+def test_worker_processes_give_the_same_results(tmp_path):
+    serial = run("reference", tmp_path / "serial")
+    parallel = run("reference", tmp_path / "parallel", workers="2")
+    assert not differences(serial, parallel)
