@@ -1,0 +1,196 @@
+"""The third-party adapters: hf.bert and hf.vit run with 0 failures and their fingerprint
+agrees with what they declare (tox -e hf, where transformers is installed); timm.vit, where
+timm cannot be imported, stops with one line saying why."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_fingerprint_cli import assert_agrees
+
+from tck.adapters import Unsupported, load_adapter
+from tck.conformance.cli import main
+from tck.conformance.fingerprint_cli import build_fingerprint
+from tck.conformance.harness import DEFAULT_CONFIG
+from tck.reference import Config
+
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+needs_transformers = pytest.mark.skipif(
+    not HAS_TRANSFORMERS, reason="transformers is not installed (tox -e hf installs it)"
+)
+
+
+def tck(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tck", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def timm_imports() -> bool:
+    try:
+        import timm  # noqa: F401
+    except Exception:  # missing, or a torchvision built for another torch
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------- whole runs
+
+
+@pytest.fixture(scope="module", params=["hf.bert", "hf.vit"])
+def hf_run(request, tmp_path_factory) -> tuple[str, subprocess.CompletedProcess, dict]:
+    if not HAS_TRANSFORMERS:
+        pytest.skip("transformers is not installed (tox -e hf installs it)")
+    out = tmp_path_factory.mktemp(request.param.replace(".", "_"))
+    proc = tck("run", "--adapter", request.param, "--out", str(out))
+    document = json.loads((out / "results.json").read_text())
+    return request.param, proc, document
+
+
+def _conventions(document: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {
+        (r["subject"], r["check"]): r["diagnosis"]["message"]
+        for r in document["results"]
+        if r["status"] == "convention"
+    }
+
+
+@pytest.mark.spec("0.3", "4.4", "5.1", "6.1", "7.1")
+def test_hf_runs_with_no_failure(hf_run) -> None:
+    name, proc, document = hf_run
+    bad = [
+        f"{r['check']}[{r['subject']}]: {r['diagnosis']}"
+        for r in document["results"]
+        if r["status"] in ("fail", "error")
+    ]
+    assert proc.returncode == 0 and not bad, "\n".join(bad) + proc.stderr[-2000:]
+    passed = {(r["subject"], r["check"]) for r in document["results"] if r["status"] == "pass"}
+    conventions = _conventions(document)
+    for impl in ("eager", "sdpa"):
+        if name == "hf.vit" and impl == "eager":
+            continue  # float32 softmax: its float64 checks skip (test_vit_eager_...)
+        layer = f"encoder_layer[{impl}]"
+        assert (layer, "equality.oracle") in passed  # the parameter map is right
+        assert (layer, "masks.polarity") in passed  # so is transformers' mask, as we pass it
+        assert "eps = 1e-12" in conventions[(layer, "fingerprint.eps")]
+        assert "exact GELU" in conventions[(layer, "fingerprint.activation")]
+    if name == "hf.bert":
+        rows = conventions[("encoder_layer[eager]", "fingerprint.fully_masked_rows")]
+        assert "on these inputs it spreads a query whose keys are all masked evenly" in rows
+        assert ("encoder_layer[sdpa]", "fingerprint.fully_masked_rows") in passed  # zeros
+    else:
+        assert "pre-LN" in conventions[("encoder_layer[sdpa]", "fingerprint.norm_placement")]
+        assert ("vit[sdpa]", "equality.oracle") in passed
+        assert ("vit[sdpa]", "vit.pooling") in passed
+
+
+@pytest.mark.spec("0.3", "3.1", "4.1")
+def test_hf_fingerprint_agrees_with_the_declaration(hf_run) -> None:
+    """The probes of the run (the same checks tck fingerprint runs) agree with the adapter."""
+    name, _, document = hf_run
+    measured = assert_agrees(name, build_fingerprint(document))
+    assert {"eps", "activation", "norm_placement", "attention_scale", "mask_polarity"} <= measured
+
+
+@needs_transformers
+@pytest.mark.spec("0.3")
+def test_fingerprint_command_on_hf(tmp_path: Path) -> None:
+    proc = tck("fingerprint", "--adapter", "hf.bert", "--only", "attention", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((tmp_path / "fingerprint.json").read_text())
+    eager = document["subjects"]["attention[eager]"]["properties"]
+    assert eager["fully_masked_rows"]["declared"] == "undefined"
+    assert eager["fully_masked_rows"]["shown"] == ["uniform"]
+    assert eager["attention_scale"]["status"] == "agrees"
+
+
+# ------------------------------------------------------------------ what the notes claim
+
+
+def _subject(adapter: Any, name: str) -> Any:
+    return next(s for s in adapter.subjects() if s.name == name)
+
+
+@needs_transformers
+@pytest.mark.spec("4.4")
+def test_eager_fully_masked_rows_depend_on_the_dtype() -> None:
+    """Why eager declares fully_masked_rows='undefined': the finfo.min fill gives the mean of
+    V in float64 and NaN in float16 once every score is below -16 (it overflows to -inf)."""
+    adapter = load_adapter("hf.bert")
+    subject = _subject(adapter, "attention[eager]")
+    c = DEFAULT_CONFIG
+    k = np.full((1, c.n_heads, 3, c.head_dim_k), 3.0)
+    v = np.random.default_rng(0).standard_normal((1, c.n_heads, 3, c.head_dim_v))
+    inputs = {"q": -k[:, :, :2], "k": k, "v": v, "keep_mask": np.zeros((1, 1, 1, 3), bool)}
+    exact = adapter.run(adapter.build(subject, c, seed=0), inputs)
+    np.testing.assert_allclose(exact, np.broadcast_to(v.mean(axis=2, keepdims=True), exact.shape))
+    half = adapter.run(adapter.build(subject, c, seed=0, dtype="float16"), inputs)
+    assert np.isnan(half).all()
+
+
+@needs_transformers
+def test_vit_eager_skips_float64_with_the_reason() -> None:
+    adapter = load_adapter("hf.vit")
+    subject = _subject(adapter, "encoder_layer[eager]")
+    with pytest.raises(Unsupported, match="softmax in float32"):
+        adapter.build(subject, DEFAULT_CONFIG, seed=0)
+    handle = adapter.build(subject, DEFAULT_CONFIG, seed=0, dtype="float32")
+    x = np.random.default_rng(0).standard_normal((2, 5, DEFAULT_CONFIG.d_model))
+    assert adapter.run(handle, {"x": x}).dtype == np.float32
+
+
+@needs_transformers
+@pytest.mark.parametrize("adapter_name", ["hf.bert", "hf.vit"])
+def test_what_transformers_cannot_express_is_unsupported(adapter_name: str) -> None:
+    adapter = load_adapter(adapter_name)
+    mha = _subject(adapter, "mha[sdpa]")
+    handle = adapter.build(mha, DEFAULT_CONFIG, seed=0)
+    rng = np.random.default_rng(0)
+    query, key = (rng.standard_normal((1, 3, DEFAULT_CONFIG.d_model)) for _ in range(2))
+    with pytest.raises(Unsupported, match="self-attention"):
+        adapter.run(handle, {"query": query, "key": key, "value": key})
+    layer = _subject(adapter, "encoder_layer[sdpa]")
+    for config, why in (
+        (Config(d_model=24, n_heads=4, d_k=8, d_v=6), "d_k=8, d_v=6"),
+        (Config(bias=False), "bias"),
+    ):
+        with pytest.raises(Unsupported, match=why):
+            adapter.build(layer, config, seed=0)
+
+
+# ---------------------------------------------------------------------------------- timm
+
+
+@pytest.mark.skipif(timm_imports(), reason="timm imports here: test_timm_runs_with_no_failure")
+def test_timm_unavailable_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that could check nothing stops (exit 2), naming the reason in one line."""
+    proc = tck("run", "--adapter", "timm.vit", "--out", str(tmp_path))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "timm.vit needs timm" in lines[0], proc.stderr
+    assert "torchvision" in lines[0]
+    assert main(["list"]) == 0
+    assert "timm.vit\t(unavailable: " in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not timm_imports(), reason="timm (and a matching torchvision) not importable")
+@pytest.mark.spec("0.3", "9.1", "9.4")
+def test_timm_runs_with_no_failure(tmp_path: Path) -> None:
+    proc = tck("run", "--adapter", "timm.vit", "--out", str(tmp_path))
+    document = json.loads((tmp_path / "results.json").read_text())
+    bad = [
+        f"{r['check']}[{r['subject']}]: {r['diagnosis']}"
+        for r in document["results"]
+        if r["status"] in ("fail", "error")
+    ]
+    assert proc.returncode == 0 and not bad, "\n".join(bad)
+    assert_agrees("timm.vit", build_fingerprint(document))
