@@ -428,7 +428,9 @@ class Harness:
         for key, value in metrics.items():
             old = self.metrics.get(key)
             if isinstance(value, (int, float)) and isinstance(old, (int, float)):
-                if key in ("max_abs_err", "ratio", "nan_mismatch", "mean_abs_err"):
+                if key in ("max_abs_err", "ratio", "nan_mismatch", "mean_abs_err") or key.endswith(
+                    "max_abs_delta"
+                ):
                     self.metrics[key] = max(old, value)
                     if key == "ratio" and value >= old:
                         self.metrics["worst_index"] = metrics.get("worst_index")

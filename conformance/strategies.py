@@ -124,7 +124,8 @@ class Delta:
     def metrics(self, prefix: str = "") -> dict[str, Any]:
         return {
             f"{prefix}max_abs_delta": self.max_abs,
-            f"{prefix}delta_index": list(self.index) if self.index is not None else None,
+            # where nothing moved, "where" is an arbitrary first index: none is recorded
+            f"{prefix}delta_index": list(self.index) if self.index and self.max_abs else None,
         }
 
 
