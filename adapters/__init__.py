@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from .base import INPUTS, OUTPUTS, Adapter, Arrays, Subject, Unsupported
 from .torch_module import Chunk, TorchEntry, TorchHandle, TorchModuleAdapter
@@ -44,6 +45,10 @@ def load_adapter(spec: str | None = None) -> Adapter:
             "or module:attr naming your adapter"
         )
     module_name, _, attr = target.partition(":")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # `tck run` (a console script) finds a module in the current folder as `python -m
+        # tck run` does; appended, so that it never shadows an installed package
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # the user's module may fail in any way while importing

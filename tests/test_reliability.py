@@ -129,3 +129,26 @@ def test_nothing_loads_pickles():
                 line = text.count("\n", 0, match.start()) + 1
                 offenders.append(f"{path.relative_to(ROOT)}:{line}: {pattern}")
     assert not offenders, offenders
+
+
+def test_the_console_script_finds_an_adapter_in_the_current_folder(tmp_path):
+    """`tck run --adapter my_module:adapter` where my_module.py sits in the current folder."""
+    (tmp_path / "my_layer_norm.py").write_text(
+        "from tck.adapters import TorchModuleAdapter\n"
+        "from tck.adapters.reference import entry\n"
+        "from tck.reference import canonical_conventions\n"
+        "adapter = TorchModuleAdapter('mine', "
+        "[entry('layer_norm', canonical_conventions('layer_norm'))])\n"
+    )
+    script = Path(sys.executable).with_name("tck")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tck"]
+    proc = subprocess.run(
+        [*command, "run", "--adapter", "my_layer_norm:adapter", "-n", "0", "--out", "out"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "tck mine:" in proc.stdout
