@@ -217,10 +217,12 @@ def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | 
     check = function.removeprefix("test_")
     subjects = {s.name: s for s in _adapter(config).subjects()}
     subject = subjects.get(param)
-    if subject is None:  # a probe: "<subject>-<field>"
+    if subject is None:  # "<subject>-<field>" (a probe) or "<subject>-<dtype>"
+        fields = {f for names in FIELDS.values() for f in names}
         for s in subjects.values():
             if param.startswith(s.name + "-"):
-                subject, check = s, param[len(s.name) + 1 :]
+                subject, rest = s, param[len(s.name) + 1 :]
+                check = rest if rest in fields else check
     if subject is None:
         return None
     return Result(
