@@ -27,6 +27,7 @@ from tck.adapters import (
     Unsupported,
     load_adapter,
 )
+from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
 
 from . import repro
@@ -294,6 +295,12 @@ def _result(
             if value is not None
             else str(report.longrepr)[:2000],
         }
+        if isinstance(value, FixtureError):
+            result.diagnosis = {
+                "code": "fixtures.file_corrupted",
+                "message": f"{value}; nothing was compared with it (tck fixtures verify "
+                "names every damaged file; reinstall, or rebuild with tck fixtures build)",
+            }
         if value is not None and "from pytest-timeout" in str(value):
             limit = item.config.getoption("timeout", None)
             result.diagnosis = {
