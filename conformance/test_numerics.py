@@ -57,7 +57,7 @@ def _dtype_specific(
     """A generic mismatch that float64 does not show is a precision bug: say so."""
     if not failure.code.endswith(".oracle_mismatch"):
         return failure  # explain() already named a convention or a mask bug
-    exact = tck.instance(seed=inst.seed)
+    exact = tck.instance(inst.config, seed=inst.seed)
     try:
         test = tck.run(exact, inputs)
     except Unsupported:
