@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tck.adapters import BUILTIN, DEFAULT_ADAPTER, AdapterError, load_adapter
+from tck.adapters import BUILTIN, DEFAULT_ADAPTER, Adapter, AdapterError, load_adapter
 from tck.reference import COMPONENTS
 from tck.reports import ReportError, load_results, write_reports, write_scoreboard
 
@@ -71,31 +71,44 @@ def _workers(value: str) -> str:
     raise argparse.ArgumentTypeError(f"{value!r} is not a number of workers or 'auto'")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def require_components(adapter: Adapter, only: list[str] | None) -> None:
+    if only is None:
+        return
+    offered = {s.component for s in adapter.subjects()}
+    missing = [c for c in only if c not in offered]
+    if missing:
+        raise UsageError(
+            f"adapter {adapter.name!r} offers no {', '.join(missing)}; "
+            f"it offers {', '.join(sorted(offered))}"
+        )
+
+
+def run_checks(
+    selection: list[str],
+    *,
+    adapter_spec: str,
+    out: Path,
+    profile: str = "ci",
+    seed: int = 0,
+    threads: int = 1,
+    only: list[str] | None = None,
+    workers: str = "1",
+    timeout: float = 300,
+    verbose: bool = False,
+) -> Path | None:
+    """Run the checks ``selection`` names (pytest arguments) through the tck plugin, with a
+    progress bar; return OUT/results.json, or None (said on stderr) if the run wrote none."""
     import pytest
 
-    adapter_spec = args.adapter
-    adapter = load_adapter(adapter_spec)  # fail fast, before pytest starts
-    only = _parse_only(args.only)
-    if only is not None:
-        offered = {s.component for s in adapter.subjects()}
-        missing = [c for c in only if c not in offered]
-        if missing:
-            raise UsageError(
-                f"adapter {adapter.name!r} offers no {', '.join(missing)}; "
-                f"it offers {', '.join(sorted(offered))}"
-            )
-    out = _writable_dir(Path(args.out) if args.out else default_out(adapter_spec or adapter.name))
     pytest_args = [
-        "--pyargs",
-        "tck.conformance",
+        *selection,
         "-p",
         "no:cacheprovider",
-        f"--tck-adapter={adapter_spec or DEFAULT_ADAPTER}",
+        f"--tck-adapter={adapter_spec}",
         f"--tck-out={out}",
-        f"--tck-profile={args.profile}",
-        f"--tck-seed={args.seed}",
-        f"--tck-threads={args.threads}",
+        f"--tck-profile={profile}",
+        f"--tck-seed={seed}",
+        f"--tck-threads={threads}",
         "-p",
         "no:randomly",
         "-p",
@@ -104,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     ]
-    if args.verbose:  # pytest's own report instead of the progress bar
+    if verbose:  # pytest's own report instead of the progress bar
         pytest_args += ["-v", "--tb=short"]
         plugins = []
     else:
@@ -112,21 +125,44 @@ def cmd_run(args: argparse.Namespace) -> int:
         plugins = [ProgressPlugin(Console(stderr=True))]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
-    if args.workers != "0":  # a worker process that dies (segfault, abort) is one error row
-        pytest_args += ["-n", args.workers]
-    if args.timeout > 0:
-        pytest_args += [f"--timeout={args.timeout}", "--timeout-method=signal"]
+    if workers != "0":  # a worker process that dies (segfault, abort) is one error row
+        pytest_args += ["-n", workers]
+    if timeout > 0:
+        pytest_args += [f"--timeout={timeout}", "--timeout-method=signal"]
     # The bar stands in for pytest's terminal report, which goes to a buffer: shown only
     # if the run ends without results.
     pytest_output = io.StringIO()
-    with contextlib.redirect_stdout(sys.stdout if args.verbose else pytest_output):
+    with contextlib.redirect_stdout(sys.stdout if verbose else pytest_output):
         code = pytest.main(pytest_args, plugins=plugins)
-    if not (out / "results.json").exists():
+    results = out / "results.json"
+    if not results.exists():
         print(pytest_output.getvalue()[-4000:], file=sys.stderr)
         print(
             f"tck: the run ended before writing results (pytest exit status {int(code)})",
             file=sys.stderr,
         )
+        return None
+    return results
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
+    only = _parse_only(args.only)
+    require_components(adapter, only)
+    out = _writable_dir(Path(args.out) if args.out else default_out(args.adapter or adapter.name))
+    results = run_checks(
+        ["--pyargs", "tck.conformance"],
+        adapter_spec=args.adapter or DEFAULT_ADAPTER,
+        out=out,
+        profile=args.profile,
+        seed=args.seed,
+        threads=args.threads,
+        only=only,
+        workers=args.workers,
+        timeout=args.timeout,
+        verbose=args.verbose,
+    )
+    if results is None:
         return 1
     document = load_results(out)
     reports = write_reports(document, out)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,7 @@ from rich.text import Text
 
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, load_adapter
 
-from .cli import UsageError, _parse_only, _writable_dir, default_out
-from .console import ProgressPlugin
+from .cli import _parse_only, _writable_dir, default_out, require_components, run_checks
 
 SCHEMA = 1
 # The probes, as pytest selects them: module and the test functions in it.
@@ -76,52 +74,22 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
-    import pytest
-
     adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
     only = _parse_only(args.only)
-    if only is not None:
-        offered = {s.component for s in adapter.subjects()}
-        missing = [c for c in only if c not in offered]
-        if missing:
-            raise UsageError(
-                f"adapter {adapter.name!r} offers no {', '.join(missing)}; "
-                f"it offers {', '.join(sorted(offered))}"
-            )
+    require_components(adapter, only)
     spec = args.adapter or DEFAULT_ADAPTER
     out = _writable_dir(Path(args.out) if args.out else default_out(spec) / "fingerprint")
-    pytest_args = [
-        "--pyargs",
-        *PROBES,
-        "-k",
-        " or ".join(name for names in PROBES.values() for name in names),
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:benchmark",  # pytest-benchmark, where installed, has nothing to time here
-        "-p",
-        "no:terminal",
-        "-o",
-        "addopts=",
-        "-W",
-        "ignore::pytest.PytestAssertRewriteWarning",
-        f"--tck-adapter={spec}",
-        f"--tck-out={out}",
-        "--tck-profile=ci",
-        f"--tck-seed={args.seed}",
-        f"--tck-threads={args.threads}",
-    ]
-    if only:
-        pytest_args.append(f"--tck-only={','.join(only)}")
-    code = pytest.main(pytest_args, plugins=[ProgressPlugin(Console(stderr=True))])
-    results = out / "results.json"
-    if not results.exists():
-        print(
-            f"tck: the probes ended before writing results (pytest exit status {int(code)})",
-            file=sys.stderr,
-        )
+    probes = " or ".join(name for names in PROBES.values() for name in names)
+    results = run_checks(
+        ["--pyargs", *PROBES, "-k", probes],
+        adapter_spec=spec,
+        out=out,
+        profile="ci",
+        seed=args.seed,
+        threads=args.threads,
+        only=only,
+    )
+    if results is None:
         return 1
     document = json.loads(results.read_text(encoding="utf-8"))
     fingerprint = build_fingerprint(document)
