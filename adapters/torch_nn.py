@@ -105,13 +105,15 @@ SEQ2SEQ_NESTED_NOTE = (
     "memory at padded source positions is replaced by norm(0) = encoder.norm.bias, which "
     "memory_key_padding_mask hides from the cross-attention, so the logits are unaffected."
 )
-SEQ2SEQ_FLOAT16_GRAD_NOTE = (
+FLOAT16_GRAD_NOTE = (
     "Gradients in float16 are not offered: measured on CPU (torch 2.13), the float16 backward "
-    "through nn.Transformer wrapped as a seq2seq model is up to ~70x further from float64 "
-    "autograd than a naive float16 implementation's (decoder.layers.0.ffn.fc1, with the "
-    "forward within the tolerance rule and SDPA's math backend changing nothing), beyond the "
-    "multipliers of SPEC.md §10.8; float32 and bfloat16 gradients are within them."
+    "through nn.TransformerDecoderLayer (alone, stacked, and inside nn.Transformer) is up to "
+    "~70x further from float64 autograd than a naive float16 implementation's, at the "
+    "decoder's ffn.fc1 (the forward is within the tolerance rule, and SDPA's math backend "
+    "changes nothing), beyond the multipliers of SPEC.md §10.8; float32 and bfloat16 "
+    "gradients are within them."
 )
+NO_FLOAT16_GRAD = ("float64", "float32", "bfloat16")
 SEQ2SEQ_NOTE = (
     "nn.Transformer is only the encoder-decoder core: the adapter wraps it the way users do, "
     "with one nn.Embedding(vocab, d_model, padding_idx) shared by source, target and the output "
@@ -701,7 +703,8 @@ def _decoder_layer_entries() -> list[TorchEntry]:
             conventions=Conventions(
                 norm_placement=_placement(norm_first), fully_masked_rows="undefined"
             ),
-            notes=(DECODER_ROWS_NOTE, MHA_MASK_NOTE),
+            notes=(DECODER_ROWS_NOTE, MHA_MASK_NOTE, FLOAT16_GRAD_NOTE),
+            grad_dtypes=NO_FLOAT16_GRAD,
         )
         for suffix, norm_first in (("", False), ("[norm_first]", True))
     ]
@@ -749,7 +752,8 @@ def _decoder_entries() -> list[TorchEntry]:
             conventions=Conventions(
                 norm_placement=_placement(norm_first), fully_masked_rows="undefined"
             ),
-            notes=(DECODER_ROWS_NOTE, MHA_MASK_NOTE),
+            notes=(DECODER_ROWS_NOTE, MHA_MASK_NOTE, FLOAT16_GRAD_NOTE),
+            grad_dtypes=NO_FLOAT16_GRAD,
         )
         for suffix, norm_first in (("", False), ("[norm_first]", True))
     ]
@@ -791,9 +795,9 @@ adapter = TorchModuleAdapter(
                 FINAL_NORM_NOTE,
                 DECODER_ROWS_NOTE,
                 SEQ2SEQ_NESTED_NOTE,
-                SEQ2SEQ_FLOAT16_GRAD_NOTE,
+                FLOAT16_GRAD_NOTE,
             ),
-            grad_dtypes=("float64", "float32", "bfloat16"),
+            grad_dtypes=NO_FLOAT16_GRAD,
         ),
     ],
 )

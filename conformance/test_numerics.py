@@ -109,7 +109,9 @@ def test_dtype_sweep(tck: Harness, dtype: str) -> None:
 
 
 @spec("10.7", "3.1", "5.1")
-@dtypes
+# Not bfloat16: scores of ~1e3 are spaced 4 to 8 apart there, so the softmax of every
+# implementation is noise (measured: naive and torch.nn differ by up to 10x their errors).
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
 @components(
     "attention", "mha", "layer_norm", "rms_norm", "ffn", "encoder_layer", "decoder_layer", "encoder"
 )

@@ -20,18 +20,18 @@ implementation in the same low precision and allow a multiple of that implementa
   per tensor: ``out`` 4, ``grad_value`` 8, ``grad_key`` 25, ``grad_query`` 160 (sequence
   lengths up to 2048, fused CUDA kernels).
 
-Our tensors are small and our naive reference is one op order away from most
-implementations, so we take FlashAttention's 2 as the base and PyTorch's ordering of the
-gradients (value < key < query): forward k = 2 for a single op (attention, norms, FFN,
-positional), 3 for a composed layer, 4 for a stack or a model (PyTorch's ``out`` fudge: a
-reordered implementation accumulates its rounding over several sublayers). Gradients: dV and
-parameters of the value path 4 (one matmul with the weights, as forward, doubled for the
-backward's extra rounding), dK 8 and dQ 8 (both pass through the softmax backward
-``dS = P * (dP - rowsum(dO * O))``, a difference of nearly equal numbers whose rounding
-differs between implementations; PyTorch needs 25 and 160 at lengths of 1024+ and we stay
-far below those), and 8 for every other gradient of a composed component. Measured on the
-built-in torch.nn adapter (seed 0, CPU, torch 2.13): worst ratio 0.31 of the bound forward and
-0.36 for gradients; the reference adapter is its own naive reference (ratio <= 1/k).
+Measured, not assumed: the ratio of two *maximum* errors over small tensors is noisy (the
+naive reference's worst element is sometimes lucky), so k is the worst ratio measured on
+torch.nn against the naive reference over seeds 0-12 (CPU, torch 2.13), times about 2, kept
+within PyTorch's own multipliers. Forward: 5 for a single op (attention, norms, FFN,
+positional; PyTorch's default fudge; measured up to 2.9x the naive error, LayerNorm on
+low-variance rows in float32), 32 for a layer, a stack or a model (measured up to 12.5x:
+encoder layers on inputs x30 in bfloat16, where torch's fused LayerNorm and float32
+accumulation round once and the naive reference rounds at every op). Gradients: dV and the
+value path 8 (PyTorch's ``grad_value``), dK and dQ 25 (PyTorch's ``grad_key``; its
+``grad_query`` is 160), and 64 for the other gradients of layers, stacks and models
+(measured up to 33x for a parameter deep in a pre-LN decoder layer in bfloat16: it collects
+the rounding of every sublayer above it).
 """
 
 from __future__ import annotations
@@ -58,16 +58,16 @@ FLOOR = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
 _SINGLE_OP = ("attention", "mha", "layer_norm", "rms_norm", "ffn", "sinusoidal_pe", "rope")
 _ONE_LAYER = ("encoder_layer", "decoder_layer", "embedding", "patch_embed")
 K_BY_COMPONENT: dict[str, float] = {
-    **dict.fromkeys(_SINGLE_OP, 2.0),
-    **dict.fromkeys(_ONE_LAYER, 3.0),
-    **dict.fromkeys(("encoder", "decoder", "seq2seq", "vit"), 4.0),
+    **dict.fromkeys(_SINGLE_OP, 5.0),
+    **dict.fromkeys(_ONE_LAYER, 32.0),
+    **dict.fromkeys(("encoder", "decoder", "seq2seq", "vit"), 32.0),
 }
 
 # Gradient multipliers by what is differentiated (SPEC.md §10.8); see the module docstring.
-K_GRAD_VALUE = 4.0
-K_GRAD_KEY = 8.0
-K_GRAD_QUERY = 8.0
-K_GRAD_OTHER = 8.0
+K_GRAD_VALUE = 8.0
+K_GRAD_KEY = 25.0
+K_GRAD_QUERY = 25.0
+K_GRAD_OTHER = 64.0
 
 
 def k_forward(component: str) -> float:
