@@ -259,6 +259,9 @@ def _result(
     metrics = dict(harness.metrics) if harness else {}
     if harness and harness.calls:
         metrics["calls"] = list(harness.calls)
+    params = getattr(item, "callspec", None) and item.callspec.params
+    if params and isinstance(params.get("dtype"), str):  # skips too: one row per dtype
+        metrics.setdefault("dtype", params["dtype"])
     clauses = harness.clauses if harness and harness.clauses else marker.args if marker else []
     result = Result(
         check=check_id(item),

@@ -45,11 +45,18 @@ def junit_xml(document: dict[str, Any]) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")
 
 
+def _case_name(result: dict[str, Any]) -> str:
+    """check[subject], and the dtype where a check runs once per dtype: unique per run."""
+    dtype = result.get("metrics", {}).get("dtype")
+    suffix = f"[{dtype}]" if isinstance(dtype, str) and dtype != "float64" else ""
+    return f"{result['check']}[{result['subject']}]{suffix}"
+
+
 def _testcase(adapter: str, result: dict[str, Any]) -> ET.Element:
     case = ET.Element(
         "testcase",
         classname=f"tck.{adapter}.{result['component']}",
-        name=f"{result['check']}[{result['subject']}]",
+        name=_case_name(result),
         time=f"{result.get('duration_s', 0.0):.4f}",
     )
     status, diagnosis = result["status"], result["diagnosis"]
