@@ -52,7 +52,13 @@ from tck.reference import Config, Conventions
 from tck.reference.conventions import FullyMaskedRows
 
 from .base import Subject, Unsupported
-from .torch_module import ParamRef, TorchEntry, TorchHandle, TorchModuleAdapter
+from .torch_module import (
+    ParamMap,
+    TorchEntry,
+    TorchHandle,
+    TorchModuleAdapter,
+    linear_params,
+)
 
 REQUIRES = "5.23"
 if not hasattr(ViTAttention(ViTConfig(hidden_size=4, num_attention_heads=1)), "q_proj"):
@@ -62,7 +68,6 @@ if not hasattr(ViTAttention(ViTConfig(hidden_size=4, num_attention_heads=1)), "q
         f"pip install -c constraints.txt 'transformers>={REQUIRES}'"
     )
 
-ParamMap = dict[str, ParamRef]
 IMPLEMENTATIONS = ("eager", "sdpa")
 # What each attention implementation returns for a query whose keys are all masked (§4.4).
 # eager depends on the dtype (EAGER_ROWS_NOTE), so it promises nothing.
@@ -248,26 +253,22 @@ def _attention(eager: Callable[..., Any]) -> Callable[..., Tensor]:
 # ------------------------------------------------------------------------------- BERT
 
 
-def _linear(ours: str, theirs: str) -> ParamMap:
-    return {f"{ours}weight": f"{theirs}weight", f"{ours}bias": f"{theirs}bias"}
-
-
 def _bert_attention_map(ours: str, theirs: str) -> ParamMap:
     return {
-        **_linear(f"{ours}q.", f"{theirs}attention.self.query."),
-        **_linear(f"{ours}k.", f"{theirs}attention.self.key."),
-        **_linear(f"{ours}v.", f"{theirs}attention.self.value."),
-        **_linear(f"{ours}o.", f"{theirs}attention.output.dense."),
+        **linear_params(f"{ours}q.", f"{theirs}attention.self.query."),
+        **linear_params(f"{ours}k.", f"{theirs}attention.self.key."),
+        **linear_params(f"{ours}v.", f"{theirs}attention.self.value."),
+        **linear_params(f"{ours}o.", f"{theirs}attention.output.dense."),
     }
 
 
 def _bert_layer_map(ours: str, theirs: str) -> ParamMap:
     return {
         **_bert_attention_map(f"{ours}self_attn.", theirs),
-        **_linear(f"{ours}norm1.", f"{theirs}attention.output.LayerNorm."),
-        **_linear(f"{ours}ffn.fc1.", f"{theirs}intermediate.dense."),
-        **_linear(f"{ours}ffn.fc2.", f"{theirs}output.dense."),
-        **_linear(f"{ours}norm2.", f"{theirs}output.LayerNorm."),
+        **linear_params(f"{ours}norm1.", f"{theirs}attention.output.LayerNorm."),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}intermediate.dense."),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}output.dense."),
+        **linear_params(f"{ours}norm2.", f"{theirs}output.LayerNorm."),
     }
 
 
@@ -404,14 +405,14 @@ def _bert_entries() -> list[TorchEntry]:
 
 def _vit_layer_map(ours: str, theirs: str) -> ParamMap:
     return {
-        **_linear(f"{ours}self_attn.q.", f"{theirs}attention.q_proj."),
-        **_linear(f"{ours}self_attn.k.", f"{theirs}attention.k_proj."),
-        **_linear(f"{ours}self_attn.v.", f"{theirs}attention.v_proj."),
-        **_linear(f"{ours}self_attn.o.", f"{theirs}attention.o_proj."),
-        **_linear(f"{ours}norm1.", f"{theirs}layernorm_before."),
-        **_linear(f"{ours}ffn.fc1.", f"{theirs}mlp.fc1."),
-        **_linear(f"{ours}ffn.fc2.", f"{theirs}mlp.fc2."),
-        **_linear(f"{ours}norm2.", f"{theirs}layernorm_after."),
+        **linear_params(f"{ours}self_attn.q.", f"{theirs}attention.q_proj."),
+        **linear_params(f"{ours}self_attn.k.", f"{theirs}attention.k_proj."),
+        **linear_params(f"{ours}self_attn.v.", f"{theirs}attention.v_proj."),
+        **linear_params(f"{ours}self_attn.o.", f"{theirs}attention.o_proj."),
+        **linear_params(f"{ours}norm1.", f"{theirs}layernorm_before."),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}mlp.fc1."),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}mlp.fc2."),
+        **linear_params(f"{ours}norm2.", f"{theirs}layernorm_after."),
     }
 
 
@@ -419,16 +420,16 @@ def _vit_encoder_map(config: Config, ours: str = "") -> ParamMap:
     mapping: ParamMap = {}
     for i in range(config.n_layers):
         mapping.update(_vit_layer_map(f"{ours}layers.{i}.", f"vit.layers.{i}."))
-    return {**mapping, **_linear(f"{ours}norm.", "vit.layernorm.")}
+    return {**mapping, **linear_params(f"{ours}norm.", "vit.layernorm.")}
 
 
 def _vit_model_map(config: Config) -> ParamMap:
     return {
-        **_linear("patch_embed.", "vit.embeddings.patch_embeddings.projection."),
+        **linear_params("patch_embed.", "vit.embeddings.patch_embeddings.projection."),
         "cls_token": "vit.embeddings.cls_token",
         "pos_embed": "vit.embeddings.position_embeddings",
         **_vit_encoder_map(config, "encoder."),
-        **_linear("head.", "classifier."),
+        **linear_params("head.", "classifier."),
     }
 
 

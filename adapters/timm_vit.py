@@ -35,9 +35,8 @@ except Exception as err:  # a torchvision built for another torch fails in many 
 from tck.reference import Config, Conventions
 
 from .base import Unsupported
-from .torch_module import Chunk, ParamRef, TorchEntry, TorchModuleAdapter
+from .torch_module import Chunk, ParamMap, TorchEntry, TorchModuleAdapter, linear_params
 
-ParamMap = dict[str, ParamRef]
 VARIANTS = {"fused": True, "unfused": False}
 EPS = 1e-6  # timm's LayerNorm default, as in the JAX ViT
 
@@ -114,26 +113,22 @@ def _mask(
 # ---------------------------------------------------------------------------- param maps
 
 
-def _linear(ours: str, theirs: str) -> ParamMap:
-    return {f"{ours}weight": f"{theirs}weight", f"{ours}bias": f"{theirs}bias"}
-
-
 def _attention_map(ours: str, theirs: str) -> ParamMap:
     """q, k and v are the three dim-0 thirds of timm's fused qkv projection, in that order."""
     mapping: ParamMap = {}
     for index, name in enumerate("qkv"):
         for leaf in ("weight", "bias"):
             mapping[f"{ours}{name}.{leaf}"] = Chunk(f"{theirs}qkv.{leaf}", index, 3)
-    return {**mapping, **_linear(f"{ours}o.", f"{theirs}proj.")}
+    return {**mapping, **linear_params(f"{ours}o.", f"{theirs}proj.")}
 
 
 def _block_map(ours: str, theirs: str) -> ParamMap:
     return {
         **_attention_map(f"{ours}self_attn.", f"{theirs}attn."),
-        **_linear(f"{ours}norm1.", f"{theirs}norm1."),
-        **_linear(f"{ours}ffn.fc1.", f"{theirs}mlp.fc1."),
-        **_linear(f"{ours}ffn.fc2.", f"{theirs}mlp.fc2."),
-        **_linear(f"{ours}norm2.", f"{theirs}norm2."),
+        **linear_params(f"{ours}norm1.", f"{theirs}norm1."),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}mlp.fc1."),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}mlp.fc2."),
+        **linear_params(f"{ours}norm2.", f"{theirs}norm2."),
     }
 
 
@@ -141,16 +136,16 @@ def _encoder_map(config: Config, ours: str = "") -> ParamMap:
     mapping: ParamMap = {}
     for i in range(config.n_layers):
         mapping.update(_block_map(f"{ours}layers.{i}.", f"blocks.{i}."))
-    return {**mapping, **_linear(f"{ours}norm.", "norm.")}
+    return {**mapping, **linear_params(f"{ours}norm.", "norm.")}
 
 
 def _model_map(config: Config) -> ParamMap:
     return {
-        **_linear("patch_embed.", "patch_embed.proj."),
+        **linear_params("patch_embed.", "patch_embed.proj."),
         "cls_token": "cls_token",
         "pos_embed": "pos_embed",
         **_encoder_map(config, "encoder."),
-        **_linear("head.", "head."),
+        **linear_params("head.", "head."),
     }
 
 
@@ -205,7 +200,7 @@ def _entries() -> list[TorchEntry]:
             "patch_embed",
             make=_one_block(True),
             forward=lambda m, images: m.patch_embed(images),
-            param_map=_linear("", "patch_embed.proj."),
+            param_map=linear_params("", "patch_embed.proj."),
             notes=("timm's PatchEmbed: a Conv2d with stride = patch, flattened row by row.",),
         )
     ]

@@ -65,6 +65,16 @@ class Chunk:
 
 ParamRef = str | Chunk
 
+ParamMap = dict[str, ParamRef]
+
+
+def linear_params(ours: str, theirs: str, *, bias: bool = True) -> ParamMap:
+    """The map of one linear (or norm) layer: ``ours``weight -> ``theirs``weight, and bias."""
+    mapping: ParamMap = {f"{ours}weight": f"{theirs}weight"}
+    if bias:
+        mapping[f"{ours}bias"] = f"{theirs}bias"
+    return mapping
+
 
 @dataclass
 class TorchEntry:

@@ -40,9 +40,8 @@ from tck.reference import Config, Conventions
 from tck.reference.model import sinusoidal_pe
 
 from .base import Unsupported
-from .torch_module import Chunk, ParamRef, TorchEntry, TorchModuleAdapter
+from .torch_module import Chunk, ParamMap, TorchEntry, TorchModuleAdapter, linear_params
 
-ParamMap = dict[str, ParamRef]
 Forward = Callable[..., Tensor]
 
 DROPOUT = 0.1  # PyTorch's default; dropout is the identity in eval mode, which the checks see
@@ -207,17 +206,6 @@ def _check_stack(n_layers: int, module: str, what: str = "n_layers") -> None:
 # ------------------------------------------------------------------------- param maps
 
 
-def _linear_map(config: Config, ours: str, theirs: str) -> ParamMap:
-    mapping: ParamMap = {f"{ours}weight": f"{theirs}weight"}
-    if config.bias:
-        mapping[f"{ours}bias"] = f"{theirs}bias"
-    return mapping
-
-
-def _norm_map(ours: str, theirs: str) -> ParamMap:
-    return {f"{ours}weight": f"{theirs}weight", f"{ours}bias": f"{theirs}bias"}
-
-
 def _mha_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
     """q, k and v are the three dim-0 thirds of in_proj_weight / in_proj_bias, in that order."""
     mapping: ParamMap = {}
@@ -225,28 +213,28 @@ def _mha_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
         mapping[f"{ours}{name}.weight"] = Chunk(f"{theirs}in_proj_weight", index, 3)
         if config.bias:
             mapping[f"{ours}{name}.bias"] = Chunk(f"{theirs}in_proj_bias", index, 3)
-    return {**mapping, **_linear_map(config, f"{ours}o.", f"{theirs}out_proj.")}
+    return {**mapping, **linear_params(f"{ours}o.", f"{theirs}out_proj.", bias=config.bias)}
 
 
 def _encoder_layer_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
     return {
         **_mha_map(config, f"{ours}self_attn.", f"{theirs}self_attn."),
-        **_norm_map(f"{ours}norm1.", f"{theirs}norm1."),
-        **_linear_map(config, f"{ours}ffn.fc1.", f"{theirs}linear1."),
-        **_linear_map(config, f"{ours}ffn.fc2.", f"{theirs}linear2."),
-        **_norm_map(f"{ours}norm2.", f"{theirs}norm2."),
+        **linear_params(f"{ours}norm1.", f"{theirs}norm1."),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}linear1.", bias=config.bias),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}linear2.", bias=config.bias),
+        **linear_params(f"{ours}norm2.", f"{theirs}norm2."),
     }
 
 
 def _decoder_layer_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
     return {
         **_mha_map(config, f"{ours}self_attn.", f"{theirs}self_attn."),
-        **_norm_map(f"{ours}norm1.", f"{theirs}norm1."),
+        **linear_params(f"{ours}norm1.", f"{theirs}norm1."),
         **_mha_map(config, f"{ours}cross_attn.", f"{theirs}multihead_attn."),
-        **_norm_map(f"{ours}norm2.", f"{theirs}norm2."),
-        **_linear_map(config, f"{ours}ffn.fc1.", f"{theirs}linear1."),
-        **_linear_map(config, f"{ours}ffn.fc2.", f"{theirs}linear2."),
-        **_norm_map(f"{ours}norm3.", f"{theirs}norm3."),
+        **linear_params(f"{ours}norm2.", f"{theirs}norm2."),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}linear1.", bias=config.bias),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}linear2.", bias=config.bias),
+        **linear_params(f"{ours}norm3.", f"{theirs}norm3."),
     }
 
 
@@ -260,7 +248,7 @@ def _stack_map(
     for i in range(n_layers):
         mapping.update(layer(config, f"{ours}layers.{i}.", f"{theirs}layers.{i}."))
     if final_norm:
-        mapping.update(_norm_map(f"{ours}norm.", f"{theirs}norm."))
+        mapping.update(linear_params(f"{ours}norm.", f"{theirs}norm."))
     return mapping
 
 
