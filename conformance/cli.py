@@ -253,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(func=cmd_list)
     __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
     __import__("tck.conformance.fingerprint_cli", fromlist=["add_parser"]).add_parser(sub)
+    __import__("tck.bench.cli", fromlist=["add_parser"]).add_parser(sub)  # tck bench
     return parser
 
 

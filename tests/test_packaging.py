@@ -13,6 +13,7 @@ TOP_LEVEL = {
     "adapters": "tck.adapters",
     "fixtures": "tck.fixtures",
     "reports": "tck.reports",
+    "bench": "tck.bench",
 }
 
 
