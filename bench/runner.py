@@ -47,7 +47,7 @@ from .workloads import (
 
 SCHEMA = 1
 # pytest-benchmark's JSON format version this layout follows (its "version" field).
-PYTEST_BENCHMARK_FORMAT = "5.2.3"
+PYTEST_BENCHMARK_FORMAT = "5.3.1"
 # Below this, a peak is noise for the memory fit (CPU: allocator and page granularity).
 MEASURABLE_BYTES = {"cpu": 2**20, "cuda": 64 * 2**10}
 

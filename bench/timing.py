@@ -142,18 +142,12 @@ def summarize(data: list[float]) -> dict[str, Any]:
         "outliers": f"{stddev_outliers};{iqr_outliers}",
         # the lowest and highest datum within 1.5 IQR of the quartiles (Tukey's whiskers)
         "ld15iqr": s[0] if n == 1 else next(x for x in s if x >= low),
-        "hd15iqr": s[-1] if n == 1 else _highest_within(s, high),
+        "hd15iqr": s[-1] if n == 1 else max(x for x in s if x <= high),
         "ops": n / total if total else 0.0,
         "total": total,
         "data": list(data),
         "iterations": 1,
     }
-
-
-def _highest_within(s: list[float], high: float) -> float:
-    # pytest-benchmark's hd15iqr: the first datum *above* the fence, or the maximum
-    above = [x for x in s if x > high]
-    return above[0] if above else s[-1]
 
 
 def growth_exponent(lengths: list[int], values: list[float]) -> float | None:
