@@ -312,13 +312,15 @@ class Runner:
             self.log(f"{call.label:<28} {dtype:<34} {call.flops / median / 1e12:8.3f} TFLOP/s")
 
     def sweep(self) -> None:
+        """N ascending within every series, so that a series stops at its first N out of
+        memory or over --max-call-s; one (B, N) at a time, so its inputs are built once."""
         options, config = self.options, self.options.config()
         subjects = self._subjects()
         sdpa = [b for b in options.baselines if b in SDPA_BACKENDS]
-        for dtype in options.dtypes:
-            for pass_ in options.passes:
-                for batch in options.batches:
-                    for seq in sorted(options.seqs):
+        for batch in options.batches:
+            for seq in sorted(options.seqs):
+                for dtype in options.dtypes:
+                    for pass_ in options.passes:
                         point = Point(dtype, pass_, batch, seq, options.causal)
                         for subject in subjects:
                             label = f"{self.adapter.name}:{subject.name}"
@@ -330,18 +332,17 @@ class Runner:
                             self._run(
                                 point, label, lambda b=backend, p=point: self._sdpa_call(b, p)
                             )
-        if ORACLE in options.baselines and FORWARD in options.passes:
-            for component in dict.fromkeys(s.component for s in subjects):
-                for batch in options.batches:
-                    for seq in sorted(options.seqs):
-                        point = Point("float64", FORWARD, batch, seq, options.causal)
-                        self._run(
-                            point,
-                            f"{ORACLE}:{component}",
-                            lambda c=component, b=batch, n=seq: oracle_call(
-                                c, config, batch=b, seq=n, causal=options.causal
-                            ),
-                        )
+                if ORACLE not in options.baselines or FORWARD not in options.passes:
+                    continue
+                point = Point("float64", FORWARD, batch, seq, options.causal)
+                for component in dict.fromkeys(s.component for s in subjects):
+                    self._run(
+                        point,
+                        f"{ORACLE}:{component}",
+                        lambda c=component, b=batch, n=seq: oracle_call(
+                            c, config, batch=b, seq=n, causal=options.causal
+                        ),
+                    )
 
     def _adapter_call(self, subject: Subject, point: Point) -> Call:
         return adapter_call(
@@ -584,8 +585,13 @@ def run_bench(
     adapter = adapter if adapter is not None else load_adapter(options.adapter)
     runner = Runner(options, adapter, log or (lambda line: None))
     began = time.time()
-    runner.measure_peaks()
-    runner.sweep()
+    # CUDA events and the allocator's statistics are per device: make --device current.
+    current = (
+        torch.cuda.device(options.device) if runner.kind == "cuda" else contextlib.nullcontext()
+    )
+    with current:
+        runner.measure_peaks()
+        runner.sweep()
     series = runner.finish()
     options_json = {**asdict(options), "budget": asdict(options.budget)}
     return {

@@ -3,6 +3,7 @@
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
     tck report DIR [DIR ...] [--out DIR]
     tck list
+    tck bench --adapter torch.nn --device cpu [--out DIR]   (tck.bench.cli)
 
 ``tck run`` runs the checks of tck.conformance (as pytest, through the tck plugin) and
 writes DIR/results.json, DIR/index.html and DIR/junit.xml. ``tck report`` renders them
