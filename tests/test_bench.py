@@ -157,8 +157,8 @@ def test_adapter_call_uses_the_costs_of_the_reference():
     )  # fmt: skip
     assert call.flops == flops("mha", config, batch=2, seq_len=8, backward=True)
     grads = call.fn()  # torch.autograd.grad: one per input and parameter
-    n_params = 4 * 2  # q/k/v packed in_proj (weight, bias) + out_proj (weight, bias) = 4
-    assert len(grads) == 3 + n_params // 2
+    # query, key, value, then in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias
+    assert len(grads) == 3 + 4
     assert all(g is not None for g in grads)
 
 
