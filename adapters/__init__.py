@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from .base import INPUTS, OUTPUTS, Adapter, Arrays, Subject, Unsupported
+from .base import INPUTS, OUTPUTS, Adapter, AdapterFailure, Arrays, Subject, Unsupported
 from .torch_module import Chunk, TorchEntry, TorchHandle, TorchModuleAdapter
 
 BUILTIN: dict[str, str] = {
@@ -85,6 +85,7 @@ __all__ = [
     "OUTPUTS",
     "Adapter",
     "AdapterError",
+    "AdapterFailure",
     "Arrays",
     "Chunk",
     "Subject",

@@ -84,6 +84,17 @@ class Unsupported(Exception):
     """
 
 
+class AdapterFailure(Exception):
+    """The implementation, or what an adapter did to it, broke in a way with a name: ``code``
+    is a diagnosis code in dotted form (``onnx.export_failed``), ``message`` says it in words.
+    The suite records it as an ``error`` with that diagnosis, not as a crash of the adapter.
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"[{code}] {message}")
+        self.code, self.message = code, message
+
+
 @dataclass(frozen=True)
 class Subject:
     """One component as an implementation builds it, with the conventions it declares."""

@@ -55,7 +55,8 @@ def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
         return m(x, memory, self_keep, keep_mask(x.shape[1], memory.shape[1], memory_key_padding))
 
     def sinusoidal_pe(m, positions):
-        return m(int(positions.max()) + 1)[positions]
+        # The whole table, then a lookup: no length read off the data, so it exports to ONNX
+        return m(m.max_len)[positions]
 
     return {
         "embedding": lambda m, ids: m(ids),

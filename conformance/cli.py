@@ -1,6 +1,7 @@
 """The ``tck`` command.
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
+        [--export onnx [--opset N]]
     tck report DIR [DIR ...] [--out DIR]
     tck list
     tck bench --adapter torch.nn --device cpu [--out DIR]   (tck.bench.cli)
@@ -96,6 +97,8 @@ def run_checks(
     workers: str = "1",
     timeout: float = 300,
     verbose: bool = False,
+    export: str | None = None,
+    opset: int | None = None,
 ) -> Path | None:
     """Run the checks ``selection`` names (pytest arguments) through the tck plugin, with a
     progress bar; return OUT/results.json, or None (said on stderr) if the run wrote none."""
@@ -126,6 +129,10 @@ def run_checks(
         plugins = [ProgressPlugin(Console(stderr=True))]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
+    if export:
+        pytest_args.append(f"--tck-export={export}")
+    if opset is not None:
+        pytest_args.append(f"--tck-opset={opset}")
     if workers != "0":  # a worker process that dies (segfault, abort) is one error row
         pytest_args += ["-n", workers]
     if timeout > 0:
@@ -150,6 +157,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
     only = _parse_only(args.only)
     require_components(adapter, only)
+    if args.opset is not None and args.export is None:
+        raise UsageError("--opset applies to --export onnx; add --export onnx")
+    if args.export == "onnx":
+        from tck.adapters.onnx_runtime import with_onnx
+
+        from .onnx_cli import require_onnx
+
+        require_onnx()
+        try:
+            with_onnx(adapter)
+        except TypeError as err:
+            raise UsageError(str(err)) from None
     out = _writable_dir(Path(args.out) if args.out else default_out(args.adapter or adapter.name))
     results = run_checks(
         ["--pyargs", "tck.conformance"],
@@ -162,6 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         timeout=args.timeout,
         verbose=args.verbose,
+        export=args.export,
+        opset=args.opset,
     )
     if results is None:
         return 1
@@ -239,6 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds one check may take before it is an error (default 300; 0: no limit)",
     )
+    run.add_argument(
+        "--export",
+        default=None,
+        choices=("onnx",),
+        help="also run every check on each torch subject exported to ONNX and run in ONNX "
+        "Runtime (CPU; ORT_DISABLE_ALL and ORT_ENABLE_ALL), with the export checks (§10.9)",
+    )
+    run.add_argument(
+        "--opset", default=None, type=int, help="ONNX opset of --export (default: torch's, 20)"
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")
     run.set_defaults(func=cmd_run)
     report = sub.add_parser(
@@ -254,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(func=cmd_list)
     __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
     __import__("tck.conformance.fingerprint_cli", fromlist=["add_parser"]).add_parser(sub)
+    __import__("tck.conformance.onnx_cli", fromlist=["add_parser"]).add_parser(sub)
     __import__("tck.bench.cli", fromlist=["add_parser"]).add_parser(sub)  # tck bench
     return parser
 

@@ -23,6 +23,7 @@ from tck.adapters import (
     DEFAULT_ADAPTER,
     Adapter,
     AdapterError,
+    AdapterFailure,
     Subject,
     Unsupported,
     load_adapter,
@@ -63,12 +64,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="torch intra-op threads while checks run (default 1: the checks' "
         "tensors are tiny, and more threads only contend)",
     )
+    group.addoption(
+        "--tck-export",
+        default=None,
+        choices=("onnx",),
+        help="also check each torch subject exported to ONNX and run in ONNX Runtime",
+    )
+    group.addoption(
+        "--tck-opset", default=None, type=int, help="ONNX opset of --tck-export (default: torch's)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec(*clauses): the SPEC.md clauses a check verifies")
     config.addinivalue_line("markers", "components(*names): the components a check applies to")
     config.addinivalue_line("markers", "fields(*names): convention fields a probe measures")
+    config.addinivalue_line(
+        "markers", "exported: a check of the ONNX export itself (runs with --tck-export onnx)"
+    )
     config.stash[_STATE] = {
         "adapter": None,
         "profile": None,
@@ -83,9 +96,14 @@ def _adapter(config: pytest.Config) -> Adapter:
     state = config.stash[_STATE]
     if state["adapter"] is None:
         try:
-            state["adapter"] = load_adapter(config.getoption("--tck-adapter"))
-        except AdapterError as err:
+            adapter = load_adapter(config.getoption("--tck-adapter"))
+            if config.getoption("--tck-export") == "onnx":
+                from tck.adapters.onnx_runtime import with_onnx
+
+                adapter = with_onnx(adapter, opset=config.getoption("--tck-opset"))
+        except (AdapterError, TypeError) as err:
             raise pytest.UsageError(str(err)) from None
+        state["adapter"] = adapter
         # Set here, not at configure time: the plugin loads in every pytest session of an
         # environment that has tck installed, and only sessions that run checks get here.
         # Measured on the 2-core CI machine: the reference run takes 7 s with one thread
@@ -129,11 +147,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("components")
     wanted = set(marker.args) if marker else set(COMPONENTS)
     only = _only(metafunc.config)
+    adapter = _adapter(metafunc.config)
     subjects = [
         s
-        for s in _adapter(metafunc.config).subjects()
+        for s in adapter.subjects()
         if s.component in wanted and (only is None or s.component in only)
     ]
+    if metafunc.definition.get_closest_marker("exported"):  # once per exported torch subject
+        origin = getattr(adapter, "origin", lambda s: None)
+        subjects = [s for s in subjects if (origin(s) or (None, ""))[1] == "enable_all"]
     fields = metafunc.definition.get_closest_marker("fields")
     if fields is None:
         metafunc.parametrize("subject", subjects, ids=[s.name for s in subjects])
@@ -262,6 +284,9 @@ def _result(
     params = getattr(item, "callspec", None) and item.callspec.params
     if params and isinstance(params.get("dtype"), str):  # skips too: one row per dtype
         metrics.setdefault("dtype", params["dtype"])
+    where = getattr(item.config.stash[_STATE]["adapter"], "subject_metrics", None)
+    if callable(where):  # --tck-export: where the subject ran (torch, onnxruntime)
+        metrics = {**where(subject), **metrics}
     clauses = harness.clauses if harness and harness.clauses else marker.args if marker else []
     result = Result(
         check=check_id(item),
@@ -298,6 +323,8 @@ def _result(
             if value is not None
             else str(report.longrepr)[:2000],
         }
+        if isinstance(value, AdapterFailure):
+            result.diagnosis = {"code": value.code, "message": value.message}
         if isinstance(value, FixtureError):
             result.diagnosis = {
                 "code": "fixtures.file_corrupted",

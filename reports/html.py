@@ -106,8 +106,42 @@ def fingerprint_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (row["subject"], row["field"]))
 
 
+RUNTIMES = ("torch", "ORT_DISABLE_ALL", "ORT_ENABLE_ALL")
+
+
+def exported_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each check of each torch subject beside its runs as an exported ONNX graph (``tck run
+    --export onnx``): one row per (check, subject, dtype), one cell per runtime; empty when
+    nothing was exported."""
+    results = document["results"]
+    if not any(r["metrics"].get("runtime") == "onnxruntime" for r in results):
+        return []
+    rows: dict[tuple, dict[str, Any]] = {}
+    for index, r in enumerate(results):
+        m = r["metrics"]
+        runtime = m.get("ort_opt_level") if m.get("runtime") == "onnxruntime" else "torch"
+        subject = m.get("exported_from", r["subject"])
+        opset = m.get("opset") if r["check"].startswith("onnx.") else None
+        key = (r["check"], subject, str(m.get("dtype", "")), str(opset or ""))
+        row = rows.setdefault(
+            key,
+            {"check": key[0], "subject": subject, "dtype": key[2], "opset": key[3], "cells": {}},
+        )
+        row["cells"][runtime] = {
+            "status": r["status"],
+            "index": index,
+            "err": m.get("max_abs_err"),
+            "code": r["diagnosis"].get("code", ""),
+        }
+    out = sorted(rows.values(), key=lambda row: (row["subject"], row["check"], row["dtype"]))
+    for row in out:
+        statuses = {cell["status"] for cell in row["cells"].values()}
+        row["differs"] = len(statuses) > 1 or bool(statuses & {"fail", "error"})
+    return out
+
+
 def _numbers(metrics: dict[str, Any]) -> dict[str, Any]:
-    keys = ("max_abs_err", "mean_abs_err", "bound", "ratio", "dtype", "grad_of")
+    keys = ("max_abs_err", "mean_abs_err", "bound", "ratio", "dtype", "grad_of", "runtime")
     return {k: metrics[k] for k in keys if k in metrics}
 
 
@@ -135,6 +169,8 @@ def report_context(document: dict[str, Any]) -> dict[str, Any]:
         "titles": clause_titles(),
         "worst": worst,
         "fingerprint": fingerprint_rows(document),
+        "exported": exported_rows(document),
+        "runtimes": RUNTIMES,
         "groups": ordered,
         "problems": [r for rs in ordered.values() for r in rs if r["status"] in ("fail", "error")],
         "plots": [Markup(svg) for svg in svgs if svg],

@@ -1,0 +1,46 @@
+"""Torch adapters whose *export* breaks, for tests/test_onnx.py: the module is right (every
+check passes on torch), the exported graph is not what the module computes."""
+
+from torch import nn
+
+from tck.adapters import TorchEntry, TorchModuleAdapter
+from tck.reference import Conventions
+
+
+def _layer_norm(config):
+    return nn.LayerNorm(config.d_model, eps=1e-5)
+
+
+NORM = {"weight": "weight", "bias": "bias"}
+
+# Branches on a value of the data: torch.export cannot trace it (onnx.export_failed).
+data_dependent = TorchModuleAdapter(
+    "data-dependent",
+    [
+        TorchEntry(
+            "layer_norm",
+            make=_layer_norm,
+            forward=lambda m, x: m(x) if float(x.abs().max()) < 1e6 else m(x / 1e6),
+            param_map=NORM,
+            conventions=Conventions(),
+        )
+    ],
+)
+
+# Reads sizes as Python ints: export bakes in the first call's batch and length, and a call
+# of other sizes fails in ONNX Runtime (onnx.axis_not_dynamic), as int(seq_len) does in
+# many models.
+fixed_batch = TorchModuleAdapter(
+    "fixed-batch",
+    [
+        TorchEntry(
+            "layer_norm",
+            make=_layer_norm,
+            forward=lambda m, x: m(x.reshape(int(x.shape[0]) * int(x.shape[1]), -1)).reshape(
+                x.shape
+            ),
+            param_map=NORM,
+            conventions=Conventions(),
+        )
+    ],
+)
