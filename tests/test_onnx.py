@@ -190,6 +190,19 @@ def test_broken_exports_are_named(tmp_path, adapter, code):
     assert dynamic["status"] == "fail"
 
 
+@pytest.mark.spec("10.9", "4.4")
+def test_float_mask_fully_masked_row_is_nan_after_export(tmp_path):
+    """An additive -inf float mask: torch gives zeros for a row with no key, the exported
+    graph NaN."""
+    document = run_checks(
+        "support.onnx_adapters:float_mask", tmp_path, "-k", "masks and fully_masked", cwd=HERE
+    )
+    results = by_key(document)
+    assert results[("masks.fully_masked_rows", "attention", None, None)]["status"] == "pass"
+    exported = results[("masks.fully_masked_rows", "attention@ort.disable_all", None, 20)]
+    assert exported["diagnosis"]["code"] == "mask.fully_masked_rows_nan"
+
+
 @pytest.mark.parametrize("component", ["seq2seq", "vit"])
 def test_export_onnx_command(tmp_path, component):
     path = tmp_path / f"{component}.onnx"

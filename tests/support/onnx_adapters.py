@@ -1,6 +1,8 @@
 """Torch adapters whose *export* breaks, for tests/test_onnx.py: the module is right (every
 check passes on torch), the exported graph is not what the module computes."""
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tck.adapters import TorchEntry, TorchModuleAdapter
@@ -41,6 +43,28 @@ fixed_batch = TorchModuleAdapter(
             ),
             param_map=NORM,
             conventions=Conventions(),
+        )
+    ],
+)
+
+
+def _float_mask_attention(m, q, k, v, keep_mask=None):
+    """F.scaled_dot_product_attention with an additive float mask: 0 kept, -inf masked."""
+    mask = None
+    if keep_mask is not None:
+        mask = torch.zeros(keep_mask.shape, dtype=q.dtype).masked_fill(~keep_mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+# Right in torch (2.13 returns zeros for a row masked everywhere by -inf); its export is not.
+float_mask = TorchModuleAdapter(
+    "float-mask",
+    [
+        TorchEntry(
+            "attention",
+            make=lambda config: nn.Identity(),
+            forward=_float_mask_attention,
+            conventions=Conventions(fully_masked_rows="zero"),
         )
     ],
 )
