@@ -500,7 +500,8 @@ class Harness:
                 f"implementation and the oracle (first at {result.worst_index})"
             )
         found = self._hypotheses(inst, inputs, test, result)
-        if found is None and inst.dtype == "float64" and self._precision_hint(inst) is not None:
+        hint = self._precision_hint(inst) if found is None and inst.dtype == "float64" else None
+        if hint is not None:
             # A float64 graph that computes some step in float32 (an exported one: see
             # tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
             loose = dataclasses.replace(result, dtype="float32", ref_err=0.0)
@@ -511,7 +512,7 @@ class Harness:
                     "agrees with the oracle to float32 precision only",
                 )
             if found is not None:
-                found = (found[0], f"{found[1]} ({self._precision_hint(inst)})")
+                found = (found[0], f"{found[1]} ({hint})")
         if found is not None:
             return found[0], f"{found[1]}; {numbers}"
         return f"{_area(self.component)}.oracle_mismatch", f"disagrees with the oracle: {numbers}"

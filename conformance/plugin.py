@@ -266,6 +266,7 @@ def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | 
             module=Path(path).stem,
             test_id=name,
             title=f"tck repro: {area}.{check} on {_adapter_spec(config)} [{subject.name}]",
+            **_export(config),
         ),
     )
 
@@ -366,6 +367,11 @@ def _adapter_spec(config: pytest.Config) -> str:
     return config.getoption("--tck-adapter") or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
 
 
+def _export(config: pytest.Config) -> dict[str, Any]:
+    """What the repro snippets pass on of --tck-export and --tck-opset."""
+    return {"export": config.getoption("--tck-export"), "opset": config.getoption("--tck-opset")}
+
+
 def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | None) -> str:
     harness = item.stash.get(_HARNESS, None)
     adapter, seed = _adapter_spec(item.config), item.config.getoption("--tck-seed")
@@ -374,6 +380,8 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
     # A float64 comparison replays in full; in other dtypes the check (which rounds the
     # inputs and bounds by the naive reference in that dtype) reruns instead.
     replayable = failed is not None and getattr(failed.inst, "dtype", "float64") == "float64"
+    # an export check builds at its own opset and ORT level: it reruns instead
+    replayable = replayable and item.get_closest_marker("exported") is None
     if replayable and _is_check_failure(excinfo.value if excinfo else None):
         return repro.oracle_snippet(
             adapter_spec=adapter,
@@ -384,10 +392,16 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
             inputs=failed.inputs,
             recipe=failed.recipe,
             title=f"{title}: {failed.what}",
+            **_export(item.config),
         )
     module = item.module.__name__.rsplit(".", 1)[-1] if item.module else "checks"
     return repro.pytest_snippet(
-        adapter_spec=adapter, seed=seed, module=module, test_id=item.name, title=title
+        adapter_spec=adapter,
+        seed=seed,
+        module=module,
+        test_id=item.name,
+        title=title,
+        **_export(item.config),
     )
 
 

@@ -50,11 +50,14 @@ def oracle_snippet(
     inputs: Mapping[str, np.ndarray],
     recipe: tuple[Shape, int] | None,
     title: str,
+    export: str | None = None,
+    opset: int | None = None,
 ) -> str:
     """Replay one oracle comparison: build, load canonical parameters, run, compare.
 
     Inputs that ``make_inputs`` made (``recipe``) are made again the same way when that
-    gives them back bit for bit; otherwise they are written out in full.
+    gives them back bit for bit; otherwise they are written out in full. ``export``
+    ("onnx"): the subject is one of ``with_onnx(adapter, opset=opset)``.
     """
     stdlib, ours = ["import numpy as np"], []
     if recipe is not None and _remade(component, config, inputs, *recipe):
@@ -75,11 +78,15 @@ def oracle_snippet(
         "from tck.conformance.tolerance import compare",
         "from tck.reference import Config, init_params",
     ]
+    load = f"adapter = load_adapter({adapter_spec!r})"
+    if export == "onnx":
+        ours.append("from tck.adapters.onnx_runtime import with_onnx")
+        load += f"\nadapter = with_onnx(adapter, opset={opset!r})"
     imports = "\n".join(stdlib) + "\n\n" + "\n".join(sorted(ours))
     return f"""# {title}
 {imports}
 
-adapter = load_adapter({adapter_spec!r})
+{load}
 subject = next(s for s in adapter.subjects() if s.name == {subject!r})
 config = {config!r}
 handle = adapter.build(subject, config, seed={seed})
@@ -112,8 +119,22 @@ def _remade(
     )
 
 
-def pytest_snippet(*, adapter_spec: str, seed: int, module: str, test_id: str, title: str) -> str:
-    """Rerun one check (by its pytest id) with the same adapter and seed."""
+def pytest_snippet(
+    *,
+    adapter_spec: str,
+    seed: int,
+    module: str,
+    test_id: str,
+    title: str,
+    export: str | None = None,
+    opset: int | None = None,
+) -> str:
+    """Rerun one check (by its pytest id) with the same adapter and seed (and export)."""
+    extra = ""
+    if export:
+        extra += f'    "--tck-export={export}",\n'
+    if opset is not None:
+        extra += f'    "--tck-opset={opset}",\n'
     return f"""# {title}
 import pathlib
 import sys
@@ -127,7 +148,7 @@ code = pytest.main([
     f"{{checks}}/{module}.py::{test_id}",
     "--tck-adapter={adapter_spec}",
     "--tck-seed={seed}",
-    "-p", "no:cacheprovider", "-q", "--tb=line",
+{extra}    "-p", "no:cacheprovider", "-q", "--tb=line",
 ])
 sys.exit(code)
 """

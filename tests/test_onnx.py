@@ -261,3 +261,15 @@ def test_report_shows_original_and_exported_side_by_side(sdpa, tmp_path):
     assert masked["differs"]
     html = render_report(sdpa)
     assert 'id="exported-differing"' in html and "mask.fully_masked_rows_uniform" in html
+
+
+def test_repro_of_an_exported_subject_replays_the_failure(sdpa, tmp_path):
+    """The repro builds the exported subject (with_onnx), not the torch one."""
+    row = by_key(sdpa)[("equality.oracle", "attention@ort.enable_all", None, 20)]
+    assert "with_onnx(adapter, opset=None)" in row["repro"]
+    script = tmp_path / "repro.py"
+    script.write_text(row["repro"])
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "max |test - oracle|" in proc.stderr, proc.stderr[-2000:]
+    opset = by_key(sdpa)[("onnx.opset", "attention@ort.enable_all", None, 23)]
+    assert "--tck-export=onnx" in opset["repro"]  # export checks rerun through pytest
