@@ -230,7 +230,14 @@ def _float32_rounded(value: float) -> bool:
 class Exported:
     model: Any
     info: GraphInfo
+    shapes: dict[str, tuple[int, ...]]  # the inputs' shapes at export
     sessions: dict[str, Any] = field(default_factory=dict)  # opt level -> InferenceSession
+
+    @classmethod
+    def of(cls, model: Any, inputs: Mapping[str, Any]) -> Exported:
+        """``model`` exported from a call on ``inputs`` (the torch forward's)."""
+        shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+        return cls(model, GraphInfo.of(model), shapes)
 
 
 # Exports are slow (seconds); instances of one subject with the same parameters and input
@@ -247,15 +254,21 @@ def run_graph(exported: Exported, level: str, inputs: Mapping[str, Any]) -> np.n
     try:
         (out,) = session.run(["output"], feeds)
     except Exception as err:  # onnxruntime's Fail / InvalidArgument / RuntimeException
-        text, code = str(err), "onnx.runtime_error"
-        if "dimension" in text.lower() or "shape" in text.lower():
+        text, code = str(err).strip(), "onnx.runtime_error"
+        resized = [n for n, v in feeds.items() if v.shape != exported.shapes.get(n, v.shape)]
+        if resized:  # it ran at the export's sizes: export fixed a size the call changes
             code = "onnx.axis_not_dynamic"
             text += (
-                f"; the graph's inputs are {exported.info.inputs} (a number is a static "
-                "axis): export fixed an axis the call varies"
+                f"; the graph was exported from a call of other sizes ({_sizes(exported.shapes)}"
+                f", now {_sizes({n: feeds[n].shape for n in resized})}) and cannot run this "
+                f"one: export fixed an axis (its inputs: {exported.info.inputs})"
             )
         raise AdapterFailure(code, f"ONNX Runtime ({OPT_LEVELS[level]}): {text}") from err
     return out
+
+
+def _sizes(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{n} {list(shape)}" for n, shape in shapes.items())
 
 
 def _session(exported: Exported, level: str) -> Any:
@@ -419,7 +432,7 @@ class OnnxRuntimeAdapter(Adapter):
             _CACHE.move_to_end(key)
             return _CACHE[key]
         model = export(th, kwargs, opset=handle.opset)
-        exported = Exported(model, GraphInfo.of(model))
+        exported = Exported.of(model, kwargs)
         _CACHE[key] = exported
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

@@ -87,7 +87,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
     require_onnx()
-    from tck.adapters.onnx_runtime import Exported, GraphInfo, export, run_graph, with_onnx
+    from tck.adapters.onnx_runtime import Exported, export, run_graph, with_onnx
 
     from .harness import DEFAULT_CONFIG
     from .inputs import make_inputs
@@ -132,7 +132,8 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     import onnx
 
     onnx.save(model, str(out))
-    info = GraphInfo.of(model)
+    exported = Exported.of(model, tensors)
+    info = exported.info
     print(f"wrote {out} ({out.stat().st_size:,} bytes): {adapter.name}:{name}, {args.dtype}")
     print(f"opset   {info.opset} (onnx.checker full_check: passed)")
     for input_name, shape in info.inputs.items():
@@ -144,7 +145,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{n} = {v!r}" for n, v in info.rounded_scalars[:5])
         print(f"warning float64 constants rounded to float32: {shown}")
     try:
-        ort_out = run_graph(Exported(model, info), "disable_all", tensors)
+        ort_out = run_graph(exported, "disable_all", tensors)
     except (AdapterFailure, Unsupported) as failure:
         print(f"onnxruntime: cannot run it: {failure}")
         return 1
