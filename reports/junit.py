@@ -46,9 +46,13 @@ def junit_xml(document: dict[str, Any]) -> str:
 
 
 def _case_name(result: dict[str, Any]) -> str:
-    """check[subject], and the dtype where a check runs once per dtype: unique per run."""
-    dtype = result.get("metrics", {}).get("dtype")
+    """check[subject], and the dtype where a check runs once per dtype, and the opset where
+    an export check runs once per opset: unique per run."""
+    metrics = result.get("metrics", {})
+    dtype = metrics.get("dtype")
     suffix = f"[{dtype}]" if isinstance(dtype, str) and dtype != "float64" else ""
+    if result["check"] == "onnx.opset" and "opset" in metrics:
+        suffix += f"[opset {metrics['opset']}]"
     return f"{result['check']}[{result['subject']}]{suffix}"
 
 

@@ -4,6 +4,7 @@ divergences they must report, and ``tck export-onnx``. Needs the onnx extra (tox
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -259,6 +260,10 @@ def test_report_shows_original_and_exported_side_by_side(sdpa, tmp_path):
     assert masked["cells"]["torch"]["status"] == "pass"
     assert masked["cells"]["ORT_DISABLE_ALL"]["status"] == "fail"
     assert masked["differs"]
+    from tck.reports.junit import junit_xml
+
+    names = [case.get("name") for case in ET.fromstring(junit_xml(sdpa)).iter("testcase")]
+    assert len(names) == len(set(names)), "JUnit case names are unique (opsets included)"
     html = render_report(sdpa)
     assert 'id="exported-differing"' in html and "mask.fully_masked_rows_uniform" in html
 
