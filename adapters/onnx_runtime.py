@@ -117,7 +117,7 @@ def _quiet() -> Any:
 
 
 def _first_line(err: BaseException) -> str:
-    """The exporter wraps the cause in pages of advice: the cause's last useful line."""
+    """The exporter wraps the cause in pages of advice: the cause and its first line."""
     cause = err.__cause__ or err
     lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
     useful = [ln for ln in lines if not ln.startswith(("For more information", "The error above"))]
