@@ -15,6 +15,11 @@ import re
 # the more specific names come first ("H100 NVL" before "H100", "L40S" before "L4").
 NOMINAL_TFLOPS: list[tuple[str, str, dict[str, float]]] = [
     (
+        r"GH200",
+        "GH200",
+        {"bfloat16": 989, "float16": 989, "tf32": 495, "float32": 67, "float64": 34},
+    ),
+    (
         r"H200 NVL",
         "H200 NVL",
         {"bfloat16": 835, "float16": 835, "tf32": 418, "float32": 60, "float64": 30},
@@ -37,11 +42,6 @@ NOMINAL_TFLOPS: list[tuple[str, str, dict[str, float]]] = [
     (
         r"H100",
         "H100 SXM",
-        {"bfloat16": 989, "float16": 989, "tf32": 495, "float32": 67, "float64": 34},
-    ),
-    (
-        r"GH200",
-        "GH200",
         {"bfloat16": 989, "float16": 989, "tf32": 495, "float32": 67, "float64": 34},
     ),
     (r"B200", "B200", {"bfloat16": 2250, "float16": 2250, "tf32": 1100}),

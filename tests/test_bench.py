@@ -21,7 +21,7 @@ import torch
 from tck.adapters import Adapter, Subject, Unsupported
 from tck.bench import BenchOptions, Budget, growth_exponent, measure, peak_memory, run_bench
 from tck.bench.cli import parse_ints
-from tck.bench.peaks import nominal_tflops
+from tck.bench.peaks import nominal_peak, nominal_tflops
 from tck.bench.timing import median_ci_rel, quartiles, summarize
 from tck.bench.workloads import FORWARD, FORWARD_BACKWARD, NUMPY_NOTE, adapter_call, sdpa_call
 from tck.conformance.cli import main
@@ -171,6 +171,9 @@ def test_nominal_peaks_match_device_names():
     assert nominal_tflops("NVIDIA L40S", "bfloat16") == 362
     assert nominal_tflops("NVIDIA H100 80GB HBM3", "float32", tf32=True) == 495
     assert nominal_tflops("Some Future GPU", "bfloat16") is None
+    # a name that contains another's ("GH200" contains "H200") matches its own row
+    assert nominal_peak("NVIDIA GH200 480GB")[0] == "GH200"
+    assert nominal_peak("NVIDIA H100 NVL")[0] == "H100 NVL"
 
 
 def test_seq_doubling_notation():
