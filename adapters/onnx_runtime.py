@@ -301,7 +301,7 @@ class OrtHandle:
     torch: TorchHandle
     level: str
     opset: int | None
-    last: GraphInfo | None = None  # the graph of the latest run
+    last: Exported | None = None  # the graph of the latest run
 
 
 class OnnxRuntimeAdapter(Adapter):
@@ -403,7 +403,7 @@ class OnnxRuntimeAdapter(Adapter):
         kwargs = self.base._kwargs(handle.torch, inputs)  # the forward's inputs: the export's
         exported = self.exported(handle, kwargs)
         out = run_graph(exported, handle.level, kwargs)
-        handle.last = exported.info
+        handle.last = exported
         return out
 
     def exported(self, handle: OrtHandle, kwargs: Mapping[str, Any]) -> Exported:
@@ -416,7 +416,7 @@ class OnnxRuntimeAdapter(Adapter):
             for n, v in kwargs.items()
         )
         digest = hashlib.sha1()
-        for name, tensor in [*th.module.state_dict().items()]:
+        for name, tensor in th.module.state_dict().items():
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
         key = (
@@ -441,28 +441,28 @@ class OnnxRuntimeAdapter(Adapter):
     def precision_hint(self, handle: Any) -> str | None:
         """Where a float64 graph of ``handle`` computes in float32, for a diagnosis (the
         harness asks when a float64 comparison fails): scalars the exporter stored rounded to
-        float32, and float attributes of the kernels ONNX Runtime fused at this level."""
+        float32, and rounded float32 attributes of the graph ONNX Runtime runs at this level."""
         if not isinstance(handle, OrtHandle) or handle.torch.dtype != torch.float64:
             return None
+        exported = handle.last
+        if exported is None:  # nothing ran yet: nothing to say
+            return f"the exported float64 graph at {OPT_LEVELS[handle.level]}"
         found = []
-        info = handle.last
-        if info is not None and info.rounded_scalars:
-            shown = ", ".join(f"{n} = {v!r}" for n, v in info.rounded_scalars[:3])
+        if exported.info.rounded_scalars:
+            shown = ", ".join(f"{n} = {v!r}" for n, v in exported.info.rounded_scalars[:3])
             found.append(f"torch.onnx stored Python-float scalars rounded to float32 ({shown})")
-        exported = next((e for e in _CACHE.values() if e.info is info), None)
-        if exported is not None:
-            attributes = _float32_attributes(exported.model, handle.level)
-            if attributes:
-                found.append(
-                    f"the graph ONNX Runtime runs at {OPT_LEVELS[handle.level]} holds float32 "
-                    f"attributes ({', '.join(attributes[:3])})"
-                )
+        attributes = _float32_attributes(exported.model, handle.level)
+        if attributes:
+            found.append(
+                f"the graph ONNX Runtime runs at {OPT_LEVELS[handle.level]} holds float32 "
+                f"attributes ({', '.join(attributes[:3])})"
+            )
         if found:
             return "; ".join(found)
-        ops = ", ".join(info.ops) if info is not None else "unknown ops"
         return (
             f"the float64 graph holds no rounded constant, so a kernel of ONNX Runtime at "
-            f"{OPT_LEVELS[handle.level]} computes in float32 inside (the graph runs {ops})"
+            f"{OPT_LEVELS[handle.level]} computes in float32 inside (the graph runs "
+            f"{', '.join(exported.info.ops)})"
         )
 
 

@@ -57,8 +57,9 @@ def _at(inst: Instance, *, opset: int | None = None, level: str | None = None) -
 
 
 def _graph(tck: Harness, inst: Instance) -> None:
-    info = inst.handle.last
-    if info is not None:
+    exported = inst.handle.last
+    if exported is not None:
+        info = exported.info
         tck.note(
             {
                 "graph_ops": info.ops,
