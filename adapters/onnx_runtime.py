@@ -317,7 +317,7 @@ class OnnxRuntimeAdapter(Adapter):
     ):
         if not isinstance(base, TorchModuleAdapter):
             raise TypeError(
-                f"--export onnx needs a torch adapter (TorchModuleAdapter); {base.name!r} is a "
+                f"ONNX export needs a torch adapter (TorchModuleAdapter); {base.name!r} is a "
                 f"{type(base).__name__}"
             )
         unknown = set(levels) - set(OPT_LEVELS)

@@ -160,15 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.opset is not None and args.export is None:
         raise UsageError("--opset applies to --export onnx; add --export onnx")
     if args.export == "onnx":
-        from tck.adapters.onnx_runtime import with_onnx
+        from .onnx_cli import require_exportable
 
-        from .onnx_cli import require_onnx
-
-        require_onnx()
-        try:
-            with_onnx(adapter)
-        except TypeError as err:
-            raise UsageError(str(err)) from None
+        require_exportable(adapter)
     out = _writable_dir(Path(args.out) if args.out else default_out(args.adapter or adapter.name))
     results = run_checks(
         ["--pyargs", "tck.conformance"],

@@ -20,14 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from tck.adapters import BUILTIN, DEFAULT_ADAPTER, AdapterFailure, Unsupported, load_adapter
+from tck.adapters import (
+    BUILTIN,
+    DEFAULT_ADAPTER,
+    Adapter,
+    AdapterFailure,
+    Unsupported,
+    load_adapter,
+)
 from tck.reference import COMPONENTS, init_params
 
 from .cli import UsageError
 
 
-def require_onnx() -> None:
-    """onnx, onnxruntime and onnxscript (the exporter's) are the ``onnx`` extra."""
+def require_exportable(adapter: Adapter) -> None:
+    """A usage error unless the onnx extra is installed (onnx, onnxruntime, and the
+    exporter's onnxscript) and ``adapter`` is a torch adapter."""
     missing = []
     for module in ("onnx", "onnxruntime", "onnxscript"):
         try:
@@ -39,6 +47,12 @@ def require_onnx() -> None:
             f"ONNX export needs {', '.join(missing)}: pip install -c constraints.txt "
             "'transformer-tck[onnx]'"
         )
+    from tck.adapters.onnx_runtime import with_onnx
+
+    try:
+        with_onnx(adapter)
+    except TypeError as err:
+        raise UsageError(str(err)) from None
 
 
 def _axis_kinds(value: str) -> tuple[str, ...]:
@@ -86,18 +100,14 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
-    require_onnx()
-    from tck.adapters.onnx_runtime import Exported, export, run_graph, with_onnx
+    adapter = load_adapter(args.adapter)
+    require_exportable(adapter)
+    from tck.adapters.onnx_runtime import Exported, export, run_graph
 
     from .harness import DEFAULT_CONFIG
     from .inputs import make_inputs
     from .tolerance import round_to
 
-    adapter = load_adapter(args.adapter)
-    try:
-        with_onnx(adapter)  # says why when the adapter is not a torch adapter
-    except TypeError as err:
-        raise UsageError(str(err)) from None
     kinds = _axis_kinds(args.dynamic)
     name = args.subject or args.component
     subjects = {s.name: s for s in adapter.subjects() if s.component == args.component}
