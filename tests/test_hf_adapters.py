@@ -1,6 +1,6 @@
 """The third-party adapters: hf.bert and hf.vit run with 0 failures and their fingerprint
-agrees with what they declare (tox -e hf, where transformers is installed); timm.vit, where
-timm cannot be imported, stops with one line saying why."""
+agrees with what they declare (tox -e hf, where transformers is installed). timm.vit is in
+test_timm_adapter.py (tox -e timm)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 from test_fingerprint_cli import assert_agrees
 
 from tck.adapters import Unsupported, load_adapter
-from tck.conformance.cli import main
 from tck.conformance.fingerprint_cli import build_fingerprint
 from tck.conformance.harness import DEFAULT_CONFIG
 from tck.reference import Config
@@ -31,14 +30,6 @@ def tck(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tck", *args], capture_output=True, text=True, timeout=600
     )
-
-
-def timm_imports() -> bool:
-    try:
-        import timm  # noqa: F401
-    except Exception:  # missing, or a torchvision built for another torch
-        return False
-    return True
 
 
 # ------------------------------------------------------------------------- whole runs
@@ -163,34 +154,3 @@ def test_what_transformers_cannot_express_is_unsupported(adapter_name: str) -> N
     ):
         with pytest.raises(Unsupported, match=why):
             adapter.build(layer, config, seed=0)
-
-
-# ---------------------------------------------------------------------------------- timm
-
-
-@pytest.mark.skipif(timm_imports(), reason="timm imports here: test_timm_runs_with_no_failure")
-def test_timm_unavailable_is_one_line_and_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A run that could check nothing stops (exit 2), naming the reason in one line."""
-    proc = tck("run", "--adapter", "timm.vit", "--out", str(tmp_path))
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "timm.vit needs timm" in lines[0], proc.stderr
-    assert "torchvision" in lines[0]
-    assert main(["list"]) == 0
-    assert "timm.vit\t(unavailable: " in capsys.readouterr().out
-
-
-@pytest.mark.skipif(not timm_imports(), reason="timm (and a matching torchvision) not importable")
-@pytest.mark.spec("0.3", "9.1", "9.4")
-def test_timm_runs_with_no_failure(tmp_path: Path) -> None:
-    proc = tck("run", "--adapter", "timm.vit", "--out", str(tmp_path))
-    document = json.loads((tmp_path / "results.json").read_text())
-    bad = [
-        f"{r['check']}[{r['subject']}]: {r['diagnosis']}"
-        for r in document["results"]
-        if r["status"] in ("fail", "error")
-    ]
-    assert proc.returncode == 0 and not bad, "\n".join(bad)
-    assert_agrees("timm.vit", build_fingerprint(document))
