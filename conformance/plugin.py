@@ -188,7 +188,7 @@ def check_id(item: pytest.Item) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     excinfo = call.excinfo
-    if excinfo is not None and excinfo.errisinstance(Unsupported) and report.failed:
+    if excinfo is not None and excinfo.errisinstance(Unsupported) and not report.passed:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {excinfo.value}")
     subject = getattr(item, "callspec", None) and item.callspec.params.get("subject")
