@@ -125,7 +125,11 @@ def run_checks(
         pytest_args += ["-v", "--tb=short"]
         plugins = []
     else:
-        pytest_args += ["-q"]
+        # Hypothesis formats the traceback of every failing example it shrinks through
+        # pytest's repr_failure; pytest's own styles parse the source of each frame (~0.2 s
+        # an example), the native one does not. Nobody reads these: the results carry the
+        # diagnosis, and pytest's report goes to a buffer.
+        pytest_args += ["-q", "--tb=native"]
         plugins = [ProgressPlugin(Console(stderr=True))]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
