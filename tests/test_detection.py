@@ -6,22 +6,22 @@ writes ``OUT/<mutant>/results.json`` and refreshes the detection matrix
 ``OUT/detection_matrix.json`` (mutant x check -> codes); OUT is ``$TCK_DETECTION_OUT`` or
 ``reports/out/detection``.
 
-The runs are subprocesses (``python -m tck run``), one per mutant, single-threaded: torch's
-intra-op threads spin on an oversubscribed 2-core machine and make tiny ops ~70x slower. They
-are selected with ``-m detection`` (``tox -e detection``) and skipped otherwise.
+Each run is ``tck run`` in a child forked from the test process (support/forked_run.py: the
+interpreter and torch are loaded once per xdist worker, not once per run), single-threaded:
+torch's intra-op threads spin on an oversubscribed 2-core machine and make tiny ops ~70x
+slower. They are selected with ``-m detection`` (``tox -e detection``) and skipped otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from support.forked_run import tck_run
 
 from tck.adapters import mutants
 from tck.adapters.mutants import matrix
@@ -49,31 +49,14 @@ def run_suite(spec: str, out: Path, seed: int = 0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     results.unlink(missing_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "tck",
-        "run",
-        "--adapter",
-        spec,
-        "--profile",
-        PROFILE,
-        "--seed",
-        str(seed),
-    ]
-    done = subprocess.run(
-        [*command, "--out", str(out)],
-        cwd=out,  # hypothesis keeps its .hypothesis folder here
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    log = out / "tck-run.log"
+    args = ["--adapter", spec, "--profile", PROFILE, "--seed", str(seed), "--out", str(out)]
+    # cwd: hypothesis keeps its .hypothesis folder there
+    code = tck_run(args, cwd=out, log=log, timeout_s=TIMEOUT_S)
     if not results.exists():
         raise AssertionError(
-            f"tck run --adapter {spec} wrote no results (exit {done.returncode}):\n"
-            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            f"tck run --adapter {spec} wrote no results (exit {code}):\n"
+            f"{log.read_text(encoding='utf-8', errors='replace')[-4000:]}"
         )
     return json.loads(results.read_text(encoding="utf-8"))
 
