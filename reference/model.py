@@ -84,11 +84,11 @@ def check_keep_mask(keep_mask: Tensor, scores_shape: tuple[int, ...] | torch.Siz
             f"{scores_shape}: give (Lq, Lk) or a mask of the scores' rank "
             "(a (B, Lk) key-padding mask goes in as key_padding(keep), i.e. (B, 1, 1, Lk))"
         )
-    try:
-        broadcast = torch.broadcast_shapes(keep_mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
+    # broadcasts to the scores (and not past them): each of its sizes, aligned from the right,
+    # is 1 or the scores' (plain ints: torch.broadcast_shapes cost more than the attention)
+    mask_shape = tuple(keep_mask.shape)
+    fits = all(m in (1, n) for m, n in zip(reversed(mask_shape), reversed(scores_shape)))
+    if not fits:
         raise ValueError(
             f"keep-mask of shape {tuple(keep_mask.shape)} does not broadcast to the attention "
             f"scores {scores_shape} (SPEC.md §4.1)"
