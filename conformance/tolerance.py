@@ -152,7 +152,18 @@ class Comparison:
         }
         if self.dtype != "float64":
             out.update(dtype=self.dtype, ref_max_abs_err=self.ref_err, k=self.k)
+            multiple = self.ref_multiple
+            if multiple is not None:
+                out["ref_multiple"] = multiple
         return out
+
+    @property
+    def ref_multiple(self) -> float | None:
+        """The error as a multiple of the careful reference's error (SPEC.md §10.10), where
+        that error is finite and not zero."""
+        if self.ref_err > 0 and np.isfinite(self.ref_err) and np.isfinite(self.max_abs_err):
+            return self.max_abs_err / self.ref_err
+        return None
 
 
 def compare(
