@@ -59,8 +59,8 @@ DECLARED = "numerics.half_precision_input_dtype"
 WORDS = {
     "norm_statistics": "forms the norm statistics (mean, variance, mean square) in {dtype} "
     "instead of float32",
-    "softmax": "forms the softmax's exponentials and their sum in {dtype} instead of float32 "
-    "(max subtracted, sum accumulated in float32)",
+    "softmax": "forms the softmax's exponentials and their sum in {dtype}, where the careful "
+    "reference subtracts the row maximum and sums in float32",
     "rope_angles": "forms the RoPE angles pos * w from {dtype} positions and frequencies "
     "instead of in float32 or better",
 }
@@ -110,15 +110,12 @@ def name_precision_failure(
     dtype = inst.dtype
     if overflow.any():
         first = tuple(int(i) for i in np.argwhere(overflow)[0])
-        how = (
-            f": it {WORDS[explained].format(dtype=dtype)}, and that is what overflows"
-            if explained
-            else ""
-        )
+        how = f"; it {WORDS[explained].format(dtype=dtype)}, and that is where" if explained else ""
         return CheckFailure(
             OVERFLOW,
             f"{int(overflow.sum())} output position(s) are inf or NaN in {dtype} where the "
-            f"oracle and the careful reference are finite (first at {first}){how} "
+            f"oracle and the careful reference are finite (first at {first}): an intermediate "
+            f"left {dtype}'s range{how} "
             f"(SPEC.md §10.10); {failure.message}",
             {**failure.metrics, "overflow_positions": int(overflow.sum())},
         )

@@ -1,8 +1,9 @@
 """The tolerance rule (DESIGN.md; SPEC.md §10.7), from FlashAttention's and PyTorch's tests.
 
 Inputs and parameters are rounded to the test dtype once and shared by every path; ``gold``
-is the float64 oracle, ``ref`` one naive implementation computed in the test dtype (the torch
-reference model, ``Harness.naive``), ``test`` the adapter. A check passes iff
+is the float64 oracle, ``ref`` one careful implementation computed in the test dtype (the
+torch reference model, ``Harness.naive``: norm statistics and softmax in float32, angles in
+float64, SPEC.md §10.10), ``test`` the adapter. A check passes iff
 
     max|test - gold| <= k * max|ref - gold| + floor
 
