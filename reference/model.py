@@ -15,7 +15,6 @@ a ``(B, Lk)`` key-padding mask is passed as ``(B, 1, 1, Lk)`` (``key_padding``).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import math
 from collections.abc import Callable, Iterator, Mapping
 
@@ -38,9 +37,9 @@ from .params import COMPONENTS, canonical_conventions, has_final_norm
 # ``half_precision="input_dtype"``.
 QUANTITIES = ("norm_statistics", "softmax", "rope_angles")
 _HALF = (torch.float16, torch.bfloat16)
-_IN_INPUT_DTYPE: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "tck_in_input_dtype", default=frozenset()
-)
+# A module global, not a ContextVar: torch.compile(fullgraph=True) cannot trace
+# ContextVar.get, and the suite runs one check at a time per process.
+_IN_INPUT_DTYPE: frozenset[str] = frozenset()
 
 
 @contextlib.contextmanager
@@ -50,16 +49,17 @@ def computed_in_input_dtype(*quantities: str) -> Iterator[None]:
     unknown = set(quantities) - set(QUANTITIES)
     if unknown:
         raise ValueError(f"unknown quantities {sorted(unknown)}: choose from {QUANTITIES}")
-    token = _IN_INPUT_DTYPE.set(frozenset(quantities))
+    global _IN_INPUT_DTYPE
+    before, _IN_INPUT_DTYPE = _IN_INPUT_DTYPE, frozenset(quantities)
     try:
         yield
     finally:
-        _IN_INPUT_DTYPE.reset(token)
+        _IN_INPUT_DTYPE = before
 
 
 def _careful(x: Tensor, quantity: str) -> bool:
     """Is ``quantity`` of a half-precision ``x`` to be formed in float32 (§10.10)?"""
-    return x.dtype in _HALF and quantity not in _IN_INPUT_DTYPE.get()
+    return x.dtype in _HALF and quantity not in _IN_INPUT_DTYPE
 
 
 def _working(x: Tensor, quantity: str) -> Tensor:
