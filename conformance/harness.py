@@ -8,9 +8,10 @@ number.
 
 Precision (SPEC.md §10.7): ``instance(dtype="float16")`` builds the subject in that dtype
 with canonical parameters rounded to it, ``inputs`` rounds the float inputs to it, and the
-comparison takes the naive reference's error in that dtype into its bound (``naive``: the
+comparison takes the careful reference's error in that dtype into its bound (``naive``: the
 torch reference model of ``tck.reference.model``, built under the subject's conventions and
-run in the same dtype on the same rounded values; the one naive implementation of the rule).
+run in the same dtype on the same rounded values; it keeps norm statistics and the softmax
+in float32 and RoPE angles in float64, as SPEC.md §10.10 asks of every implementation).
 Gradients (SPEC.md §10.8): ``gradients``, ``gold_gradients``, ``naive_gradients``.
 """
 
@@ -325,8 +326,10 @@ class Harness:
         )
 
     def naive(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``ref`` of the tolerance rule: the torch reference model under the subject's
-        conventions, in ``inst.dtype``, with the instance's (rounded) parameters."""
+        """``ref`` of the tolerance rule, the careful reference (SPEC.md §10.10): the torch
+        reference model under the subject's conventions, in ``inst.dtype``, with the
+        instance's (rounded) parameters. Within ``computed_in_input_dtype(...)`` it is a
+        hypothesis with those quantities in the input dtype (``tck.conformance.precision``)."""
         naive, handle = self._naive(inst, inst.dtype)
         return np.asarray(naive.run(handle, dict(inputs)), dtype=np.float64)
 
@@ -372,9 +375,15 @@ class Harness:
     def naive_gradients(
         self, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
-        """``ref`` for gradients: autograd through the torch reference in ``inst.dtype``."""
+        """``ref`` for gradients: autograd through the torch reference in ``inst.dtype``, with
+        the norm statistics in that dtype: §10.8's multipliers were measured against that
+        reference, and a careful one's norm gradients are tighter than torch.nn's own fused
+        LayerNorm backward meets (measured: 1.3x the bound, encoder, float16, seed 4)."""
+        from tck.reference.model import computed_in_input_dtype
+
         naive, handle = self._naive(inst, inst.dtype)
-        grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
+        with computed_in_input_dtype("norm_statistics"):
+            grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
         return {k: np.asarray(v, dtype=np.float64) for k, v in grads.items()}
 
     def ignore_mask(self, inst: Instance, gold: np.ndarray) -> np.ndarray | None:
@@ -428,9 +437,13 @@ class Harness:
         for key, value in metrics.items():
             old = self.metrics.get(key)
             if isinstance(value, (int, float)) and isinstance(old, (int, float)):
-                if key in ("max_abs_err", "ratio", "nan_mismatch", "mean_abs_err") or key.endswith(
-                    "max_abs_delta"
-                ):
+                if key in (
+                    "max_abs_err",
+                    "ratio",
+                    "nan_mismatch",
+                    "mean_abs_err",
+                    "ref_multiple",
+                ) or key.endswith("max_abs_delta"):
                     self.metrics[key] = max(old, value)
                     if key == "ratio" and value >= old:
                         self.metrics["worst_index"] = metrics.get("worst_index")

@@ -1,8 +1,9 @@
 """The tolerance rule (DESIGN.md; SPEC.md §10.7), from FlashAttention's and PyTorch's tests.
 
 Inputs and parameters are rounded to the test dtype once and shared by every path; ``gold``
-is the float64 oracle, ``ref`` one naive implementation computed in the test dtype (the torch
-reference model, ``Harness.naive``), ``test`` the adapter. A check passes iff
+is the float64 oracle, ``ref`` one careful implementation computed in the test dtype (the
+torch reference model, ``Harness.naive``: norm statistics and softmax in float32, angles in
+float64, SPEC.md §10.10), ``test`` the adapter. A check passes iff
 
     max|test - gold| <= k * max|ref - gold| + floor
 
@@ -152,7 +153,18 @@ class Comparison:
         }
         if self.dtype != "float64":
             out.update(dtype=self.dtype, ref_max_abs_err=self.ref_err, k=self.k)
+            multiple = self.ref_multiple
+            if multiple is not None:
+                out["ref_multiple"] = multiple
         return out
+
+    @property
+    def ref_multiple(self) -> float | None:
+        """The error as a multiple of the careful reference's error (SPEC.md §10.10), where
+        that error is finite and not zero."""
+        if self.ref_err > 0 and np.isfinite(self.ref_err) and np.isfinite(self.max_abs_err):
+            return self.max_abs_err / self.ref_err
+        return None
 
 
 def compare(

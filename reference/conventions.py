@@ -26,6 +26,7 @@ FullyMaskedRows = Literal["zero", "nan", "uniform", "undefined"]
 Pooling = Literal["cls", "mean"]
 FinalNorm = Literal["pre_only", "always", "never"]
 PaddedQueryRows = Literal["computed", "zero"]
+HalfPrecision = Literal["float32", "input_dtype"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -41,6 +42,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "pooling": ("cls", "mean"),
     "final_norm": ("pre_only", "always", "never"),
     "padded_query_rows": ("computed", "zero"),
+    "half_precision": ("float32", "input_dtype"),
 }
 
 
@@ -65,6 +67,9 @@ class Conventions:
     # §4.2: an encoder's output at padded query positions is computed by the formula | zero
     # (torch's nested-tensor encoder path)
     padded_query_rows: PaddedQueryRows = "computed"
+    # §10.10: in float16/bfloat16, norm statistics, softmax and RoPE angles are formed in
+    # float32 | in the input dtype (declared: the numerics checks then give a convention row)
+    half_precision: HalfPrecision = "float32"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():

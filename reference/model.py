@@ -14,8 +14,9 @@ a ``(B, Lk)`` key-padding mask is passed as ``(B, 1, 1, Lk)`` (``key_padding``).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -24,6 +25,46 @@ from torch import Tensor, nn
 
 from .conventions import Config, Conventions
 from .params import COMPONENTS, canonical_conventions, has_final_norm
+
+# ----------------------------------------------------------------------- half precision
+
+# SPEC.md §10.10: what a careful half-precision implementation keeps in float32. The model
+# below is that careful implementation: for float16 and bfloat16 tensors it forms the norm
+# statistics and the softmax in float32 and the RoPE angles in float64, and rounds each
+# result to the tensor's dtype once. ``computed_in_input_dtype`` switches quantities back to
+# the naive computation in the input dtype: the hypotheses the suite tests a failure against
+# (``numerics.norm_statistics_low_precision``, ...), and the bound of a subject that declares
+# ``half_precision="input_dtype"``.
+QUANTITIES = ("norm_statistics", "softmax", "rope_angles")
+_HALF = (torch.float16, torch.bfloat16)
+# A module global, not a ContextVar: torch.compile(fullgraph=True) cannot trace
+# ContextVar.get, and the suite runs one check at a time per process.
+_IN_INPUT_DTYPE: frozenset[str] = frozenset()
+
+
+@contextlib.contextmanager
+def computed_in_input_dtype(*quantities: str) -> Iterator[None]:
+    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) in the input
+    dtype, as a naive implementation does, instead of in float32 (SPEC.md §10.10)."""
+    unknown = set(quantities) - set(QUANTITIES)
+    if unknown:
+        raise ValueError(f"unknown quantities {sorted(unknown)}: choose from {QUANTITIES}")
+    global _IN_INPUT_DTYPE
+    before, _IN_INPUT_DTYPE = _IN_INPUT_DTYPE, frozenset(quantities)
+    try:
+        yield
+    finally:
+        _IN_INPUT_DTYPE = before
+
+
+def _careful(x: Tensor, quantity: str) -> bool:
+    """Is ``quantity`` of a half-precision ``x`` to be formed in float32 (§10.10)?"""
+    return x.dtype in _HALF and quantity not in _IN_INPUT_DTYPE
+
+
+def _working(x: Tensor, quantity: str) -> Tensor:
+    return x.float() if _careful(x, quantity) else x
+
 
 # ----------------------------------------------------------------------- functional pieces
 
@@ -57,7 +98,12 @@ def scaled_dot_product_attention(
         keep_mask = torch.ones(1, 1, dtype=torch.bool, device=scores.device)  # keep every key
     check_keep_mask(keep_mask, scores.shape)
     scores = scores.masked_fill(~keep_mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)  # (..., Lq, Lk), NaN on a row with no key kept
+    if scores.dtype in _HALF and not _careful(scores, "softmax"):
+        exp = scores.exp()  # the naive softmax in the input dtype (§10.10's hypothesis)
+        weights = exp / exp.sum(dim=-1, keepdim=True)
+    else:  # §10.10: max and sum in float32 for half inputs, one rounding of the weights
+        weights = torch.softmax(_working(scores, "softmax"), dim=-1).to(scores.dtype)
+    # weights (..., Lq, Lk), NaN on a row with no key kept
     empty_row = ~keep_mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
     empty_row_weight = {
         "zero": 0.0,
@@ -162,7 +208,11 @@ def rope(
     if tuple(positions.shape) != (length,):
         raise ValueError(f"positions must have shape ({length},), got {tuple(positions.shape)}")
     omega = _frequencies(d, base, "RoPE").to(x.device)  # (d/2,)
-    theta = positions.to(device=x.device, dtype=torch.float64)[:, None] * omega  # (L, d/2)
+    if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis: 16-bit angles
+        omega = omega.to(x.dtype)
+        theta = positions.to(device=x.device, dtype=x.dtype)[:, None] * omega
+    else:  # §10.10: the angle pos * w formed in float64, rounded once as cos and sin
+        theta = positions.to(device=x.device, dtype=torch.float64)[:, None] * omega  # (L, d/2)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
     if layout == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]  # (..., L, d/2) each
@@ -232,15 +282,15 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d))
 
     def forward(self, x: Tensor) -> Tensor:
-        d = x.shape[-1]
-        centred = x - x.mean(dim=-1, keepdim=True)
+        d, xs = x.shape[-1], _working(x, "norm_statistics")  # §10.10: float32 for half x
+        centred = xs - xs.mean(dim=-1, keepdim=True)
         divisor = d if self.variance == "biased" else d - 1
         var = (centred**2).sum(dim=-1, keepdim=True) / divisor  # (..., 1)
         if self.eps_placement == "inside_sqrt":
             y = centred / torch.sqrt(var + self.eps)
         else:
             y = centred / (torch.sqrt(var) + self.eps)
-        return y * self.weight + self.bias
+        return y.to(x.dtype) * self.weight + self.bias
 
 
 class RMSNorm(nn.Module):
@@ -252,7 +302,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x / torch.sqrt((x**2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+        xs = _working(x, "norm_statistics")  # §10.10: the mean square in float32 for half x
+        y = xs / torch.sqrt((xs**2).mean(dim=-1, keepdim=True) + self.eps)
+        return y.to(x.dtype) * self.weight
 
 
 def make_norm(d: int, conventions: Conventions) -> LayerNorm | RMSNorm:

@@ -142,7 +142,16 @@ def exported_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, Any]:
-    keys = ("max_abs_err", "mean_abs_err", "bound", "ratio", "dtype", "grad_of", "runtime")
+    keys = (
+        "max_abs_err",
+        "mean_abs_err",
+        "bound",
+        "ratio",
+        "ref_multiple",
+        "dtype",
+        "grad_of",
+        "runtime",
+    )
     return {k: metrics[k] for k in keys if k in metrics}
 
 
@@ -159,7 +168,11 @@ def report_context(document: dict[str, Any]) -> dict[str, Any]:
             groups.items(), key=lambda kv: (rank[worst(by_component[kv[0]])], kv[0])
         )
     }
-    svgs = [plots.ratio_per_dtype(results), plots.error_vs_length(results)]
+    svgs = [
+        plots.ratio_per_dtype(results),
+        plots.ref_multiple_per_dtype(results),
+        plots.error_vs_length(results),
+    ]
     return {
         "doc": document,
         "adapter": document["adapter"],

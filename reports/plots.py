@@ -70,6 +70,42 @@ def ratio_per_dtype(results: list[dict[str, Any]]) -> str | None:
     return _svg(fig)
 
 
+def ref_multiple_per_dtype(results: list[dict[str, Any]]) -> str | None:
+    """Each lower-precision comparison's error as a multiple of the careful reference's error
+    in the same dtype (SPEC.md §10.10), one column per dtype, with the multiplier k drawn."""
+    columns: dict[str, list[float]] = defaultdict(list)
+    ks: set[float] = set()
+    for r in results:
+        metrics = r.get("metrics", {})
+        multiple = _number(metrics.get("ref_multiple"))
+        if multiple is not None and r["status"] in ("pass", "fail", "convention"):
+            dtype = str(metrics.get("dtype", "other"))
+            columns[dtype if dtype.isidentifier() else "other"].append(max(multiple, 1e-6))
+            k = _number(metrics.get("k"))
+            if k is not None:
+                ks.add(k)
+    if not columns:
+        return None
+    plt = _pyplot()
+    order = [d for d in ("float32", "float16", "bfloat16") if d in columns]
+    order += sorted(set(columns) - set(order))
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for i, dtype in enumerate(order):
+        ys = sorted(columns[dtype])
+        xs = [i + 0.3 * ((j % 7) / 6 - 0.5) for j in range(len(ys))]  # deterministic jitter
+        ax.scatter(xs, ys, s=10, alpha=0.6, color=_COLOURS[(i + 1) % len(_COLOURS)])
+    for j, k in enumerate(sorted(ks)):
+        ax.axhline(k, color="#d62728", linewidth=1, linestyle="--", label="k" if not j else None)
+    ax.axhline(1.0, color="#2ca02c", linewidth=1, linestyle=":", label="careful reference")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(order)), [f"{d}\n({len(columns[d])})" for d in order])
+    ax.set_ylabel("error / careful reference's error")
+    ax.set_title("Error as a multiple of the careful reference's (per dtype)")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _svg(fig)
+
+
 def error_vs_length(results: list[dict[str, Any]]) -> str | None:
     """Max |test - oracle| against sequence length, per component (oracle comparisons)."""
     series: dict[str, dict[int, float]] = defaultdict(dict)

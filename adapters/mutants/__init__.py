@@ -57,6 +57,9 @@ NAMES: tuple[str, ...] = (
     "mask_wrong_batch_row",
     "causal_mask_dropped",
     "rope_low_precision",
+    "layer_norm_low_precision",
+    "rms_norm_low_precision",
+    "softmax_low_precision",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

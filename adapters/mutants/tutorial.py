@@ -90,9 +90,13 @@ class LayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        mean = x.mean(-1, keepdim=True)
-        var = x.var(-1, keepdim=True, unbiased=False)
-        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+        # statistics in float32 for half inputs, as torch.nn.LayerNorm's kernel keeps them
+        # (mutant layer_norm_low_precision drops this)
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        mean = xf.mean(-1, keepdim=True)
+        var = xf.var(-1, keepdim=True, unbiased=False)
+        y = ((xf - mean) / torch.sqrt(var + self.eps)).to(x.dtype)
+        return self.gamma * y + self.beta
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
