@@ -132,8 +132,8 @@ def check_keep_mask(keep_mask: Tensor, scores_shape: tuple[int, ...] | torch.Siz
         )
     # broadcasts to the scores (and not past them): each of its sizes, aligned from the right,
     # is 1 or the scores' (plain ints: torch.broadcast_shapes cost more than the attention)
-    mask_shape = tuple(keep_mask.shape)
-    fits = all(m in (1, n) for m, n in zip(reversed(mask_shape), reversed(scores_shape)))
+    aligned = zip(reversed(tuple(keep_mask.shape)), reversed(scores_shape), strict=False)
+    fits = all(m in (1, n) for m, n in aligned)
     if not fits:
         raise ValueError(
             f"keep-mask of shape {tuple(keep_mask.shape)} does not broadcast to the attention "
