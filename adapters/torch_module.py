@@ -89,6 +89,9 @@ class TorchEntry:
     notes: tuple[str, ...] = ()
     dtypes: tuple[str, ...] | None = None  # default: the adapter's
     grad_dtypes: tuple[str, ...] | None = None  # dtypes grad() is offered in; default: dtypes
+    # §11.6: step(module, cache, **inputs) -> (output, cache), one incremental decoding call
+    # with the module's own cache (None on the first call); see Adapter.step
+    step: Callable[..., Any] | None = None
 
     def subject(self) -> Subject:
         return Subject(
@@ -235,6 +238,17 @@ class TorchModuleAdapter(Adapter):
                 g = of_owner[ref]
             result[f"params.{canonical}"] = _numpy(g)
         return result
+
+    def step(self, handle: TorchHandle, inputs: Arrays, cache: Any) -> tuple[np.ndarray, Any]:
+        if handle.entry.step is None:
+            raise Unsupported(
+                f"{self.name}:{handle.subject.name} does not decode incrementally (TorchEntry.step)"
+            )
+        kwargs = {k: self._to_torch(k, v, handle.dtype) for k, v in inputs.items()}
+        with torch.no_grad(), self._lacking_ops(handle):
+            out, cache = handle.entry.step(handle.module, cache, **kwargs)
+        out = self._output(out)
+        return _numpy(out.to(handle.dtype) if out.is_floating_point() else out), cache
 
     def _kwargs(self, handle: TorchHandle, inputs: Arrays) -> dict[str, Any]:
         accepted = _accepted_inputs(handle.entry.forward)

@@ -26,6 +26,9 @@ FullyMaskedRows = Literal["zero", "nan", "uniform", "undefined"]
 Pooling = Literal["cls", "mean"]
 FinalNorm = Literal["pre_only", "always", "never"]
 PaddedQueryRows = Literal["computed", "zero"]
+Positions = Literal["learned", "rope"]
+FFNKind = Literal["plain", "gated"]
+GateActivation = Literal["silu", "gelu", "gelu_tanh"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -41,6 +44,9 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "pooling": ("cls", "mean"),
     "final_norm": ("pre_only", "always", "never"),
     "padded_query_rows": ("computed", "zero"),
+    "positions": ("learned", "rope"),
+    "ffn_kind": ("plain", "gated"),
+    "gate_activation": ("silu", "gelu", "gelu_tanh"),
 }
 
 
@@ -65,6 +71,12 @@ class Conventions:
     # §4.2: an encoder's output at padded query positions is computed by the formula | zero
     # (torch's nested-tensor encoder path)
     padded_query_rows: PaddedQueryRows = "computed"
+    # §11 decoder-only models (no other component reads these three):
+    # §11.5: a learned position table added to the embeddings (GPT-2) | RoPE on the queries
+    # and keys of every causal self-attention (§11.1, Llama)
+    positions: Positions = "learned"
+    ffn_kind: FFNKind = "plain"  # §11.4: the §6.1 FFN | the gated FFN of §11.3 (SwiGLU)
+    gate_activation: GateActivation = "silu"  # §11.3: SwiGLU | GeGLU (exact or tanh GELU)
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -117,6 +129,9 @@ class Config:
     patch_size: int = 4
     channels: int = 3
     n_classes: int = 10
+    # §11.2: key/value heads of a causal self-attention (grouped-query attention); default
+    # n_heads (multi-head attention), 1 is multi-query attention. No other component reads it.
+    n_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -141,6 +156,11 @@ class Config:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
                 "(SPEC.md §3.3): choose n_heads dividing d_model, or give d_k and d_v explicitly."
             )
+        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
+            raise ValueError(
+                f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads} (SPEC.md "
+                "§11.2): each key/value head serves n_heads / n_kv_heads query heads"
+            )
         for name in ("d_k", "d_v"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -162,6 +182,11 @@ class Config:
     @property
     def head_dim_v(self) -> int:
         return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """§11.2: the number of key/value heads (n_kv_heads, default n_heads)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
     def n_patches(self) -> int:
