@@ -61,6 +61,16 @@ class Chunk:
     name: str
     index: int
     parts: int
+    # the axis the slices are cut along, and whether the canonical [out, in] matrix is the
+    # slice transposed: GPT-2's Conv1D stores [in, out], its fused c_attn [D, 3D], so q is
+    # Chunk("attn.c_attn.weight", 0, 3, dim=1, transposed=True)
+    dim: int = 0
+    transposed: bool = False
+
+    def of(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This slice of ``tensor`` in the canonical layout (a view: writes reach it)."""
+        part = tensor.chunk(self.parts, dim=self.dim)[self.index]
+        return part.T if self.transposed else part
 
 
 ParamRef = str | Chunk
@@ -233,7 +243,7 @@ class TorchModuleAdapter(Adapter):
         of_owner = dict(zip(owners, by_target[len(leaves) :], strict=True))
         for canonical, ref in mapping.items():
             if isinstance(ref, Chunk):
-                g = of_owner[ref.name].chunk(ref.parts, dim=0)[ref.index]
+                g = ref.of(of_owner[ref.name])
             else:
                 g = of_owner[ref]
             result[f"params.{canonical}"] = _numpy(g)
@@ -321,5 +331,5 @@ class TorchModuleAdapter(Adapter):
             )
         tensor = named[name]
         if isinstance(ref, Chunk):
-            return tensor.chunk(ref.parts, dim=0)[ref.index]
+            return ref.of(tensor)
         return tensor
