@@ -91,6 +91,11 @@ def test_oracle_lengths(tck: Harness) -> None:
     for index, length in enumerate(LENGTHS):
         inputs = unpadded(tck, inst, 2, length, seed=100 + index)
         tck.assert_matches_oracle(inst, inputs, what=f"unpadded call of length {length}")
+    padded = tck.inputs(inst, Shape(batch=2, lq=13, lk=13, lengths=(13, 7)), seed=199)
+    try:  # right padding, where the implementation takes key_padding
+        tck.assert_matches_oracle(inst, padded, what="right-padded rows of lengths 13 and 7")
+    except Unsupported as why:
+        tck.note({"unsupported_calls": [f"right-padded rows: {why}"]})
 
 
 @spec("11.2")
@@ -103,6 +108,13 @@ def test_grouped_query_attention(tck: Harness, n_kv_heads: int) -> None:
         inst = instance(tck, n_kv_heads=n_kv_heads)
     except Unsupported as err:
         pytest.skip(f"n_kv_heads={n_kv_heads}: {err}")
+    except ValueError as err:  # load(): k and v have n_heads heads whatever n_kv_heads says
+        if "shape" not in str(err):
+            raise
+        pytest.skip(
+            f"the implementation has no grouped-query attention: its key/value projections do "
+            f"not take n_kv_heads={n_kv_heads} ({str(err)[:200]})"
+        )
     tck.require_params(inst)
     for index, length in enumerate((5, 11)):
         inputs = unpadded(tck, inst, 2, length, seed=200 + index)

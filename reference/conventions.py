@@ -193,4 +193,9 @@ class Config:
         return (self.image_size // self.patch_size) ** 2
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The sizes by name; n_kv_heads only when set (absent means n_heads, §11.2), so
+        configs written before it existed (fixture manifests, results) read the same."""
+        sizes = asdict(self)
+        if sizes["n_kv_heads"] is None:
+            del sizes["n_kv_heads"]
+        return sizes

@@ -57,6 +57,14 @@ NAMES: tuple[str, ...] = (
     "mask_wrong_batch_row",
     "causal_mask_dropped",
     "rope_low_precision",
+    # decoder-only (SPEC.md §11), on the modules of gpt_tutorial
+    "kv_heads_tiled",
+    "cache_rope_offset",
+    "cache_causal_off_by_one",
+    "cache_wrong_axis",
+    "gate_up_swapped",
+    "swiglu_gelu",
+    "left_pad_positions",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
