@@ -100,10 +100,20 @@ def test_oracle_lengths(tck: Harness) -> None:
 
 @spec("11.2")
 @components(*CAUSAL)
-@pytest.mark.parametrize("n_kv_heads", [2, 1])
-def test_grouped_query_attention(tck: Harness, n_kv_heads: int) -> None:
-    """§11.2: with n_kv_heads = 2 of 4 (grouped-query) and 1 (multi-query), key/value head j
-    serves query heads j*g .. (j+1)*g - 1; checked against the oracle, unpadded."""
+def test_grouped_query_attention(tck: Harness) -> None:
+    """§11.2: n_kv_heads = 2 of 4 query heads: key/value head j serves query heads 2j and
+    2j + 1 (repeated in place, not tiled); checked against the oracle, unpadded."""
+    check_kv_heads(tck, 2)
+
+
+@spec("11.2")
+@components(*CAUSAL)
+def test_multi_query_attention(tck: Harness) -> None:
+    """§11.2: n_kv_heads = 1: one key/value head serves every query head."""
+    check_kv_heads(tck, 1)
+
+
+def check_kv_heads(tck: Harness, n_kv_heads: int) -> None:
     try:
         inst = instance(tck, n_kv_heads=n_kv_heads)
     except Unsupported as err:

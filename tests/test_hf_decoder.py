@@ -49,7 +49,11 @@ def test_whole_run_has_no_failure(adapter: str, tmp_path) -> None:
         causal = {s for s in subjects if not s.startswith("gated_ffn")}
         assert passed == causal, (check, sorted(causal - passed))
     if adapter == "hf.llama":  # GQA and MQA against the oracle
-        gqa = [r for r in document["results"] if r["check"] == "decoder.grouped_query_attention"]
+        gqa = [
+            r
+            for r in document["results"]
+            if r["check"] in ("decoder.grouped_query_attention", "decoder.multi_query_attention")
+        ]
         assert gqa and all(r["status"] == "pass" for r in gqa)
 
 
