@@ -20,6 +20,8 @@ BUILTIN: dict[str, str] = {
     "torch.nn": "tck.adapters.torch_nn:adapter",
     "hf.bert": "tck.adapters.hf:bert",  # needs transformers (the hf extra)
     "hf.vit": "tck.adapters.hf:vit",
+    "hf.gpt2": "tck.adapters.hf_decoder:gpt2",  # decoder-only (SPEC.md §11), transformers
+    "hf.llama": "tck.adapters.hf_decoder:llama",
     "timm.vit": "tck.adapters.timm_vit:adapter",  # needs timm, and so a working torchvision
 }
 DEFAULT_ADAPTER = "reference"

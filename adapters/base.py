@@ -10,6 +10,7 @@ Every input and output is a numpy array; masks cross the boundary in one form, b
 **keep**-masks (True = may attend), and each adapter converts them to its library's
 convention. The inputs of each component are listed in ``INPUTS``.
 
+Incremental decoding with a KV cache (``step``, SPEC.md §11.6) is optional too.
 Precision and gradients are optional capabilities (SPEC.md §10.7, §10.8): ``dtypes`` names
 the dtypes ``build`` accepts (float64 only, unless an adapter says more), and ``grad``
 returns vector-Jacobian products. An adapter written before they existed keeps working:
@@ -54,6 +55,12 @@ INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "seq2seq": (("src_ids", "tgt_ids"), ()),  # padding from Config.padding_idx, causal tgt
     "patch_embed": (("images",), ()),  # images [B, C, H, W]
     "vit": (("images",), ()),
+    # §11 decoder-only: one input, always causal; positions int64 [B, L] are position ids
+    # (default 0 .. L-1 in every row; shifted for a left-padded row, §11.7)
+    "causal_self_attention": (("x",), ("key_padding", "positions")),  # x [B, L, D]
+    "gated_ffn": (("x",), ()),
+    "decoder_block": (("x",), ("key_padding", "positions")),
+    "causal_lm": (("ids",), ("key_padding", "positions")),  # ids int64 [B, L]
 }
 
 OUTPUTS: dict[str, str] = {
@@ -72,7 +79,14 @@ OUTPUTS: dict[str, str] = {
     "seq2seq": "[B, Lt, V] logits",
     "patch_embed": "[B, N_p, D]",
     "vit": "[B, n_classes] logits",
+    "causal_self_attention": "[B, L, D]",
+    "gated_ffn": "[B, L, D]",
+    "decoder_block": "[B, L, D]",
+    "causal_lm": "[B, L, V] logits",
 }
+
+# Components that decode incrementally (SPEC.md §11.6): ``Adapter.step`` may serve them.
+CACHED: tuple[str, ...] = ("causal_self_attention", "decoder_block", "causal_lm")
 
 assert set(INPUTS) == set(COMPONENTS) == set(OUTPUTS)
 
@@ -178,6 +192,18 @@ class Adapter(ABC):
         cannot differentiate; that is the default.
         """
         raise Unsupported(f"{self.name} does not compute gradients")
+
+    def step(self, handle: Any, inputs: Arrays, cache: Any) -> tuple[np.ndarray, Any]:
+        """One incremental decoding call with the implementation's own KV cache (SPEC.md §11.6).
+
+        ``inputs`` holds only the *new* tokens in the component's main input (``x`` [B, n, D]
+        or ``ids`` [B, n]), their ``positions`` [B, n] (always given), and ``key_padding``
+        [B, T] over every token so far, cached and new, when the sequence has padding.
+        ``cache`` is None on the first call and afterwards what the previous call returned.
+        Returns the output rows of the new tokens ([B, n, ...]) and the cache to pass next.
+        Optional: the default raises ``Unsupported`` and the KV-cache checks skip.
+        """
+        raise Unsupported(f"{self.name} does not decode incrementally (Adapter.step)")
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "subjects": [s.name for s in self.subjects()]}

@@ -5,13 +5,15 @@ single keep-mask the reference modules take."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from torch import Tensor
 
-from tck.reference import COMPONENTS, Conventions, canonical_conventions
+from tck.reference import COMPONENTS, DECODER_CANONICAL, Conventions, canonical_conventions
 from tck.reference import model as ref
 
+from .base import CACHED
 from .torch_module import TorchEntry, TorchModuleAdapter
 
 
@@ -54,6 +56,9 @@ def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
         self_keep = keep_mask(x.shape[1], x.shape[1], key_padding, None, causal, alignment)
         return m(x, memory, self_keep, keep_mask(x.shape[1], memory.shape[1], memory_key_padding))
 
+    def causal(m, x, key_padding=None, positions=None):
+        return m(x, key_padding, positions)
+
     def sinusoidal_pe(m, positions):
         # The whole table, then a lookup: no length read off the data, so it exports to ONNX
         return m(m.max_len)[positions]
@@ -74,7 +79,20 @@ def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
         "seq2seq": lambda m, src_ids, tgt_ids: m(src_ids, tgt_ids),
         "patch_embed": lambda m, images: m(images),
         "vit": lambda m, images: m(images),
+        "causal_self_attention": causal,
+        "gated_ffn": lambda m, x: m(x),
+        "decoder_block": causal,
+        "causal_lm": lambda m, ids, key_padding=None, positions=None: m(
+            ids, key_padding, positions
+        ),
     }
+
+
+def step(m, cache, key_padding=None, positions=None, **token_input):
+    """§11.6: the new tokens through the reference module with its KVCache."""
+    cache = ref.KVCache() if cache is None else cache
+    (new,) = token_input.values()  # x or ids
+    return m(new, key_padding, positions, cache), cache
 
 
 def entry(component: str, conventions: Conventions, name: str | None = None) -> TorchEntry:
@@ -84,8 +102,18 @@ def entry(component: str, conventions: Conventions, name: str | None = None) -> 
         forward=forwards(conventions.causal_alignment)[component],
         conventions=conventions,
         name=name,
+        step=step if component in CACHED else None,
     )
 
+
+LLAMA = dataclasses.replace(
+    DECODER_CANONICAL,
+    norm_kind="rms_norm",
+    eps=1e-6,
+    positions="rope",
+    rope_layout="half_split",
+    ffn_kind="gated",
+)
 
 # Besides the canonical subjects, declared variants prove that the suite computes the
 # oracle under the declared conventions (zero false failures off the canonical path).
@@ -97,6 +125,21 @@ VARIANTS = {
     "layer_norm[std_plus_eps]": ("layer_norm", Conventions(eps_placement="outside_sqrt", eps=1e-6)),
     "mha[nan_rows]": ("mha", Conventions(fully_masked_rows="nan")),
     "vit[mean_pool]": ("vit", Conventions(norm_placement="pre", activation="gelu", pooling="mean")),
+    # §11: the Llama family's choices (RMSNorm, RoPE half-split, SwiGLU, untied head is a Config)
+    "causal_self_attention[rope]": (
+        "causal_self_attention",
+        dataclasses.replace(DECODER_CANONICAL, positions="rope", rope_layout="half_split"),
+    ),
+    "gated_ffn[geglu]": (
+        "gated_ffn",
+        dataclasses.replace(DECODER_CANONICAL, gate_activation="gelu"),
+    ),
+    "decoder_block[llama]": ("decoder_block", LLAMA),
+    "decoder_block[post_ln]": (
+        "decoder_block",
+        dataclasses.replace(DECODER_CANONICAL, norm_placement="post", activation="gelu"),
+    ),
+    "causal_lm[llama]": ("causal_lm", LLAMA),
 }
 
 adapter = TorchModuleAdapter(

@@ -61,6 +61,16 @@ class Chunk:
     name: str
     index: int
     parts: int
+    # the axis the slices are cut along, and whether the canonical [out, in] matrix is the
+    # slice transposed: GPT-2's Conv1D stores [in, out], its fused c_attn [D, 3D], so q is
+    # Chunk("attn.c_attn.weight", 0, 3, dim=1, transposed=True)
+    dim: int = 0
+    transposed: bool = False
+
+    def of(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This slice of ``tensor`` in the canonical layout (a view: writes reach it)."""
+        part = tensor.chunk(self.parts, dim=self.dim)[self.index]
+        return part.T if self.transposed else part
 
 
 ParamRef = str | Chunk
@@ -89,6 +99,9 @@ class TorchEntry:
     notes: tuple[str, ...] = ()
     dtypes: tuple[str, ...] | None = None  # default: the adapter's
     grad_dtypes: tuple[str, ...] | None = None  # dtypes grad() is offered in; default: dtypes
+    # §11.6: step(module, cache, **inputs) -> (output, cache), one incremental decoding call
+    # with the module's own cache (None on the first call); see Adapter.step
+    step: Callable[..., Any] | None = None
 
     def subject(self) -> Subject:
         return Subject(
@@ -230,11 +243,22 @@ class TorchModuleAdapter(Adapter):
         of_owner = dict(zip(owners, by_target[len(leaves) :], strict=True))
         for canonical, ref in mapping.items():
             if isinstance(ref, Chunk):
-                g = of_owner[ref.name].chunk(ref.parts, dim=0)[ref.index]
+                g = ref.of(of_owner[ref.name])
             else:
                 g = of_owner[ref]
             result[f"params.{canonical}"] = _numpy(g)
         return result
+
+    def step(self, handle: TorchHandle, inputs: Arrays, cache: Any) -> tuple[np.ndarray, Any]:
+        if handle.entry.step is None:
+            raise Unsupported(
+                f"{self.name}:{handle.subject.name} does not decode incrementally (TorchEntry.step)"
+            )
+        kwargs = {k: self._to_torch(k, v, handle.dtype) for k, v in inputs.items()}
+        with torch.no_grad(), self._lacking_ops(handle):
+            out, cache = handle.entry.step(handle.module, cache, **kwargs)
+        out = self._output(out)
+        return _numpy(out.to(handle.dtype) if out.is_floating_point() else out), cache
 
     def _kwargs(self, handle: TorchHandle, inputs: Arrays) -> dict[str, Any]:
         accepted = _accepted_inputs(handle.entry.forward)
@@ -307,5 +331,5 @@ class TorchModuleAdapter(Adapter):
             )
         tensor = named[name]
         if isinstance(ref, Chunk):
-            return tensor.chunk(ref.parts, dim=0)[ref.index]
+            return ref.of(tensor)
         return tensor

@@ -123,4 +123,34 @@ def expected(
         return oracle.patch_embed(inputs["images"], p["weight"], p["bias"], patch_size=c.patch_size)
     if component == "vit":
         return oracle.vit(inputs["images"], p, c, conventions=conv)
+    if component in ("causal_self_attention", "decoder_block", "causal_lm"):
+        return decoder_only(component, inputs, p, c, conv)
+    if component == "gated_ffn":
+        return oracle.gated_feed_forward(inputs["x"], p, activation=conv.gate_activation)
     raise ValueError(f"no oracle for component {component!r}")
+
+
+def decoder_only(
+    component: str,
+    inputs: Arrays,
+    params: Arrays,
+    config: Config,
+    conventions: Conventions,
+    causal_keep: np.ndarray | None = None,
+) -> np.ndarray:
+    """§11: the decoder-only components; ``causal_keep`` (L, L) replaces the causal triangle
+    (only the diagnosis of cached decoding passes one)."""
+    common = {
+        "key_padding": inputs.get("key_padding"),
+        "positions": inputs.get("positions"),
+        "causal_keep": causal_keep,
+        "conventions": conventions,
+    }
+    if component == "causal_lm":
+        return oracle.causal_lm(inputs["ids"], params, config, **common)
+    fn = (
+        oracle.causal_self_attention
+        if component == "causal_self_attention"
+        else oracle.decoder_block
+    )
+    return fn(inputs["x"], params, n_heads=config.n_heads, n_kv_heads=config.kv_heads, **common)

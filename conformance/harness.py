@@ -29,6 +29,7 @@ from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
 from tck.reference import Config, Conventions, init_params, param_shapes
 from tck.reference.conventions import CHOICES
 
+from .decoding import param_hypotheses
 from .expected import expected
 from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from .results import CheckFailure
@@ -55,6 +56,7 @@ DEFAULT_CONFIG = Config(
 _NORM = ("eps_placement", "variance", "eps")
 _LAYER = ("norm_placement", "activation", *_NORM)  # what every layer's output depends on
 _STACK = ("norm_placement", "final_norm", "activation", *_NORM)  # a layer, and the end
+_DECODER_ATTENTION = ("positions", "rope_layout", "pe_base")  # §11.1: RoPE or not, and how
 FIELDS: dict[str, tuple[str, ...]] = {
     "sinusoidal_pe": ("pe_layout", "pe_base"),
     "rope": ("rope_layout", "pe_base"),
@@ -71,6 +73,25 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "vit": ("pooling", *_STACK),
     "embedding": (),
     "patch_embed": (),
+    # §11 decoder-only
+    "causal_self_attention": (*_DECODER_ATTENTION, "fully_masked_rows"),
+    "gated_ffn": ("gate_activation",),
+    "decoder_block": (
+        "norm_placement",
+        "activation",
+        "gate_activation",
+        *_NORM,
+        *_DECODER_ATTENTION,
+    ),
+    "causal_lm": (
+        "norm_placement",
+        "final_norm",
+        "activation",
+        "gate_activation",
+        *_NORM,
+        *_DECODER_ATTENTION,
+        "embedding_scale",
+    ),
 }
 
 _ALTERNATIVES: dict[str, tuple[Any, ...]] = {
@@ -102,6 +123,11 @@ CONVENTION_CODES: dict[tuple[str, Any], str] = {
     ("pooling", "cls"): "vit.pooling_cls",
     ("padded_query_rows", "zero"): "mask.padded_queries_zeroed",
     ("padded_query_rows", "computed"): "mask.padded_queries_computed",
+    ("gate_activation", "gelu"): "ffn.gate_activation_gelu",
+    ("gate_activation", "gelu_tanh"): "ffn.gate_activation_gelu_tanh",
+    ("gate_activation", "silu"): "ffn.gate_activation_silu",
+    ("positions", "rope"): "positional.rope_applied",
+    ("positions", "learned"): "positional.rope_missing",
 }
 
 
@@ -139,6 +165,11 @@ PLAIN_WORDS: dict[tuple[str, Any], str] = {
     ("padded_query_rows", "zero"): "returns exactly 0 at padded query positions instead of the "
     "value the formula gives",
     ("padded_query_rows", "computed"): "computes padded query positions by the formula",
+    ("gate_activation", "silu"): "gates the FFN with SiLU (SwiGLU)",
+    ("gate_activation", "gelu"): "gates the FFN with the exact GELU (GeGLU) instead of SiLU",
+    ("gate_activation", "gelu_tanh"): "gates the FFN with the tanh GELU instead of SiLU",
+    ("positions", "rope"): "rotates queries and keys by their positions (RoPE) in attention",
+    ("positions", "learned"): "adds a learned position table to the embeddings (no RoPE)",
 }
 
 
@@ -547,6 +578,10 @@ class Harness:
                     f"behaves as {field}={value!r}, but the adapter declares "
                     f"{field}={getattr(inst.conventions, field)!r}",
                 )
+        for code, message, params in param_hypotheses(self.component, inst.config, inst.params):
+            gold = expected(self.component, inputs, params, inst.config, inst.conventions)
+            if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
+                return code, message
         for code, message, altered in self._mask_hypotheses(inputs):
             gold = self.gold(inst, altered)
             if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
@@ -612,6 +647,9 @@ def _area(component: str) -> str:
         "patch_embed": "vit",
         "vit": "vit",
         "seq2seq": "model",
+        "causal_self_attention": "attention",
+        "gated_ffn": "ffn",
+        "causal_lm": "model",
     }.get(component, "blocks")
 
 

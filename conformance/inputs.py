@@ -113,6 +113,19 @@ def make_inputs(
 
         tgt_lengths = np.array([max(1, s.lq - i) for i in range(b)])
         return {"src_ids": ids(s.lk, s.key_lengths(s.lk)), "tgt_ids": ids(s.lq, tgt_lengths)}
+    # §11 decoder-only: always causal; key padding (an optional input a minimal GPT does not
+    # take) only when a shape asks for row lengths, so that every check runs unpadded on them
+    padded = s.masked and s.lengths is not None
+    if component in ("causal_self_attention", "decoder_block", "gated_ffn"):
+        out = {"x": normal(b, s.lq, c.d_model)}
+        if padded and component != "gated_ffn":
+            out["key_padding"] = padding(s.key_lengths(s.lq), s.lq)
+        return out
+    if component == "causal_lm":
+        out = {"ids": rng.integers(0, c.vocab_size, size=(b, s.lq))}
+        if padded:
+            out["key_padding"] = padding(s.key_lengths(s.lq), s.lq)
+        return out
     if component in ("patch_embed", "vit"):
         return {"images": normal(b, c.channels, c.image_size, c.image_size)}
     raise ValueError(f"no input builder for component {component!r}")

@@ -32,6 +32,10 @@ CLAUSES = {
     "seq2seq": ("8.1", "8.3"),
     "patch_embed": ("9.1",),
     "vit": ("9.2", "9.3", "9.4", "9.5"),
+    "causal_self_attention": ("11.1",),
+    "gated_ffn": ("11.3",),
+    "decoder_block": ("11.4",),
+    "causal_lm": ("11.5",),
 }
 
 # Shapes every component is run on, in order, through one instance.

@@ -33,6 +33,8 @@ FIELD_CLAUSES = {
     "embedding_scale": ("1.2",),
     "pooling": ("9.5",),
     "padded_query_rows": ("4.2",),
+    "gate_activation": ("11.3",),
+    "positions": ("11.1", "11.5"),
 }
 
 

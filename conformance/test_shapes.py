@@ -34,6 +34,10 @@ def output_shape(component: str, inputs: Mapping[str, np.ndarray], c: Config) ->
         return tuple(inputs["x"].shape)
     if component in ("encoder_layer", "encoder", "decoder_layer", "decoder"):
         return tuple(inputs["x"].shape)
+    if component in ("causal_self_attention", "gated_ffn", "decoder_block"):
+        return tuple(inputs["x"].shape)
+    if component == "causal_lm":
+        return (*inputs["ids"].shape, c.vocab_size)
     if component == "embedding":
         return (*inputs["ids"].shape, c.d_model)
     if component == "sinusoidal_pe":

@@ -62,6 +62,9 @@ K_BY_COMPONENT: dict[str, float] = {
     **dict.fromkeys(_SINGLE_OP, 5.0),
     **dict.fromkeys(_ONE_LAYER, 32.0),
     **dict.fromkeys(("encoder", "decoder", "seq2seq", "vit"), 32.0),
+    # §11: one op (attention with its projections, the gated FFN); a layer; a model
+    **dict.fromkeys(("causal_self_attention", "gated_ffn"), 5.0),
+    **dict.fromkeys(("decoder_block", "causal_lm"), 32.0),
 }
 
 # Gradient multipliers by what is differentiated (SPEC.md §10.8); see the module docstring.

@@ -8,6 +8,8 @@ the canonical ones. This package imports nothing else of ours.
 from .conventions import CANONICAL, Config, Conventions
 from .params import (
     COMPONENTS,
+    DECODER_CANONICAL,
+    DECODER_ONLY,
     VIT_CANONICAL,
     canonical_conventions,
     check_params,
@@ -20,6 +22,8 @@ from .params import (
 __all__ = [
     "CANONICAL",
     "COMPONENTS",
+    "DECODER_CANONICAL",
+    "DECODER_ONLY",
     "VIT_CANONICAL",
     "Config",
     "Conventions",

@@ -27,6 +27,9 @@ Pooling = Literal["cls", "mean"]
 FinalNorm = Literal["pre_only", "always", "never"]
 PaddedQueryRows = Literal["computed", "zero"]
 HalfPrecision = Literal["float32", "input_dtype"]
+Positions = Literal["learned", "rope"]
+FFNKind = Literal["plain", "gated"]
+GateActivation = Literal["silu", "gelu", "gelu_tanh"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -43,6 +46,9 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "final_norm": ("pre_only", "always", "never"),
     "padded_query_rows": ("computed", "zero"),
     "half_precision": ("float32", "input_dtype"),
+    "positions": ("learned", "rope"),
+    "ffn_kind": ("plain", "gated"),
+    "gate_activation": ("silu", "gelu", "gelu_tanh"),
 }
 
 
@@ -70,6 +76,12 @@ class Conventions:
     # §10.10: in float16/bfloat16, norm statistics, softmax and RoPE angles are formed in
     # float32 | in the input dtype (declared: the numerics checks then give a convention row)
     half_precision: HalfPrecision = "float32"
+    # §11 decoder-only models (no other component reads these three):
+    # §11.5: a learned position table added to the embeddings (GPT-2) | RoPE on the queries
+    # and keys of every causal self-attention (§11.1, Llama)
+    positions: Positions = "learned"
+    ffn_kind: FFNKind = "plain"  # §11.4: the §6.1 FFN | the gated FFN of §11.3 (SwiGLU)
+    gate_activation: GateActivation = "silu"  # §11.3: SwiGLU | GeGLU (exact or tanh GELU)
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -122,6 +134,9 @@ class Config:
     patch_size: int = 4
     channels: int = 3
     n_classes: int = 10
+    # §11.2: key/value heads of a causal self-attention (grouped-query attention); default
+    # n_heads (multi-head attention), 1 is multi-query attention. No other component reads it.
+    n_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -146,6 +161,11 @@ class Config:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} "
                 "(SPEC.md §3.3): choose n_heads dividing d_model, or give d_k and d_v explicitly."
             )
+        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
+            raise ValueError(
+                f"n_kv_heads={self.n_kv_heads} does not divide n_heads={self.n_heads} (SPEC.md "
+                "§11.2): each key/value head serves n_heads / n_kv_heads query heads"
+            )
         for name in ("d_k", "d_v"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -169,8 +189,18 @@ class Config:
         return self.d_v if self.d_v is not None else self.d_model // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        """§11.2: the number of key/value heads (n_kv_heads, default n_heads)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
     def n_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The sizes by name; n_kv_heads only when set (absent means n_heads, §11.2), so
+        configs written before it existed (fixture manifests, results) read the same."""
+        sizes = asdict(self)
+        if sizes["n_kv_heads"] is None:
+            del sizes["n_kv_heads"]
+        return sizes

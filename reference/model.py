@@ -621,6 +621,198 @@ class RoPE(nn.Module):
         return rope(x, positions, self.base, self.layout)
 
 
+# ------------------------------------------------------------ §11 decoder-only models
+
+
+def rope_at(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved"):
+    """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L)."""
+    d = x.shape[-1]
+    omega = _frequencies(d, base, "RoPE").to(x.device)  # (d/2,)
+    theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (B, 1, L, d/2)
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, d/2) each
+    else:
+        a, b = x[..., : d // 2], x[..., d // 2 :]
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    if layout == "interleaved":
+        return torch.stack([ra, rb], dim=-1).flatten(-2)  # (B, H, L, d)
+    return torch.cat([ra, rb], dim=-1)
+
+
+class KVCache:
+    """§11.6: per layer, the keys (rotated, under RoPE) and values of every token so far,
+    (B, H_kv, T, d), growing along the sequence axis T."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, Tensor] = {}
+        self.values: dict[int, Tensor] = {}
+
+    def length(self, layer: int = 0) -> int:
+        return self.keys[layer].shape[2] if layer in self.keys else 0
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if layer in self.keys:
+            k = torch.cat([self.keys[layer], k], dim=2)  # (B, H_kv, T, d_k)
+            v = torch.cat([self.values[layer], v], dim=2)  # (B, H_kv, T, d_v)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+def default_positions(batch: int, new: int, past: int, device=None) -> Tensor:
+    """§11.7: positions past .. past + new - 1 in every row, (B, new)."""
+    return torch.arange(past, past + new, device=device).expand(batch, new)
+
+
+class CausalSelfAttention(nn.Module):
+    """§11.1: causal multi-head self-attention, RoPE on Q and K under positions='rope';
+    §11.2: n_kv_heads key/value heads, each serving n_heads / n_kv_heads query heads.
+
+    With a ``cache`` the call holds only the new tokens; their keys and values are appended and
+    query i of n new attends keys j <= T - n + i of the T so far (§11.6).
+    """
+
+    def __init__(self, config: Config, conventions: Conventions):
+        super().__init__()
+        self.n_heads, self.n_kv = config.n_heads, config.kv_heads
+        self.d_k, self.d_v = config.head_dim_k, config.head_dim_v
+        self.rope = conventions.positions == "rope"
+        self.base, self.layout = conventions.pe_base, conventions.rope_layout
+        self.fully_masked_rows = conventions.fully_masked_rows
+        d, h, g = config.d_model, self.n_heads, self.n_kv
+        self.q = nn.Linear(d, h * self.d_k, bias=config.bias)
+        self.k = nn.Linear(d, g * self.d_k, bias=config.bias)
+        self.v = nn.Linear(d, g * self.d_v, bias=config.bias)
+        self.o = nn.Linear(h * self.d_v, d, bias=config.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
+        (b, n, _), h, g = x.shape, self.n_heads, self.n_kv
+        past = cache.length(layer) if cache is not None else 0
+        if positions is None:
+            positions = default_positions(b, n, past, x.device)
+        q = self.q(x).view(b, n, h, self.d_k).transpose(1, 2)  # (B, H, n, d_k)
+        k = self.k(x).view(b, n, g, self.d_k).transpose(1, 2)  # (B, H_kv, n, d_k)
+        v = self.v(x).view(b, n, g, self.d_v).transpose(1, 2)  # (B, H_kv, n, d_v)
+        if self.rope:
+            q = rope_at(q, positions, self.base, self.layout)
+            k = rope_at(k, positions, self.base, self.layout)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H_kv, T, d)
+        t = k.shape[2]
+        k = k.repeat_interleave(h // g, dim=1)  # (B, H, T, d_k): kv head j -> j*g' .. (j+1)*g'-1
+        v = v.repeat_interleave(h // g, dim=1)
+        keep = causal_keep_mask(n, t, "bottom_right", x.device)  # (n, T)
+        if key_padding is not None:
+            keep = key_padding_keep(key_padding) & keep  # (B, 1, n, T)
+        heads = scaled_dot_product_attention(
+            q, k, v, keep, fully_masked_rows=self.fully_masked_rows
+        )  # (B, H, n, d_v)
+        return self.o(heads.transpose(1, 2).reshape(b, n, h * self.d_v))  # (B, n, D)
+
+
+key_padding_keep = key_padding  # forward's argument shadows the name
+
+GATE_ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+class GatedFeedForward(nn.Module):
+    """§11.3: down(act(gate(x)) * up(x)), act = SiLU (SwiGLU) or GELU (GeGLU)."""
+
+    def __init__(self, config: Config, conventions: Conventions):
+        super().__init__()
+        self.activation = GATE_ACTIVATIONS[conventions.gate_activation]
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.activation(self.gate(x)) * self.up(x))  # (B, L, D)
+
+
+class DecoderBlock(nn.Module):
+    """§11.4: causal self-attention sublayer (norm1), then the FFN sublayer (norm2)."""
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.placement = conventions.norm_placement
+        self.self_attn = CausalSelfAttention(config, conventions)
+        self.norm1 = make_norm(config.d_model, conventions)
+        gated = conventions.ffn_kind == "gated"
+        self.ffn = (
+            GatedFeedForward(config, conventions) if gated else FeedForward(config, conventions)
+        )
+        self.norm2 = make_norm(config.d_model, conventions)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        key_padding: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
+        def self_attention(h: Tensor) -> Tensor:
+            return self.self_attn(h, key_padding, positions, cache, layer)
+
+        x = residual(x, self_attention, self.norm1, self.dropout, self.placement)  # (B, n, D)
+        return residual(x, self.ffn, self.norm2, self.dropout, self.placement)
+
+
+class CausalLM(nn.Module):
+    """§11.5: token embedding (+ learned positions), decoder blocks, final norm, logits.
+
+    With tie_weights the token table is the output projection; otherwise ``lm_head``.
+    """
+
+    def __init__(self, config: Config, conventions: Conventions, dropout: float = 0.0):
+        super().__init__()
+        self.config, self.conventions = config, conventions
+        d = config.d_model
+        self.embedding = Embedding(config.vocab_size, d)
+        if conventions.positions == "learned":
+            self.pos_embedding = Embedding(config.max_len, d)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            DecoderBlock(config, conventions, dropout) for _ in range(config.n_layers)
+        )
+        self.norm = make_norm(d, conventions) if has_final_norm(conventions) else nn.Identity()
+        if not config.tie_weights:
+            self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+
+    def forward(
+        self,
+        ids: Tensor,
+        key_padding: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        b, n = ids.shape
+        if positions is None:
+            past = cache.length() if cache is not None else 0
+            positions = default_positions(b, n, past, ids.device)
+        scale, logit_scale = embedding_scale(self.config.d_model, self.conventions)
+        x = self.embedding(ids) * scale  # (B, n, D)
+        if self.conventions.positions == "learned":
+            x = x + self.pos_embedding(positions)
+        x = self.dropout(x)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, key_padding, positions, cache, i)  # (B, n, D)
+        head = self.lm_head.weight if not self.config.tie_weights else self.embedding.weight
+        return (self.norm(x) @ head.T) * logit_scale  # (B, n, V)
+
+
 # ------------------------------------------------------------ building and canonical params
 
 
@@ -669,6 +861,14 @@ def build(
         module = Seq2Seq(c, conv, dropout)
     elif component == "patch_embed":
         module = PatchEmbedding(c.channels, c.d_model, c.patch_size)
+    elif component == "causal_self_attention":
+        module = CausalSelfAttention(c, conv)
+    elif component == "gated_ffn":
+        module = GatedFeedForward(c, conv)
+    elif component == "decoder_block":
+        module = DecoderBlock(c, conv, dropout)
+    elif component == "causal_lm":
+        module = CausalLM(c, conv, dropout)
     else:  # vit
         module = ViT(c, conv, dropout)
     return module.to(torch.float64)

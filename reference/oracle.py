@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .conventions import CANONICAL, Config, Conventions
-from .params import VIT_CANONICAL, has_final_norm, subparams
+from .params import DECODER_CANONICAL, VIT_CANONICAL, has_final_norm, subparams
 
 Array = np.ndarray
 Params = Mapping[str, np.ndarray]
@@ -666,3 +666,174 @@ def vit(
     tokens = vit_tokens(images, params, config, conventions)
     pooled = tokens[:, 0] if conventions.pooling == "cls" else tokens[:, 1:].mean(axis=1)
     return linear(pooled, params, "head.")
+
+
+# ------------------------------------------------------------ §11 decoder-only models
+
+
+def position_ids(positions, batch: int, length: int) -> Array:
+    """§11.7: position ids (B, L); default 0 .. L-1 in every row."""
+    if positions is None:
+        return np.broadcast_to(np.arange(length), (batch, length))
+    positions = np.asarray(positions)
+    if positions.shape != (batch, length) or not np.issubdtype(positions.dtype, np.integer):
+        raise ValueError(
+            f"position ids must be integers of shape ({batch}, {length}), got "
+            f"{positions.dtype} {positions.shape} (SPEC.md §11.7)"
+        )
+    return positions
+
+
+def rope_rows(x, positions, *, base: float = 10000.0, layout: str = "interleaved") -> Array:
+    """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L)."""
+    x = _f64(x)
+    return np.stack([rope(x[b], positions[b], base=base, layout=layout) for b in range(len(x))])
+
+
+def repeat_kv(x, n_rep: int) -> Array:
+    """§11.2: (B, H_kv, L, d) -> (B, H_kv * n_rep, L, d); key/value head j serves query heads
+    j*n_rep .. (j+1)*n_rep - 1 (each head repeated in place, not the group tiled)."""
+    return np.repeat(_f64(x), n_rep, axis=1)
+
+
+def causal_self_attention(
+    x,
+    params: Params,
+    *,
+    n_heads: int,
+    n_kv_heads: int | None = None,
+    key_padding=None,
+    positions=None,
+    causal_keep=None,
+    conventions: Conventions = DECODER_CANONICAL,
+) -> Array:
+    """§11.1: (B, L, D) -> (B, L, D). Q = x Wq^T, K = x Wk^T, V = x Wv^T; under
+    positions='rope' Q and K rotated at the position ids (§2.3); keep = causal (j <= i) AND
+    key padding (B, L); softmax(Q K^T / sqrt(d_k)) V per head; heads merged; output projection.
+    §11.2: K and V have n_kv_heads heads, repeated to n_heads (``repeat_kv``).
+
+    ``causal_keep`` (L, L) replaces the causal triangle (the diagnosis of cached decoding
+    tries shifted ones); leave it None for the spec's.
+    """
+    x = _f64(x)
+    b, length, _ = x.shape
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads} (§11.2)")
+    q = split_heads(linear(x, params, "q."), n_heads)  # (B, H, L, d_k)
+    k = split_heads(linear(x, params, "k."), n_kv_heads)  # (B, H_kv, L, d_k)
+    v = split_heads(linear(x, params, "v."), n_kv_heads)  # (B, H_kv, L, d_v)
+    if conventions.positions == "rope":
+        pos = position_ids(positions, b, length)
+        q = rope_rows(q, pos, base=conventions.pe_base, layout=conventions.rope_layout)
+        k = rope_rows(k, pos, base=conventions.pe_base, layout=conventions.rope_layout)
+    k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)  # (B,H,L,d)
+    keep = causal_keep_mask(length, length) if causal_keep is None else np.asarray(causal_keep)
+    if key_padding is not None:
+        keep = key_padding_mask(key_padding) & keep  # (B, 1, L, L)
+    heads = scaled_dot_product_attention(
+        q, k, v, keep, fully_masked_rows=conventions.fully_masked_rows
+    )  # (B, H, L, d_v)
+    return linear(merge_heads(heads), params, "o.")  # (B, L, D)
+
+
+key_padding_mask = key_padding  # causal_self_attention's argument shadows the name
+
+
+def silu(x) -> Array:
+    """SiLU (swish), x * sigmoid(x)."""
+    x = _f64(x)
+    return x / (1.0 + np.exp(-x))
+
+
+GATE_ACTIVATIONS = {"silu": silu, "gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
+def gated_feed_forward(x, params: Params, *, activation: str = "silu") -> Array:
+    """§11.3: down(act(gate(x)) * up(x)); act = SiLU is SwiGLU, GELU is GeGLU."""
+    if activation not in GATE_ACTIVATIONS:
+        raise ValueError(
+            f"unknown gate activation {activation!r}: one of {sorted(GATE_ACTIVATIONS)}"
+        )
+    hidden = GATE_ACTIVATIONS[activation](linear(x, params, "gate.")) * linear(x, params, "up.")
+    return linear(hidden, params, "down.")  # (B, L, F) -> (B, L, D)
+
+
+def decoder_ffn(x, params: Params, conventions: Conventions) -> Array:
+    """§11.4: the block's FFN, §6.1 (ffn_kind='plain') or §11.3 (ffn_kind='gated')."""
+    if conventions.ffn_kind == "gated":
+        return gated_feed_forward(x, params, activation=conventions.gate_activation)
+    return feed_forward(x, params, activation=conventions.activation)
+
+
+def decoder_block(
+    x,
+    params: Params,
+    *,
+    n_heads: int,
+    n_kv_heads: int | None = None,
+    key_padding=None,
+    positions=None,
+    causal_keep=None,
+    conventions: Conventions = DECODER_CANONICAL,
+) -> Array:
+    """§11.4: causal self-attention sublayer (norm1), then FFN sublayer (norm2), pre- or
+    post-LN (§7.1), LayerNorm or RMSNorm (§5). (B, L, D)."""
+    attn, ffn = subparams(params, "self_attn."), subparams(params, "ffn.")
+
+    def self_attention(h):
+        return causal_self_attention(
+            h,
+            attn,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            key_padding=key_padding,
+            positions=positions,
+            causal_keep=causal_keep,
+            conventions=conventions,
+        )
+
+    x = _sublayer(_f64(x), params, "norm1.", conventions, self_attention)
+    return _sublayer(x, params, "norm2.", conventions, lambda h: decoder_ffn(h, ffn, conventions))
+
+
+def causal_lm(
+    ids,
+    params: Params,
+    config: Config,
+    *,
+    key_padding=None,
+    positions=None,
+    causal_keep=None,
+    conventions: Conventions = DECODER_CANONICAL,
+) -> Array:
+    """§11.5: logits (B, L, V) = Norm(blocks(E[id] + P[pos])) W^T; P only under
+    positions='learned' (RoPE acts inside attention); W = E when tie_weights, else lm_head."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2:
+        raise ValueError(f"token ids must have shape (B, L), got {ids.shape}")
+    b, length = ids.shape
+    pos = position_ids(positions, b, length)
+    emb_factor, logit_factor = embedding_scale(config.d_model, conventions)
+    x = embedding(ids, params["embedding.weight"], scale=emb_factor)  # (B, L, D)
+    if conventions.positions == "learned":
+        if pos.size and (pos.min() < 0 or pos.max() >= config.max_len):
+            raise ValueError(
+                f"position ids must lie in [0, {config.max_len}) (SPEC.md §11.5): the learned "
+                "table has max_len rows"
+            )
+        x = x + _f64(params["pos_embedding.weight"])[pos]  # (B, L, D)
+    for i in range(config.n_layers):
+        x = decoder_block(
+            x,
+            subparams(params, f"layers.{i}."),
+            n_heads=config.n_heads,
+            n_kv_heads=config.kv_heads,
+            key_padding=key_padding,
+            positions=pos,
+            causal_keep=causal_keep,
+            conventions=conventions,
+        )
+    x = _final_norm(_f64(x), params, conventions)
+    head = params["embedding.weight"] if config.tie_weights else params["lm_head.weight"]
+    return (x @ _f64(head).T) * logit_factor  # (B, L, V)

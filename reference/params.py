@@ -31,16 +31,31 @@ COMPONENTS: tuple[str, ...] = (
     "seq2seq",
     "patch_embed",
     "vit",
+    # §11 decoder-only models
+    "causal_self_attention",
+    "gated_ffn",
+    "decoder_block",
+    "causal_lm",
 )
+
+DECODER_ONLY: tuple[str, ...] = ("causal_self_attention", "gated_ffn", "decoder_block", "causal_lm")
 
 # The ViT paper's choices (pre-LN, exact GELU) are canonical for the ViT family; everything
 # else follows "Attention Is All You Need" (SPEC.md §0.3, §9.4).
 VIT_CANONICAL = Conventions(norm_placement="pre", activation="gelu")
+# GPT-2's choices are canonical for the decoder-only family (SPEC.md §11): pre-LN, LayerNorm,
+# tanh GELU, learned positions, no sqrt(d_model) scale. Llama declares RMSNorm, RoPE and the
+# gated FFN as conventions.
+DECODER_CANONICAL = Conventions(
+    norm_placement="pre", activation="gelu_tanh", embedding_scale="none", positions="learned"
+)
 
 
 def canonical_conventions(component: str) -> Conventions:
     """The canonical conventions of a component's family (SPEC.md §0.3)."""
     _check_component(component)
+    if component in DECODER_ONLY:
+        return DECODER_CANONICAL
     return VIT_CANONICAL if component in ("vit", "patch_embed") else CANONICAL
 
 
@@ -80,6 +95,48 @@ def _ffn(prefix: str, c: Config) -> Shapes:
         **_linear(f"{prefix}fc1.", c.d_ff, c.d_model, c.bias),
         **_linear(f"{prefix}fc2.", c.d_model, c.d_ff, c.bias),
     }
+
+
+def _causal_self_attention(prefix: str, c: Config) -> Shapes:
+    """§11.1, §11.2: query heads n_heads, key/value heads kv_heads."""
+    hq, hk, hv = c.n_heads * c.head_dim_k, c.kv_heads * c.head_dim_k, c.kv_heads * c.head_dim_v
+    return {
+        **_linear(f"{prefix}q.", hq, c.d_model, c.bias),
+        **_linear(f"{prefix}k.", hk, c.d_model, c.bias),
+        **_linear(f"{prefix}v.", hv, c.d_model, c.bias),
+        **_linear(f"{prefix}o.", c.d_model, c.n_heads * c.head_dim_v, c.bias),
+    }
+
+
+def _gated_ffn(prefix: str, c: Config) -> Shapes:
+    """§11.3: down(act(gate(x)) * up(x))."""
+    return {
+        **_linear(f"{prefix}gate.", c.d_ff, c.d_model, c.bias),
+        **_linear(f"{prefix}up.", c.d_ff, c.d_model, c.bias),
+        **_linear(f"{prefix}down.", c.d_model, c.d_ff, c.bias),
+    }
+
+
+def _decoder_block(prefix: str, c: Config, conv: Conventions) -> Shapes:
+    """§11.4: causal self-attention (norm1), then the FFN (norm2)."""
+    ffn = _gated_ffn if conv.ffn_kind == "gated" else _ffn
+    return {
+        **_causal_self_attention(f"{prefix}self_attn.", c),
+        **_norm(f"{prefix}norm1.", c.d_model, conv),
+        **ffn(f"{prefix}ffn.", c),
+        **_norm(f"{prefix}norm2.", c.d_model, conv),
+    }
+
+
+def _causal_lm(c: Config, conv: Conventions) -> Shapes:
+    """§11.5: token table, learned positions (unless RoPE), blocks, final norm, head."""
+    shapes: Shapes = {"embedding.weight": (c.vocab_size, c.d_model)}
+    if conv.positions == "learned":
+        shapes["pos_embedding.weight"] = (c.max_len, c.d_model)
+    shapes.update(_stack("", c, conv, c.n_layers, _decoder_block))
+    if not c.tie_weights:
+        shapes["lm_head.weight"] = (c.vocab_size, c.d_model)
+    return shapes
 
 
 def _encoder_layer(prefix: str, c: Config, conv: Conventions) -> Shapes:
@@ -158,6 +215,14 @@ def param_shapes(component: str, config: Config, conventions: Conventions | None
             **_stack("encoder.", c, conv, c.n_layers, _encoder_layer),
             **_stack("decoder.", c, conv, c.n_decoder_layers, _decoder_layer),
         }
+    if component == "causal_self_attention":
+        return _causal_self_attention("", c)
+    if component == "gated_ffn":
+        return _gated_ffn("", c)
+    if component == "decoder_block":
+        return _decoder_block("", c, conv)
+    if component == "causal_lm":
+        return _causal_lm(c, conv)
     patch = {
         "patch_embed.weight": (d, c.channels, c.patch_size, c.patch_size),
         "patch_embed.bias": (d,),
@@ -202,7 +267,8 @@ def init_params(
             leaf == "weight"
             and (
                 component == "embedding"
-                or path[-1:] in (["embedding"], ["src_embedding"], ["tgt_embedding"])
+                or path[-1:]
+                in (["embedding"], ["src_embedding"], ["tgt_embedding"], ["pos_embedding"])
             )
         )
         if leaf == "bias":

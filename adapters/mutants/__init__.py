@@ -60,6 +60,14 @@ NAMES: tuple[str, ...] = (
     "layer_norm_low_precision",
     "rms_norm_low_precision",
     "softmax_low_precision",
+    # decoder-only (SPEC.md §11), on the modules of gpt_tutorial
+    "kv_heads_tiled",
+    "cache_rope_offset",
+    "cache_causal_off_by_one",
+    "cache_wrong_axis",
+    "gate_up_swapped",
+    "swiglu_gelu",
+    "left_pad_positions",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

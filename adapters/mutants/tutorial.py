@@ -421,6 +421,13 @@ def mutant(name: str, *entries: TorchEntry) -> TorchModuleAdapter:
     return TorchModuleAdapter(f"mutants.{name}", list(entries))
 
 
+def decoder_entries() -> list[TorchEntry]:
+    """The decoder-only control (SPEC.md §11): the unbroken modules of ``gpt_tutorial``."""
+    from .gpt_tutorial import ENTRIES
+
+    return list(ENTRIES)
+
+
 adapter = TorchModuleAdapter(
     "mutants.tutorial",
     [
@@ -434,5 +441,6 @@ adapter = TorchModuleAdapter(
         encoder_entry(),
         pe_entry(),
         rope_entry(),
+        *decoder_entries(),
     ],
 )

@@ -1,0 +1,431 @@
+"""The built-in decoder-only HuggingFace adapters ``hf.gpt2`` and ``hf.llama`` (SPEC.md §11):
+transformers' ``GPT2LMHeadModel`` and ``LlamaForCausalLM``, randomly initialised from small
+configs (nothing is downloaded), in eval mode, cut into the pieces §11 names: the causal
+self-attention, the block, the whole language model (and Llama's gated MLP), each with
+``attn_implementation="eager"`` and ``"sdpa"``.
+
+Masks and caches are transformers' own: ``masking_utils.create_causal_mask`` builds the
+causal mask from our key padding (a 2D ``attention_mask``, 1 = attend: our keep polarity)
+and the ``DynamicCache`` it is given, as the models build it; ``step`` (SPEC.md §11.6) feeds
+the new tokens with a ``DynamicCache`` the way ``generate()`` does, the pieces of layer 0
+with their ``layer_idx`` and the models through ``cache=`` / ``use_cache=True``.
+
+GPT-2 stores its linear layers as ``Conv1D`` ([in, out]) and fuses q, k and v into
+``c_attn``: the parameter map slices and transposes (``Chunk(dim=1, transposed=True)``).
+Llama computes RMSNorm and the RoPE angles in float32 whatever the model's dtype, and its
+eager softmax in float32: its attention, block and model subjects are offered in float32 and
+below (the checks of SPEC.md §11 then run in float32), its MLP in every dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+try:  # one clear line from load_adapter when transformers is missing or broken
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers.cache_utils import DynamicCache
+    from transformers.masking_utils import create_causal_mask
+except Exception as err:  # a broken install fails in many ways, not only ImportError
+    raise ImportError(
+        f"the hf adapters need transformers (pip install -c constraints.txt "
+        f"'transformer-tck[hf]'), and importing it failed: {type(err).__name__}: {err}"
+    ) from err
+
+from tck.reference import DECODER_CANONICAL, Config
+
+from .base import Subject, Unsupported
+from .torch_module import Chunk, ParamMap, TorchEntry, TorchHandle, TorchModuleAdapter
+
+IMPLEMENTATIONS = ("eager", "sdpa")
+# A left pad's query has no key at all (SPEC.md §4.4): eager adds finfo.min (finite: the mean
+# of V; NaN in float16), sdpa gets a boolean mask. The §11 checks never read those rows.
+ROWS = {"eager": "undefined", "sdpa": "undefined"}
+LOWER_PRECISION = ("float32", "float16", "bfloat16")
+
+MASK_NOTE = (
+    "Masks are built by transformers.masking_utils.create_causal_mask from a 2D attention_mask "
+    "(1 = attend, our keep polarity) and the DynamicCache, as the models build them; position "
+    "ids are passed as position_ids."
+)
+CACHE_NOTE = (
+    "step() decodes with transformers' DynamicCache: the pieces of layer 0 get cache= and their "
+    "layer_idx, the models cache= and use_cache=True, as generate() calls them."
+)
+ROWS_NOTE = (
+    "A query whose keys are all masked (the first pads of a left-padded row) is declared "
+    "undefined: eager adds torch.finfo(dtype).min and gives the mean of V (NaN in float16)."
+)
+LLAMA_FLOAT32_NOTE = (
+    "LlamaRMSNorm computes in float32 (hidden_states.to(torch.float32)) and "
+    "LlamaRotaryEmbedding computes its angles in float32, whatever the model's dtype, and eager "
+    "attention its softmax in float32: in float64 the outputs are off the oracle by ~1e-7, a "
+    "float32 rounding, not a convention. Offered in float32 and below."
+)
+
+
+def _require(config: Config, model: str, *, gqa: bool) -> None:
+    dk, dv, h, d = config.head_dim_k, config.head_dim_v, config.n_heads, config.d_model
+    if dk != dv or (model == "GPT2" and dk * h != d):
+        raise Unsupported(
+            f"{model} cuts hidden_size={d} into {h} heads of one width for queries, keys and "
+            f"values: it cannot express d_k={dk}, d_v={dv}"
+        )
+    if not gqa and config.kv_heads != h:
+        raise Unsupported(f"{model} has no grouped-query attention (n_kv_heads={config.kv_heads})")
+
+
+# ------------------------------------------------------------------------------- GPT-2
+
+
+def _gpt2(config: Config, implementation: str) -> GPT2LMHeadModel:
+    _require(config, "GPT2", gqa=False)
+    if not config.bias:
+        raise Unsupported("GPT-2's Conv1D layers always carry a bias: bias=False is not offered")
+    if not config.tie_weights:
+        raise Unsupported("GPT2LMHeadModel ties its head to the token table")
+    gpt2_config = GPT2Config(
+        vocab_size=config.vocab_size,
+        n_positions=config.max_len,
+        n_embd=config.d_model,
+        n_layer=config.n_layers,
+        n_head=config.n_heads,
+        n_inner=config.d_ff,
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        bos_token_id=None,
+        eos_token_id=None,
+        attn_implementation=implementation,
+    )
+    return GPT2LMHeadModel(gpt2_config)
+
+
+def _conv1d(ours: str, theirs: str, index: int = 0, parts: int = 1) -> ParamMap:
+    """A GPT-2 Conv1D ([in, out]) slice as a canonical linear ([out, in])."""
+    return {
+        f"{ours}weight": Chunk(f"{theirs}weight", index, parts, dim=1, transposed=True),
+        f"{ours}bias": Chunk(f"{theirs}bias", index, parts),
+    }
+
+
+def _gpt2_attention_map(ours: str, theirs: str) -> ParamMap:
+    mapping: ParamMap = {}
+    for index, name in enumerate("qkv"):
+        mapping.update(_conv1d(f"{ours}{name}.", f"{theirs}c_attn.", index, 3))
+    return {**mapping, **_conv1d(f"{ours}o.", f"{theirs}c_proj.")}
+
+
+def _gpt2_block_map(ours: str, theirs: str) -> ParamMap:
+    return {
+        **_gpt2_attention_map(f"{ours}self_attn.", f"{theirs}attn."),
+        f"{ours}norm1.weight": f"{theirs}ln_1.weight",
+        f"{ours}norm1.bias": f"{theirs}ln_1.bias",
+        **_conv1d(f"{ours}ffn.fc1.", f"{theirs}mlp.c_fc."),
+        **_conv1d(f"{ours}ffn.fc2.", f"{theirs}mlp.c_proj."),
+        f"{ours}norm2.weight": f"{theirs}ln_2.weight",
+        f"{ours}norm2.bias": f"{theirs}ln_2.bias",
+    }
+
+
+def _gpt2_model_map(config: Config) -> ParamMap:
+    mapping: ParamMap = {
+        "embedding.weight": "transformer.wte.weight",
+        "pos_embedding.weight": "transformer.wpe.weight",
+        "norm.weight": "transformer.ln_f.weight",
+        "norm.bias": "transformer.ln_f.bias",
+    }
+    for i in range(config.n_layers):
+        mapping.update(_gpt2_block_map(f"layers.{i}.", f"transformer.h.{i}."))
+    return mapping
+
+
+# ------------------------------------------------------------------------------- Llama
+
+
+def _llama(config: Config, implementation: str) -> LlamaForCausalLM:
+    _require(config, "Llama", gqa=True)
+    llama_config = LlamaConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        intermediate_size=config.d_ff,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
+        head_dim=config.head_dim_k,
+        max_position_embeddings=config.max_len,
+        rms_norm_eps=1e-6,
+        attention_bias=config.bias,
+        mlp_bias=config.bias,
+        hidden_act="silu",
+        tie_word_embeddings=config.tie_weights,
+        attn_implementation=implementation,
+    )
+    return LlamaForCausalLM(llama_config)
+
+
+def _linear(ours: str, theirs: str, bias: bool) -> ParamMap:
+    mapping: ParamMap = {f"{ours}weight": f"{theirs}weight"}
+    if bias:
+        mapping[f"{ours}bias"] = f"{theirs}bias"
+    return mapping
+
+
+def _llama_attention_map(ours: str, theirs: str, bias: bool) -> ParamMap:
+    mapping: ParamMap = {}
+    for name in "qkvo":
+        mapping.update(_linear(f"{ours}{name}.", f"{theirs}{name}_proj.", bias))
+    return mapping
+
+
+def _llama_mlp_map(ours: str, theirs: str, bias: bool) -> ParamMap:
+    return {
+        **_linear(f"{ours}gate.", f"{theirs}gate_proj.", bias),
+        **_linear(f"{ours}up.", f"{theirs}up_proj.", bias),
+        **_linear(f"{ours}down.", f"{theirs}down_proj.", bias),
+    }
+
+
+def _llama_block_map(ours: str, theirs: str, bias: bool) -> ParamMap:
+    return {
+        **_llama_attention_map(f"{ours}self_attn.", f"{theirs}self_attn.", bias),
+        f"{ours}norm1.weight": f"{theirs}input_layernorm.weight",
+        **_llama_mlp_map(f"{ours}ffn.", f"{theirs}mlp.", bias),
+        f"{ours}norm2.weight": f"{theirs}post_attention_layernorm.weight",
+    }
+
+
+def _llama_model_map(config: Config) -> ParamMap:
+    mapping: ParamMap = {
+        "embedding.weight": "model.embed_tokens.weight",
+        "norm.weight": "model.norm.weight",
+    }
+    for i in range(config.n_layers):
+        mapping.update(_llama_block_map(f"layers.{i}.", f"model.layers.{i}.", config.bias))
+    if not config.tie_weights:
+        mapping["lm_head.weight"] = "lm_head.weight"
+    return mapping
+
+
+# ------------------------------------------------------------------------ calling them
+
+
+def _positions(x: Tensor, positions: Tensor | None, past: int) -> Tensor:
+    b, n = x.shape[:2]
+    if positions is None:
+        return torch.arange(past, past + n, device=x.device).expand(b, n)
+    return positions
+
+
+def _causal_mask(m: nn.Module, x: Tensor, key_padding, positions, cache) -> Any:
+    """The mask transformers' model builds for these tokens (x: embeddings [B, n, D])."""
+    return create_causal_mask(
+        config=m.config,
+        inputs_embeds=x,
+        attention_mask=None if key_padding is None else key_padding.long(),
+        cache=cache,
+        position_ids=positions,
+    )
+
+
+def _piece(call: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], Callable[..., Any]]:
+    """forward and step of a piece of layer 0, from ``call(m, x, mask, positions, cache)``."""
+
+    def forward(m, x, key_padding=None, positions=None):
+        positions = _positions(x, positions, 0)
+        return call(m, x, _causal_mask(m, x, key_padding, positions, None), positions, None)
+
+    def step(m, cache, x, key_padding=None, positions=None):
+        cache = DynamicCache(config=m.config) if cache is None else cache
+        positions = _positions(x, positions, cache.get_seq_length())
+        mask = _causal_mask(m, x, key_padding, positions, cache)
+        return call(m, x, mask, positions, cache), cache
+
+    return forward, step
+
+
+def _model() -> tuple[Callable[..., Tensor], Callable[..., Any]]:
+    def forward(m, ids, key_padding=None, positions=None):
+        mask = None if key_padding is None else key_padding.long()
+        return m(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+
+    def step(m, cache, ids, key_padding=None, positions=None):
+        mask = None if key_padding is None else key_padding.long()
+        out = m(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
+        )
+        return out.logits, out.cache
+
+    return forward, step
+
+
+def _gpt2_attention(m, x, mask, positions, cache):
+    return m.transformer.h[0].attn(x, cache=cache, attention_mask=mask)[0]
+
+
+def _gpt2_block(m, x, mask, positions, cache):
+    return m.transformer.h[0](x, cache, mask, position_ids=positions)
+
+
+def _llama_attention(m, x, mask, positions, cache):
+    rotary = m.model.rotary_emb(x, position_ids=positions)
+    layer = m.model.layers[0]
+    return layer.self_attn(x, position_embeddings=rotary, attention_mask=mask, cache=cache)[0]
+
+
+def _llama_block(m, x, mask, positions, cache):
+    rotary = m.model.rotary_emb(x, position_ids=positions)
+    layer = m.model.layers[0]
+    return layer(
+        x, attention_mask=mask, position_ids=positions, cache=cache, position_embeddings=rotary
+    )
+
+
+def _one_layer(make: Callable[[Config, str], nn.Module], impl: str) -> Callable[[Config], Any]:
+    return lambda config: make(dataclasses.replace(config, n_layers=1), impl)
+
+
+class _DecoderAdapter(TorchModuleAdapter):
+    """TorchModuleAdapter whose float32-only subjects say why they skip float64."""
+
+    def __init__(self, name: str, entries: list[TorchEntry], float32_note: str = ""):
+        super().__init__(name, entries)
+        self.float32_note = float32_note
+
+    def build(
+        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
+    ) -> TorchHandle:
+        if dtype not in self.dtypes(subject):
+            raise Unsupported(
+                f"{subject.name} runs in {', '.join(self.dtypes(subject))}: {self.float32_note}"
+            )
+        return super().build(subject, config, seed=seed, dtype=dtype)
+
+
+def _gpt2_entries() -> list[TorchEntry]:
+    gpt2 = DECODER_CANONICAL  # GPT-2 is the family's canonical: LayerNorm eps 1e-5, gelu_new
+    entries = []
+    for impl in IMPLEMENTATIONS:
+        conv = dataclasses.replace(gpt2, fully_masked_rows=ROWS[impl])
+        notes = (MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
+        attention_forward, attention_step = _piece(_gpt2_attention)
+        block_forward, block_step = _piece(_gpt2_block)
+        model_forward, model_step = _model()
+        entries += [
+            TorchEntry(
+                "causal_self_attention",
+                name=f"causal_self_attention[{impl}]",
+                make=_one_layer(_gpt2, impl),
+                forward=attention_forward,
+                step=attention_step,
+                param_map=_gpt2_attention_map("", "transformer.h.0.attn."),
+                conventions=conv,
+                notes=("GPT2Attention of layer 0 (fused c_attn, c_proj).", *notes),
+            ),
+            TorchEntry(
+                "decoder_block",
+                name=f"decoder_block[{impl}]",
+                make=_one_layer(_gpt2, impl),
+                forward=block_forward,
+                step=block_step,
+                param_map=_gpt2_block_map("", "transformer.h.0."),
+                conventions=conv,
+                notes=("GPT2Block of layer 0: pre-LN, gelu_new (tanh GELU).", *notes),
+            ),
+            TorchEntry(
+                "causal_lm",
+                name=f"causal_lm[{impl}]",
+                make=lambda c, impl=impl: _gpt2(c, impl),
+                forward=model_forward,
+                step=model_step,
+                param_map=_gpt2_model_map,
+                conventions=conv,
+                notes=(
+                    "GPT2LMHeadModel: wte + wpe (learned positions), blocks, ln_f, head tied "
+                    "to wte.",
+                    *notes,
+                ),
+            ),
+        ]
+    return entries
+
+
+def _llama_entries() -> list[TorchEntry]:
+    llama = dataclasses.replace(
+        DECODER_CANONICAL,
+        norm_kind="rms_norm",
+        eps=1e-6,
+        positions="rope",
+        rope_layout="half_split",
+        ffn_kind="gated",
+    )
+    entries = [
+        TorchEntry(
+            "gated_ffn",
+            make=_one_layer(_llama, "eager"),
+            forward=lambda m, x: m.model.layers[0].mlp(x),
+            param_map=lambda c: _llama_mlp_map("", "model.layers.0.mlp.", c.bias),
+            conventions=llama,
+            notes=("LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).",),
+        )
+    ]
+    for impl in IMPLEMENTATIONS:
+        conv = dataclasses.replace(llama, fully_masked_rows=ROWS[impl])
+        notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
+        attention_forward, attention_step = _piece(_llama_attention)
+        block_forward, block_step = _piece(_llama_block)
+        model_forward, model_step = _model()
+        entries += [
+            TorchEntry(
+                "causal_self_attention",
+                name=f"causal_self_attention[{impl}]",
+                dtypes=LOWER_PRECISION,
+                make=_one_layer(_llama, impl),
+                forward=attention_forward,
+                step=attention_step,
+                param_map=lambda c: _llama_attention_map("", "model.layers.0.self_attn.", c.bias),
+                conventions=conv,
+                notes=(
+                    "LlamaAttention of layer 0, with the model's LlamaRotaryEmbedding (RoPE "
+                    "rotate_half: half-split pairs) and repeat_kv (grouped-query).",
+                    *notes,
+                ),
+            ),
+            TorchEntry(
+                "decoder_block",
+                name=f"decoder_block[{impl}]",
+                dtypes=LOWER_PRECISION,
+                make=_one_layer(_llama, impl),
+                forward=block_forward,
+                step=block_step,
+                param_map=lambda c: _llama_block_map("", "model.layers.0.", c.bias),
+                conventions=conv,
+                notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *notes),
+            ),
+            TorchEntry(
+                "causal_lm",
+                name=f"causal_lm[{impl}]",
+                dtypes=LOWER_PRECISION,
+                make=lambda c, impl=impl: _llama(c, impl),
+                forward=model_forward,
+                step=model_step,
+                param_map=_llama_model_map,
+                conventions=conv,
+                notes=(
+                    "LlamaForCausalLM: embed_tokens, RoPE in every attention, blocks, final "
+                    "RMSNorm, lm_head (tied to embed_tokens when Config.tie_weights).",
+                    *notes,
+                ),
+            ),
+        ]
+    return entries
+
+
+gpt2 = _DecoderAdapter("hf.gpt2", _gpt2_entries())
+llama = _DecoderAdapter("hf.llama", _llama_entries(), LLAMA_FLOAT32_NOTE)

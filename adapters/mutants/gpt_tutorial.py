@@ -1,0 +1,307 @@
+"""A correct third-party-style decoder-only model (SPEC.md §11), and the adapter glue the
+decoder mutants share.
+
+Written the way minimal GPT and Llama repositories write it (nanoGPT, Meta's llama
+``model.py``): its own parameter names (``wq``, ``wk``, ``wv``, ``wo``; ``w1`` the gate,
+``w3`` the up and ``w2`` the down projection; ``wte``, ``wpe``, ``ln_f``), a KV cache kept as
+a tuple ``(k, v)`` per layer and concatenated along the sequence axis, RoPE in the
+``rotate_half`` (half-split) layout, keys and values repeated to the query heads with
+``repeat_interleave``. A model either rotates (``rope=True``) or adds a learned position
+table; its FFN is SwiGLU or GPT-2's GELU MLP; its norm RMSNorm or LayerNorm.
+
+Each piece a mutant may break is its own method, so a mutant overrides exactly one.
+``ENTRIES`` join the control adapter ``tck.adapters.mutants.tutorial:adapter``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tck.adapters import TorchEntry, Unsupported
+from tck.reference import DECODER_CANONICAL, Config
+
+Cache = tuple[Tensor, Tensor]
+
+# ------------------------------------------------------------------------------ modules
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    """Causal self-attention with n_kv_heads key/value heads, optional RoPE and a KV cache."""
+
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, rope: bool, bias: bool = True):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
+        self.n_rep, self.rope = n_heads // n_kv_heads, rope
+        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=bias)
+        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=bias)
+        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=bias)
+        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=bias)
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.head_dim, 2).double() / self.head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def default_positions(self, batch: int, n: int, past: int) -> Tensor:
+        return torch.arange(past, past + n).expand(batch, n)
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:  # x (B, H, n, hd)
+        freqs = positions.double()[:, None, :, None] * self.inv_freq  # (B, 1, n, hd/2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
+
+    def repeat_kv(self, x: Tensor) -> Tensor:  # (B, H_kv, T, hd) -> (B, H, T, hd)
+        return x.repeat_interleave(self.n_rep, dim=1)
+
+    def extend_cache(self, cache: Cache | None, k: Tensor, v: Tensor) -> Cache:
+        if cache is None:
+            return k, v
+        return torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+
+    def future_mask(self, n: int, t: int, cached: bool) -> Tensor:
+        """True where query i (token t - n + i) must not look: keys after it."""
+        return torch.ones(n, t, dtype=torch.bool).triu(diagonal=t - n + 1)
+
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        pad_mask: Tensor | None = None,  # (B, T): 1 = token, 0 = padding
+        cache: Cache | None = None,
+    ) -> tuple[Tensor, Cache]:
+        b, n, _ = x.shape
+        past = 0 if cache is None else cache[0].shape[2]
+        if positions is None:
+            positions = self.default_positions(b, n, past)
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.rope:
+            q, k = self.rotate(q, positions), self.rotate(k, positions)
+        cache = self.extend_cache(cache, k, v)
+        k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
+        att = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, n, T)
+        att = att.masked_fill(self.future_mask(n, k.shape[2], past > 0), float("-inf"))
+        if pad_mask is not None:
+            att = att.masked_fill(pad_mask[:, None, None, :] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1).nan_to_num(0.0)  # a left pad sees nothing: zeros
+        y = (att @ v).transpose(1, 2).reshape(b, n, -1)
+        return self.wo(y), cache
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim: int, hidden: int, bias: bool = True):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=bias)  # gate
+        self.w3 = nn.Linear(dim, hidden, bias=bias)  # up
+        self.w2 = nn.Linear(hidden, dim, bias=bias)  # down
+        self.act = F.silu
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.act(self.w1(x)) * self.w3(x))
+
+
+class MLP(nn.Module):  # GPT-2's
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, c: Config, llama: bool):
+        super().__init__()
+        norm: Callable[[int], nn.Module] = RMSNorm if llama else nn.LayerNorm
+        self.ln_1, self.ln_2 = norm(c.d_model), norm(c.d_model)
+        self.attn = Attention(c.d_model, c.n_heads, c.kv_heads, rope=llama, bias=c.bias)
+        self.mlp = SwiGLU(c.d_model, c.d_ff, c.bias) if llama else MLP(c.d_model, c.d_ff)
+
+    def forward(self, x, positions=None, pad_mask=None, cache=None):
+        h, cache = self.attn(self.ln_1(x), positions, pad_mask, cache)
+        x = x + h
+        return x + self.mlp(self.ln_2(x)), cache
+
+
+class GPT(nn.Module):
+    """GPT-2 style: wte + wpe, pre-LN blocks, ln_f, head tied to wte."""
+
+    def __init__(self, c: Config):
+        super().__init__()
+        self.wte, self.wpe = (
+            nn.Embedding(c.vocab_size, c.d_model),
+            nn.Embedding(c.max_len, c.d_model),
+        )
+        self.h = nn.ModuleList(Block(c, llama=False) for _ in range(c.n_layers))
+        self.ln_f = nn.LayerNorm(c.d_model)
+
+    def positions_from(self, pad_mask: Tensor | None, b: int, n: int, past: int) -> Tensor:
+        """Position ids as generate() makes them: counting real tokens only."""
+        if pad_mask is None:
+            return torch.arange(past, past + n).expand(b, n)
+        return (pad_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -n:]
+
+    def forward(self, idx, pad_mask=None, positions=None, caches=None):
+        b, n = idx.shape
+        past = 0 if caches is None else caches[0][0].shape[2]
+        if positions is None:
+            positions = self.positions_from(pad_mask, b, n, past)
+        x = self.wte(idx) + self.wpe(positions)
+        new = []
+        for i, block in enumerate(self.h):
+            x, cache = block(x, positions, pad_mask, None if caches is None else caches[i])
+            new.append(cache)
+        return self.ln_f(x) @ self.wte.weight.T, new
+
+
+# ------------------------------------------------------------------------------ adapting
+
+
+def _linear(ours: str, theirs: str, bias: bool = True) -> dict[str, str]:
+    mapping = {f"{ours}weight": f"{theirs}weight"}
+    if bias:
+        mapping[f"{ours}bias"] = f"{theirs}bias"
+    return mapping
+
+
+def attention_map(ours: str, theirs: str, bias: bool = True) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in "qkvo":
+        out.update(_linear(f"{ours}{name}.", f"{theirs}w{name}.", bias))
+    return out
+
+
+LLAMA = dataclasses.replace(
+    DECODER_CANONICAL,
+    norm_kind="rms_norm",
+    eps=1e-6,
+    positions="rope",
+    rope_layout="half_split",
+    ffn_kind="gated",
+)
+
+
+def _check(config: Config) -> None:
+    if (
+        config.head_dim_k != config.head_dim_v
+        or config.head_dim_k * config.n_heads != config.d_model
+    ):
+        raise Unsupported("the tutorial attention has d_k = d_v = d_model / n_heads")
+
+
+def _attention_step(m, cache, x, key_padding=None, positions=None):
+    out, cache = m(x, positions, key_padding, cache)
+    return out, cache
+
+
+def attention_entry(
+    cls: type[Attention] = Attention, *, step=_attention_step, **kw: Any
+) -> TorchEntry:
+    """causal_self_attention with RoPE (half-split) and grouped-query heads."""
+
+    def make(c: Config) -> nn.Module:
+        _check(c)
+        return cls(c.d_model, c.n_heads, c.kv_heads, rope=True, bias=c.bias)
+
+    def forward(m, x, key_padding=None, positions=None):
+        return m(x, positions, key_padding)[0]
+
+    return TorchEntry(
+        "causal_self_attention",
+        make=make,
+        forward=forward,
+        step=step,
+        param_map=lambda c: attention_map("", "", c.bias),
+        conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
+        **kw,
+    )
+
+
+def gated_ffn_entry(cls: type[SwiGLU] = SwiGLU, **kw: Any) -> TorchEntry:
+    def make(c: Config) -> nn.Module:
+        return cls(c.d_model, c.d_ff, c.bias)
+
+    return TorchEntry(
+        "gated_ffn",
+        make=make,
+        forward=lambda m, x: m(x),
+        param_map=lambda c: {
+            **_linear("gate.", "w1.", c.bias),
+            **_linear("up.", "w3.", c.bias),
+            **_linear("down.", "w2.", c.bias),
+        },
+        conventions=LLAMA,
+        **kw,
+    )
+
+
+def gpt_map(c: Config) -> dict[str, str]:
+    mapping = {"embedding.weight": "wte.weight", "pos_embedding.weight": "wpe.weight"}
+    mapping |= {"norm.weight": "ln_f.weight", "norm.bias": "ln_f.bias"}
+    for i in range(c.n_layers):
+        ours, theirs = f"layers.{i}.", f"h.{i}."
+        mapping |= attention_map(f"{ours}self_attn.", f"{theirs}attn.")
+        mapping |= _linear(f"{ours}norm1.", f"{theirs}ln_1.") | _linear(
+            f"{ours}norm2.", f"{theirs}ln_2."
+        )
+        mapping |= _linear(f"{ours}ffn.fc1.", f"{theirs}mlp.c_fc.")
+        mapping |= _linear(f"{ours}ffn.fc2.", f"{theirs}mlp.c_proj.")
+    return mapping
+
+
+def _gpt_forward(m, ids, key_padding=None, positions=None):
+    if positions is None:  # SPEC.md §11.7: 0 .. L-1 unless given (also on right pads)
+        positions = torch.arange(ids.shape[1]).expand(ids.shape)
+    return m(ids, key_padding, positions)[0]
+
+
+def _gpt_step(m, caches, ids, key_padding=None, positions=None):
+    return m(ids, key_padding, positions, caches)
+
+
+def gpt_entry(
+    cls: type[GPT] = GPT, *, forward=_gpt_forward, step=_gpt_step, **kw: Any
+) -> TorchEntry:
+    """causal_lm, GPT-2 style (learned positions, tied head)."""
+
+    def make(c: Config) -> nn.Module:
+        _check(c)
+        if c.kv_heads != c.n_heads or not c.bias or not c.tie_weights:
+            raise Unsupported(
+                "the tutorial GPT has no grouped-query heads, always biases, a tied head"
+            )
+        return cls(c)
+
+    return TorchEntry(
+        "causal_lm",
+        make=make,
+        forward=forward,
+        step=step,
+        param_map=gpt_map,
+        conventions=dataclasses.replace(
+            DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"
+        ),
+        **kw,
+    )
+
+
+ENTRIES: list[TorchEntry] = [attention_entry(), gated_ffn_entry(), gpt_entry()]

@@ -1,0 +1,375 @@
+"""§11 Decoder-only models: the properties that decide whether a language model is correct.
+
+Every causal subject (``causal_self_attention``, ``decoder_block``, ``causal_lm``) is checked
+on unpadded calls of several lengths against the oracle (a subject that takes no padding mask
+still gets oracle equality), for causal no-leak, for batching rows of different lengths, for
+grouped-query attention, and, through ``Adapter.step``, for KV-cache equivalence and for
+left-padding invariance.
+
+A subject offered only in float32 and below (transformers' Llama computes RMSNorm, RoPE and
+its eager softmax in float32 whatever the model's dtype) is checked in float32: oracle
+comparisons bound it by the naive reference's float32 error (SPEC.md §10.7), and the
+comparisons of the implementation with itself use float32's floor of the tolerance rule.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tck.adapters import AdapterFailure, Unsupported
+from tck.conformance.decoding import decode, token_input
+from tck.conformance.expected import decoder_only
+from tck.conformance.harness import Harness, Instance
+from tck.conformance.inputs import Inputs, Shape
+from tck.conformance.results import CheckFailure
+from tck.conformance.strategies import batch_slice
+from tck.conformance.tolerance import Comparison, compare
+
+spec = pytest.mark.spec
+components = pytest.mark.components
+
+CAUSAL = ("causal_self_attention", "decoder_block", "causal_lm")
+LENGTHS = (1, 3, 7, 13, 29)  # a prefix of 1, and lengths that are not multiples of 8
+CLAUSE = {"causal_self_attention": "11.1", "decoder_block": "11.4", "causal_lm": "11.5"}
+
+# What torch.cat, torch broadcasting and numpy say when a cache is concatenated along the wrong
+# axis (the other axes then disagree between the cache and the new token's keys).
+CONCAT_ERRORS = re.compile(
+    r"Sizes of tensors must match|must match the size of tensor|dimensions except for the "
+    r"concatenation axis|shape mismatch|cannot be broadcast|size mismatch",
+    re.IGNORECASE,
+)
+
+
+# --------------------------------------------------------------------------------- helpers
+
+
+def instance(tck: Harness, **config) -> Instance:
+    """float64 when the adapter offers it, else the highest precision it offers."""
+    offered = tck.dtypes()
+    dtype = next(d for d in ("float64", "float32", "bfloat16", "float16") if d in offered)
+    return tck.instance(tck.config(**config) if config else None, dtype=dtype)
+
+
+def unpadded(tck: Harness, inst: Instance, batch: int, length: int, seed: int) -> Inputs:
+    return tck.inputs(inst, Shape(batch=batch, lq=length, lk=length, masked=False), seed=seed)
+
+
+def same(inst: Instance, test: np.ndarray, truth: np.ndarray, ignore=None) -> Comparison:
+    """The implementation against itself: the floor of the tolerance rule in its dtype."""
+    return compare(test, truth, dtype=inst.dtype, ignore=ignore)
+
+
+def describe(result: Comparison) -> str:
+    return (
+        f"max |difference| {result.max_abs_err:.3g} > bound {result.bound:.3g} at index "
+        f"{result.worst_index}"
+    )
+
+
+def run_or_skip(tck: Harness, inst: Instance, inputs: Inputs, why: str) -> np.ndarray:
+    try:
+        return tck.run(inst, inputs)
+    except Unsupported as err:
+        pytest.skip(f"{why}: {err}")
+
+
+# ------------------------------------------------------------------ oracle and causality
+
+
+@spec("11.1", "11.4", "11.5")
+@components(*CAUSAL)
+def test_oracle_lengths(tck: Harness) -> None:
+    """The oracle on unpadded calls of lengths 1, 3, 7, 13 and 29 through one instance: the
+    calls every causal implementation takes, whether or not it takes a padding mask."""
+    tck.clauses = [CLAUSE[tck.component]]
+    inst = instance(tck)
+    tck.require_params(inst)
+    for index, length in enumerate(LENGTHS):
+        inputs = unpadded(tck, inst, 2, length, seed=100 + index)
+        tck.assert_matches_oracle(inst, inputs, what=f"unpadded call of length {length}")
+    padded = tck.inputs(inst, Shape(batch=2, lq=13, lk=13, lengths=(13, 7)), seed=199)
+    try:  # right padding, where the implementation takes key_padding
+        tck.assert_matches_oracle(inst, padded, what="right-padded rows of lengths 13 and 7")
+    except Unsupported as why:
+        tck.note({"unsupported_calls": [f"right-padded rows: {why}"]})
+
+
+@spec("11.2")
+@components(*CAUSAL)
+def test_grouped_query_attention(tck: Harness) -> None:
+    """§11.2: n_kv_heads = 2 of 4 query heads: key/value head j serves query heads 2j and
+    2j + 1 (repeated in place, not tiled); checked against the oracle, unpadded."""
+    check_kv_heads(tck, 2)
+
+
+@spec("11.2")
+@components(*CAUSAL)
+def test_multi_query_attention(tck: Harness) -> None:
+    """§11.2: n_kv_heads = 1: one key/value head serves every query head."""
+    check_kv_heads(tck, 1)
+
+
+def check_kv_heads(tck: Harness, n_kv_heads: int) -> None:
+    try:
+        inst = instance(tck, n_kv_heads=n_kv_heads)
+    except Unsupported as err:
+        pytest.skip(f"n_kv_heads={n_kv_heads}: {err}")
+    except ValueError as err:  # load(): k and v have n_heads heads whatever n_kv_heads says
+        if "shape" not in str(err):
+            raise
+        pytest.skip(
+            f"the implementation has no grouped-query attention: its key/value projections do "
+            f"not take n_kv_heads={n_kv_heads} ({str(err)[:200]})"
+        )
+    tck.require_params(inst)
+    for index, length in enumerate((5, 11)):
+        inputs = unpadded(tck, inst, 2, length, seed=200 + index)
+        tck.assert_matches_oracle(
+            inst, inputs, what=f"n_kv_heads={n_kv_heads} of {inst.config.n_heads}, L={length}"
+        )
+
+
+@spec("4.3", "11.1")
+@components(*CAUSAL)
+def test_causal_no_leak(tck: Harness) -> None:
+    """§11.1: always causal. Changing the tokens at positions >= s leaves rows < s unchanged."""
+    inst = instance(tck)
+    name = token_input(tck.component)
+    rng = np.random.default_rng(tck.seed)
+    for length, s in ((2, 1), (9, 4), (13, 12)):
+        inputs = unpadded(tck, inst, 2, length, seed=300 + length)
+        base = tck.run(inst, inputs)
+        changed = dict(inputs)
+        if name == "ids":
+            ids = np.array(inputs["ids"])
+            ids[:, s:] = (
+                ids[:, s:] + rng.integers(1, inst.config.vocab_size, ids[:, s:].shape)
+            ) % (inst.config.vocab_size)
+            changed["ids"] = ids
+        else:
+            x = np.array(inputs["x"])
+            x[:, s:] = rng.standard_normal(x[:, s:].shape)
+            changed["x"] = x
+        after = tck.run(inst, changed)
+        result = same(inst, after[:, :s], base[:, :s])
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "mask.causal_leak",
+                f"changing positions >= {s} (of {length}) changes earlier rows: "
+                f"{describe(result)}; the model sees future tokens (SPEC.md §4.3, §11.1)",
+                result.metrics(),
+            )
+
+
+@spec("10.2", "11.8")
+@components(*CAUSAL)
+def test_batch_rows_of_different_lengths(tck: Harness) -> None:
+    """§11.8: a batch of right-padded rows of lengths 11, 6 and 1 gives, at each row's real
+    positions, what the row gives alone and unpadded."""
+    inst = instance(tck)
+    lengths = (11, 6, 1)
+    inputs = tck.inputs(inst, Shape(batch=3, lq=11, lk=11, lengths=lengths), seed=400)
+    out = run_or_skip(tck, inst, inputs, "a padded batch needs key_padding")
+    for b, length in enumerate(lengths):
+        alone = {k: v[:, :length] for k, v in batch_slice(inputs, b).items() if k != "key_padding"}
+        truth = tck.run(inst, alone)
+        result = same(inst, out[b : b + 1, :length], truth)
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "batch.padded_rows_differ",
+                f"row {b} (length {length} of 11, right-padded) in a batch differs from the "
+                f"same row alone: {describe(result)} (SPEC.md §10.2, §11.8)",
+                result.metrics(),
+            )
+
+
+# ---------------------------------------------------------------------------- KV cache
+
+
+def left_padded(tck: Harness, inst: Instance, lengths: tuple[int, ...], seed: int) -> Inputs:
+    """Rows right-aligned in a batch of length max(lengths): pads first, key_padding False
+    there, and position ids shifted so every row's first real token is at 0 (§11.7)."""
+    total = max(lengths)
+    inputs = tck.inputs(
+        inst, Shape(batch=len(lengths), lq=total, lk=total, masked=False), seed=seed
+    )
+    pads = total - np.asarray(lengths)
+    keep = np.arange(total)[None, :] >= pads[:, None]  # (B, T)
+    inputs["key_padding"] = keep
+    inputs["positions"] = np.maximum(np.arange(total)[None, :] - pads[:, None], 0)
+    return inputs
+
+
+def step_outputs(tck: Harness, inst: Instance, inputs: Inputs, prefill: int) -> np.ndarray:
+    """The outputs of incremental decoding, concatenated along the sequence (B, L, ...)."""
+    try:
+        outs, ranges = decode(tck.adapter, inst.handle, tck.component, inputs, prefill)
+    except (Unsupported, AdapterFailure, CheckFailure):
+        raise
+    except Exception as err:  # the implementation's own error while decoding
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if CONCAT_ERRORS.search(str(err)):
+            raise CheckFailure(
+                "cache.wrong_axis",
+                f"a decoding step with the cache failed: {type(err).__name__}: {first[:200]}; "
+                "appending the new token's keys and values to the cache does not fit: the "
+                "cache grows along an axis other than the sequence axis (SPEC.md §11.6)",
+            ) from err
+        raise
+    for out, (start, stop) in zip(outs, ranges, strict=True):
+        expected_shape = (inputs[token_input(tck.component)].shape[0], stop - start)
+        if out.shape[:2] != expected_shape:
+            raise CheckFailure(
+                "cache.wrong_axis",
+                f"the step with tokens {start}..{stop - 1} returned shape {out.shape}, not "
+                f"{expected_shape} + the output's trailing axes: the cache (or its output) "
+                "grows along the wrong axis (SPEC.md §11.6)",
+                {"shape": list(out.shape)},
+            )
+    return np.concatenate(outs, axis=1)
+
+
+def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, prefill: int):
+    """(code, message, gold over the whole sequence) for the bugs of cached decoding."""
+    component, c, conv, p = tck.component, inst.config, inst.conventions, inst.params or {}
+    b, length = np.asarray(inputs[token_input(component)]).shape[:2]
+    positions = inputs.get("positions")
+    positions = np.broadcast_to(np.arange(length), (b, length)) if positions is None else positions
+    restarted = np.array(positions)
+    restarted[:, prefill:] = 0  # each one-token step placed at position 0
+    what = "RoPE rotates" if conv.positions == "rope" else "the position table gives"
+    code = "cache.rope_offset_wrong" if conv.positions == "rope" else "cache.position_offset_wrong"
+    yield (
+        code,
+        f"{what} each decoded token at position 0 of its own call, not at its place after the "
+        "cached tokens: the cache's offset is not added to the position ids (SPEC.md §11.6)",
+        decoder_only(component, {**inputs, "positions": restarted}, p, c, conv),
+    )
+    strict = np.tril(np.ones((length, length), bool))
+    rows = np.arange(prefill, length)
+    strict[rows, rows] = False  # decoded tokens do not see their own key
+    yield (
+        "cache.causal_off_by_one",
+        "each decoded token attends the cached keys but not its own: the causal mask of a "
+        "cached step is off by one position (j < T instead of j <= T - 1; SPEC.md §11.6)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=strict),
+    )
+    diagonal = np.eye(length, dtype=bool)
+    diagonal[:prefill, :prefill] = np.tril(np.ones((prefill, prefill), bool))
+    yield (
+        "cache.ignored",
+        "each decoded token attends only itself: the cache is not used (SPEC.md §11.6)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=diagonal),
+    )
+
+
+def check_cache(tck: Harness, inst: Instance, inputs: Inputs, what: str) -> None:
+    full = tck.run(inst, inputs)
+    keep = inputs.get("key_padding")
+    ignore = None
+    if keep is not None:  # padded query rows are not promised anything here
+        ignore = ~np.asarray(keep)[(..., *([None] * (full.ndim - 2)))]
+    for prefill in (1, 4):
+        try:
+            cached = step_outputs(tck, inst, inputs, prefill)
+        except Unsupported as err:
+            pytest.skip(f"incremental decoding: {err}")
+        result = same(inst, cached, full, ignore)
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if result.passed:
+            continue
+        worst = result.worst_index[1] if result.worst_index else "?"
+        numbers = (
+            f"{what}, prefill {prefill} then one token per step: at position {worst} the "
+            f"cached output differs from the full forward: {describe(result)}"
+        )
+        if inst.params is not None and tck.component in CAUSAL:
+            for code, message, gold in cache_hypotheses(tck, inst, inputs, prefill):
+                decoded = np.zeros(full.shape, bool)
+                decoded[:, prefill:] = True
+                if ignore is not None:
+                    decoded &= ~np.broadcast_to(ignore, full.shape)
+                if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
+                    raise CheckFailure(code, f"{message}; {numbers}", result.metrics())
+        raise CheckFailure("cache.mismatch", f"{numbers} (SPEC.md §11.6)", result.metrics())
+
+
+@spec("11.6")
+@components(*CAUSAL)
+def test_kv_cache(tck: Harness) -> None:
+    """§11.6: decoding with the subject's own cache, a prefill of 1 or 4 tokens and then one
+    token per step, gives at every step what one full forward gives (length 11, batch 2)."""
+    inst = instance(tck)
+    check_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=500), "unpadded rows of length 11")
+
+
+@spec("11.6", "11.7")
+@components(*CAUSAL)
+def test_kv_cache_left_padded(tck: Harness) -> None:
+    """§11.6, §11.7: the same with left-padded rows (lengths 11 and 7) and shifted position
+    ids, the key padding growing with the sequence: how generate() decodes a batch."""
+    inst = instance(tck)
+    inputs = left_padded(tck, inst, (11, 7), seed=501)
+    try:
+        check_cache(tck, inst, inputs, "left-padded rows of lengths 11 and 7")
+    except Unsupported as err:
+        pytest.skip(f"left padding needs key_padding and positions: {err}")
+
+
+# ---------------------------------------------------------------------------- left padding
+
+
+@spec("11.7")
+@components(*CAUSAL)
+def test_left_padding(tck: Harness) -> None:
+    """§11.7: a left-padded row, key padding False on its pads and its position ids shifted
+    so its first real token is at 0, gives at its real positions what the row gives alone."""
+    inst = instance(tck)
+    lengths = (9, 6, 2)
+    inputs = left_padded(tck, inst, lengths, seed=600)
+    out = run_or_skip(tck, inst, inputs, "left padding needs key_padding and positions")
+    total = max(lengths)
+    name = token_input(tck.component)
+    for b, length in enumerate(lengths):
+        pad = total - length
+        alone = {name: np.asarray(inputs[name])[b : b + 1, pad:]}
+        truth = tck.run(inst, alone)
+        result = same(inst, out[b : b + 1, pad:], truth)
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if result.passed:
+            continue
+        numbers = (
+            f"row {b} ({length} tokens after {pad} pads) differs from the row alone: "
+            f"{describe(result)}"
+        )
+        if inst.params is not None:
+            pads = ~np.broadcast_to(
+                np.asarray(inputs["key_padding"])[(..., *([None] * (out.ndim - 2)))], out.shape
+            )
+            unshifted = {k: v for k, v in inputs.items() if k != "positions"}
+            gold = tck.gold(inst, unshifted)
+            if compare(out, gold, dtype=inst.dtype, ignore=pads).passed:
+                raise CheckFailure(
+                    "padding.left_positions_not_shifted",
+                    "the output is what position ids 0 .. L-1 give, counting the pads: the "
+                    "position ids are not shifted past the left padding (SPEC.md §11.7); "
+                    + numbers,
+                    result.metrics(),
+                )
+            unmasked = {k: v for k, v in inputs.items() if k != "key_padding"}
+            if compare(out, tck.gold(inst, unmasked), dtype=inst.dtype, ignore=pads).passed:
+                raise CheckFailure(
+                    "mask.ignored",
+                    "the output is what the spec gives with no key padding: the real tokens "
+                    "attend the left pads (SPEC.md §11.7); " + numbers,
+                    result.metrics(),
+                )
+        raise CheckFailure(
+            "padding.left_padding_changes_output", f"{numbers} (SPEC.md §11.7)", result.metrics()
+        )

@@ -1,0 +1,174 @@
+"""Self-tests of SPEC.md §11 (decoder-only models): the oracle against hand values and the
+torch reference, the grouping rule, the KV cache of the reference model, left padding, and
+the diagnosis hypotheses that live in the parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from tck.adapters.reference import LLAMA, adapter
+from tck.conformance.decoding import decode, gate_up_swapped, tiled_kv_heads
+from tck.conformance.expected import expected
+from tck.conformance.inputs import Shape, make_inputs
+from tck.reference import DECODER_CANONICAL, Config, init_params, oracle
+from tck.reference import model as ref
+
+spec = pytest.mark.spec
+CONFIG = Config(d_model=24, n_heads=4, d_ff=40, vocab_size=23, max_len=64, n_kv_heads=2)
+TOL = 1e-12  # float64 oracle vs float64 torch: a few ulps of O(1) values through a stack
+
+
+def _subject(name: str):
+    return next(s for s in adapter.subjects() if s.name == name)
+
+
+def _run(name: str, shape: Shape, config: Config = CONFIG, seed: int = 0):
+    subject = _subject(name)
+    handle = adapter.build(subject, config, seed=seed)
+    params = init_params(subject.component, config, subject.conventions, seed=seed + 1)
+    adapter.load(handle, params)
+    inputs = make_inputs(subject.component, config, np.random.default_rng(seed), shape)
+    return subject, handle, params, inputs
+
+
+@spec("11.1", "11.4", "11.5")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "causal_self_attention",
+        "causal_self_attention[rope]",
+        "decoder_block",
+        "decoder_block[llama]",
+        "decoder_block[post_ln]",
+        "causal_lm",
+        "causal_lm[llama]",
+    ],
+)
+def test_oracle_matches_torch_reference(name: str) -> None:
+    for shape in (Shape(batch=2, lq=13), Shape(batch=1, lq=1, masked=False)):
+        subject, handle, params, inputs = _run(name, shape)
+        gold = expected(subject.component, inputs, params, CONFIG, subject.conventions)
+        assert np.abs(adapter.run(handle, inputs) - gold).max() < TOL
+
+
+@spec("11.1")
+def test_causal_self_attention_by_hand() -> None:
+    """One head, d = 2, identity projections: row 1 averages v_0 and v_1 by softmax."""
+    eye = np.eye(2)
+    params = {f"{p}.weight": eye for p in "qkvo"}
+    x = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    out = oracle.causal_self_attention(x, params, n_heads=1)
+    w = np.exp([0.0, 1.0 / np.sqrt(2.0)])  # scores of query 1 against keys 0, 1
+    w = w / w.sum()
+    assert np.allclose(out[0, 0], x[0, 0], atol=1e-15)  # row 0 sees itself alone
+    assert np.allclose(out[0, 1], w[0] * x[0, 0] + w[1] * x[0, 1], atol=1e-15)
+
+
+@spec("11.2")
+def test_kv_head_j_serves_query_heads_jg_to_jg_plus_g() -> None:
+    k = np.arange(2)[None, :, None, None] * np.ones((1, 2, 3, 1))  # kv head j holds j
+    rep = oracle.repeat_kv(k, 2)  # 4 query heads
+    assert rep[0, :, 0, 0].tolist() == [0, 0, 1, 1]
+    assert torch.equal(
+        torch.from_numpy(rep), torch.from_numpy(k).repeat_interleave(2, dim=1)
+    )  # transformers' repeat_kv and the reference model's rule
+
+
+@spec("11.2")
+def test_tiled_grouping_is_a_parameter_permutation() -> None:
+    """The tiled rule (head h uses kv head h mod H_kv) equals the oracle on permuted params,
+    which is how the harness names the bug; with H_kv = 1 or H the rules agree."""
+    _, _, params, inputs = _run("causal_self_attention", Shape(batch=2, lq=6, masked=False))
+    x = inputs["x"]
+    h, h_kv, d = CONFIG.n_heads, CONFIG.kv_heads, CONFIG.head_dim_k
+    q = oracle.split_heads(oracle.linear(x, params, "q."), h)
+    k = oracle.split_heads(oracle.linear(x, params, "k."), h_kv)
+    v = oracle.split_heads(oracle.linear(x, params, "v."), h_kv)
+    tiled_k, tiled_v = np.tile(k, (1, h // h_kv, 1, 1)), np.tile(v, (1, h // h_kv, 1, 1))
+    heads = oracle.scaled_dot_product_attention(q, tiled_k, tiled_v, np.tril(np.ones((6, 6), bool)))
+    tiled_out = oracle.linear(oracle.merge_heads(heads), params, "o.")
+    right = oracle.causal_self_attention(x, params, n_heads=h, n_kv_heads=h_kv)
+    permuted = oracle.causal_self_attention(
+        x, tiled_kv_heads(params, CONFIG), n_heads=h, n_kv_heads=h_kv
+    )
+    assert np.abs(permuted - tiled_out).max() < TOL
+    assert np.abs(right - tiled_out).max() > 1e-3  # the rules differ here
+    assert tiled_kv_heads(params, dataclasses.replace(CONFIG, n_kv_heads=1)) is None
+    assert d == CONFIG.head_dim_v
+
+
+@spec("11.3")
+def test_gated_ffn_by_hand() -> None:
+    params = {
+        "gate.weight": np.array([[1.0]]),
+        "up.weight": np.array([[2.0]]),
+        "down.weight": np.array([[3.0]]),
+    }
+    x = np.array([[[0.5]]])
+    silu = 0.5 / (1.0 + np.exp(-0.5))
+    assert np.isclose(oracle.gated_feed_forward(x, params)[0, 0, 0], 3.0 * silu * 1.0)
+    swapped = oracle.gated_feed_forward(x, gate_up_swapped(params))[0, 0, 0]
+    assert np.isclose(swapped, 3.0 * (1.0 / (1.0 + np.exp(-1.0))) * 0.5)
+
+
+@spec("11.6")
+@pytest.mark.parametrize(
+    "name", ["causal_self_attention[rope]", "decoder_block", "causal_lm[llama]"]
+)
+def test_reference_kv_cache_equals_full_forward(name: str) -> None:
+    subject, handle, _, inputs = _run(name, Shape(batch=2, lq=9, masked=False))
+    full = adapter.run(handle, inputs)
+    outs, ranges = decode(adapter, handle, subject.component, inputs, prefill=2)
+    assert [r for r in ranges][:2] == [(0, 2), (2, 3)]
+    for out, (start, stop) in zip(outs, ranges, strict=True):
+        assert np.abs(out - full[:, start:stop]).max() < TOL
+
+
+@spec("11.7", "11.5")
+@pytest.mark.parametrize("conv", [DECODER_CANONICAL, LLAMA], ids=["learned", "rope"])
+def test_left_padding_with_shifted_positions_is_invariant(conv) -> None:
+    params = init_params("causal_lm", CONFIG, conv, seed=3)
+    ids = np.random.default_rng(0).integers(0, CONFIG.vocab_size, (1, 6))
+    alone = oracle.causal_lm(ids, params, CONFIG, conventions=conv)
+    padded = np.concatenate([np.array([[5, 7, 1]]), ids], axis=1)
+    keep = np.arange(9)[None] >= 3
+    shifted = np.maximum(np.arange(9) - 3, 0)[None]
+    out = oracle.causal_lm(
+        padded, params, CONFIG, key_padding=keep, positions=shifted, conventions=conv
+    )
+    assert np.abs(out[:, 3:] - alone).max() < TOL
+    unshifted = oracle.causal_lm(padded, params, CONFIG, key_padding=keep, conventions=conv)
+    moved = np.abs(unshifted[:, 3:] - alone).max()
+    if conv.positions == "learned":
+        assert moved > 1e-3  # the table rows of the pads' positions are read
+    else:  # RoPE sees only j - i: one shift for every real token changes nothing (rounding)
+        assert moved < 1e-10
+
+
+@spec("11.8", "11.5")
+def test_right_padded_rows_equal_rows_alone() -> None:
+    params = init_params("causal_lm", CONFIG, DECODER_CANONICAL, seed=4)
+    ids = np.random.default_rng(1).integers(0, CONFIG.vocab_size, (2, 7))
+    keep = np.arange(7)[None] < np.array([[7], [4]])
+    out = oracle.causal_lm(ids, params, CONFIG, key_padding=keep)
+    alone = oracle.causal_lm(ids[1:, :4], params, CONFIG)
+    assert np.abs(out[1:, :4] - alone).max() < TOL
+
+
+@spec("11.5")
+def test_untied_head_and_learned_positions_layout() -> None:
+    config = dataclasses.replace(CONFIG, tie_weights=False)
+    params = init_params("causal_lm", config, DECODER_CANONICAL)
+    assert "lm_head.weight" in params and "pos_embedding.weight" in params
+    assert "pos_embedding.weight" not in init_params("causal_lm", config, LLAMA)
+    module = ref.build("causal_lm", config, DECODER_CANONICAL)
+    assert set(dict(module.named_parameters())) == set(params)
+
+
+def test_n_kv_heads_must_divide_n_heads() -> None:
+    with pytest.raises(ValueError, match="n_kv_heads=3 does not divide n_heads=4"):
+        Config(n_heads=4, n_kv_heads=3)

@@ -1,0 +1,73 @@
+"""hf.gpt2 and hf.llama (SPEC.md §11): whole runs with 0 failures and 0 errors, the KV-cache
+and left-padding checks among the passes; GPT-2's Conv1D parameter map round-trips (tox -e hf,
+where transformers is installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tck.conformance.harness import DEFAULT_CONFIG
+from tck.reference import init_params
+
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+pytestmark = [
+    pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed (tox -e hf)"),
+    pytest.mark.spec("11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8"),
+]
+
+MUST_PASS = (
+    "decoder.kv_cache",
+    "decoder.kv_cache_left_padded",
+    "decoder.left_padding",
+    "decoder.oracle_lengths",
+    "decoder.causal_no_leak",
+    "decoder.batch_rows_of_different_lengths",
+)
+
+
+@pytest.mark.parametrize("adapter", ["hf.gpt2", "hf.llama"])
+def test_whole_run_has_no_failure(adapter: str, tmp_path) -> None:
+    command = ["-m", "tck", "run", "--adapter", adapter, "-n", "0", "--out", str(tmp_path)]
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=600)
+    document = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    summary = document["summary"]
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert summary["failed"] == 0 and summary["errors"] == 0, summary
+    subjects = {r["subject"] for r in document["results"]}
+    for check in MUST_PASS:
+        passed = {
+            r["subject"]
+            for r in document["results"]
+            if r["check"] == check and r["status"] == "pass"
+        }
+        causal = {s for s in subjects if not s.startswith("gated_ffn")}
+        assert passed == causal, (check, sorted(causal - passed))
+    if adapter == "hf.llama":  # GQA and MQA against the oracle
+        gqa = [
+            r
+            for r in document["results"]
+            if r["check"] in ("decoder.grouped_query_attention", "decoder.multi_query_attention")
+        ]
+        assert gqa and all(r["status"] == "pass" for r in gqa)
+
+
+def test_gpt2_conv1d_map_round_trips() -> None:
+    """Canonical q, k, v are transposed thirds of c_attn's [D, 3D] Conv1D weight."""
+    from tck.adapters.hf_decoder import gpt2
+
+    subject = next(s for s in gpt2.subjects() if s.name == "decoder_block[eager]")
+    handle = gpt2.build(subject, DEFAULT_CONFIG, seed=0)
+    params = init_params("decoder_block", DEFAULT_CONFIG, subject.conventions, seed=1)
+    gpt2.load(handle, params)
+    back = gpt2.params(handle)
+    assert set(back) == set(params)
+    assert all(np.array_equal(back[k], params[k]) for k in params)
+    c_attn = handle.module.transformer.h[0].attn.c_attn.weight.detach().numpy()
+    d = DEFAULT_CONFIG.d_model
+    assert np.array_equal(c_attn[:, d : 2 * d].T, params["self_attn.k.weight"])
