@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from tck.adapters import Adapter, Subject, TorchHandle, TorchModuleAdapter, Unsupported
+from tck.adapters.sdpa import SDPA_BACKENDS  # one table with tck run's backend subjects
 from tck.adapters.torch_module import TORCH_DTYPES
 from tck.conformance.expected import expected
 from tck.conformance.inputs import Shape, make_inputs
@@ -53,13 +54,6 @@ COMPONENTS: tuple[str, ...] = (
     "seq2seq",
 )
 
-# SDPA backends by their CLI name; the enum member names of torch.nn.attention.SDPBackend.
-SDPA_BACKENDS: dict[str, str] = {
-    "flash": "FLASH_ATTENTION",
-    "efficient": "EFFICIENT_ATTENTION",
-    "cudnn": "CUDNN_ATTENTION",
-    "math": "MATH",
-}
 ORACLE = "oracle"
 BASELINES: tuple[str, ...] = (*SDPA_BACKENDS, ORACLE)
 
