@@ -95,6 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "exported: a check of the ONNX export itself (runs with --tck-export onnx)"
     )
+    try:  # a device this machine lacks: pytest's usage error (one line, exit 4), up front
+        check_device(_device(config), "--tck-device")
+    except DeviceError as err:
+        raise pytest.UsageError(str(err)) from None
     config.stash[_STATE] = {
         "adapter": None,
         "profile": None,

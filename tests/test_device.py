@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported, load_adapter
+from tck.adapters import INPUTS, Adapter, Subject, TorchModuleAdapter, Unsupported, load_adapter
 from tck.adapters.devices import (
     DeviceError,
     adapter_devices,
@@ -30,7 +30,7 @@ from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
 from tck.conformance.cli import main
 from tck.conformance.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.inputs import Shape
+from tck.conformance.inputs import Shape, make_inputs
 from tck.conformance.results import CheckFailure
 from tck.reference import Config
 
@@ -139,6 +139,9 @@ class _OldAdapter(Adapter):
         self.built.append({"seed": seed})
         return None
 
+    def params(self, handle: Any) -> dict[str, np.ndarray]:
+        return {"weight": np.ones(DEFAULT_CONFIG.d_model), "bias": np.zeros(DEFAULT_CONFIG.d_model)}
+
     def run(self, handle: Any, inputs: Any) -> np.ndarray:
         x = np.asarray(inputs["x"], dtype=np.float64)
         mean = x.mean(-1, keepdims=True)
@@ -163,7 +166,7 @@ def test_an_old_adapter_runs_on_the_cpu_and_is_refused_elsewhere():
     subject = old.subjects()[0]
     assert adapter_devices(old, subject) == ("cpu",)
     harness = Harness(old, subject, device="cpu")
-    inst = harness.instance(params=False)
+    inst = harness.instance()
     assert old.built == [{"seed": 0}]  # no device (nor dtype) keyword: its signature holds
     harness.assert_matches_oracle(inst, harness.inputs(inst))
     with pytest.raises(Unsupported, match=r"runs on cpu, not cuda \(Adapter.devices\)"):
@@ -394,3 +397,51 @@ def test_backend_subjects_run_on_cuda(tmp_path):
     assert document["environment"]["device"] == "cuda" and "gpu" in document["environment"]
     ran = {r["subject"] for r in document["results"] if r["status"] != "skip"}
     assert "attention[math]" in ran and "attention" in ran
+
+
+# Errors of an op that has no meta kernel, or needs the data: the probe says nothing there.
+_META_SILENT = ("meta tensors", "Meta kernel", "Meta tensors", "is not supported on meta")
+
+
+@pytest.mark.parametrize("name", ["reference", "torch.nn"])
+def test_forwards_make_their_tensors_on_the_inputs_device(name):
+    """Without a GPU, the meta device stands in for CUDA: a forward that makes a tensor of its
+    own on the CPU (a causal mask, a positional table) and combines it with the inputs fails
+    there as it would on CUDA ("Tensor on device cpu is not on the expected device meta").
+    Ops without a meta kernel, or that read the data, say nothing either way: skipped."""
+    adapter = load_adapter(name)
+    config = DEFAULT_CONFIG
+    probed, mixed = [], []
+    for subject in adapter.subjects():
+        if "float32" not in adapter.dtypes(subject) or "cuda" not in adapter.devices(subject):
+            continue
+        try:
+            handle = adapter.build(subject, config, seed=0, dtype="float32")
+            arrays = make_inputs(subject.component, config, np.random.default_rng(0), Shape())
+            arrays["causal"] = np.array("causal" in INPUTS[subject.component][1])
+            kwargs = adapter._kwargs(
+                handle, {k: v for k, v in arrays.items() if k in _takes(handle)}
+            )
+        except Unsupported:
+            continue
+        meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        try:
+            with torch.no_grad():
+                handle.entry.forward(handle.module.to("meta"), **meta)
+        except Unsupported:
+            continue
+        except (RuntimeError, NotImplementedError) as err:
+            if any(text in str(err) for text in _META_SILENT):
+                continue
+            mixed.append(f"{subject.name}: {str(err).splitlines()[0]}")
+            continue
+        probed.append(subject.name)
+    assert not mixed
+    assert len(probed) >= 10, probed  # the probe ran on most subjects, not on none
+
+
+def _takes(handle: Any) -> set[str]:
+    import inspect
+
+    params = list(inspect.signature(handle.entry.forward).parameters)[1:]
+    return set(params)
