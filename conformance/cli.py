@@ -25,7 +25,12 @@ from pathlib import Path
 from rich.console import Console
 
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, Adapter, AdapterError, load_adapter
-from tck.adapters.devices import DeviceError, check_device, require_some_subject_on
+from tck.adapters.devices import (
+    DeviceError,
+    adapter_devices,
+    check_device,
+    require_some_subject_on,
+)
 from tck.reference import COMPONENTS
 from tck.reports import ReportError, load_results, write_reports, write_scoreboard
 
@@ -229,6 +234,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         except AdapterError as err:
             print(f"{name}\t(unavailable: {err})")
             continue
+        if getattr(args, "subjects", False):  # one line per subject: where and in what it runs
+            for subject in adapter.subjects():
+                devices = ",".join(adapter_devices(adapter, subject))
+                offered = getattr(adapter, "dtypes", None)
+                dtypes = ",".join(offered(subject)) if callable(offered) else "float64"
+                print(f"{name}\t{subject.name}\t{devices}\t{dtypes}")
+            continue
         components = sorted({s.component for s in adapter.subjects()})
         print(f"{name}\t{' '.join(components)}")
     return 0
@@ -305,6 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=None, help="scoreboard folder (default reports/out)")
     report.set_defaults(func=cmd_report)
     lst = sub.add_parser("list", help="list built-in adapters and their components")
+    lst.add_argument(
+        "--subjects",
+        action="store_true",
+        help="one line per subject: adapter, subject, device kinds, dtypes",
+    )
     lst.set_defaults(func=cmd_list)
     __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
     __import__("tck.conformance.fingerprint_cli", fromlist=["add_parser"]).add_parser(sub)

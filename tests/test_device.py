@@ -251,6 +251,15 @@ def test_torch_nn_offers_every_backend_subject_on_cuda_in_its_dtypes():
     assert "float32" in BACKEND_DTYPES["efficient"] and "float32" in BACKEND_DTYPES["math"]
 
 
+def test_tck_list_shows_the_backend_subjects_and_where_they_run(capsys):
+    assert main(["list", "--subjects"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.strip().splitlines()]
+    listed = {(r[0], r[1]): r[2:] for r in rows if len(r) == 4}
+    assert listed[("torch.nn", "attention[flash]")] == ["cuda", "float16,bfloat16"]
+    assert listed[("torch.nn", "attention")][0] == "cpu,cuda"
+    assert all(("torch.nn", name) in listed for name in BACKEND_SUBJECTS)
+
+
 @pytest.mark.parametrize("backend", list(SDPA_BACKENDS))
 def test_pinned_enables_exactly_one_backend(backend):
     flags = {
@@ -445,3 +454,25 @@ def _takes(handle: Any) -> set[str]:
 
     params = list(inspect.signature(handle.entry.forward).parameters)[1:]
     return set(params)
+
+
+def test_bench_builds_on_the_device_an_adapter_offers():
+    """tck bench --device cuda builds a subject there when its adapter runs it there (a
+    CUDA-only subject such as attention[flash] could not be built on the CPU first)."""
+    from tck.bench.workloads import FORWARD, adapter_call
+
+    ffn = [Subject("ffn", "ffn")]
+    for adapter, device, built in (
+        (_GpuAdapter(), "cuda", {"seed": 0, "device": "cuda"}),
+        (_OldAdapter(), "cuda", {"seed": 0}),  # CPU only: built without a device
+        (_GpuAdapter(), "cpu", {"seed": 0}),
+    ):
+        adapter.subjects = lambda: ffn  # type: ignore[method-assign]
+        try:
+            adapter_call(
+                adapter, ffn[0], DEFAULT_CONFIG, batch=1, seq=4, dtype="float64", pass_=FORWARD,
+                causal=False, device=device,
+            )  # fmt: skip
+        except Unsupported as why:  # a numpy adapter on CUDA: said after building
+            assert device == "cuda" and "not a torch adapter" in str(why)
+        assert adapter.built == [built]
