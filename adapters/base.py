@@ -15,7 +15,9 @@ Precision and gradients are optional capabilities (SPEC.md §10.7, §10.8): ``dt
 the dtypes ``build`` accepts (float64 only, unless an adapter says more), and ``grad``
 returns vector-Jacobian products. An adapter written before they existed keeps working:
 the suite passes ``dtype`` to ``build`` only for a dtype ``dtypes`` offers, and skips the
-gradient checks when ``grad`` raises ``Unsupported``.
+gradient checks when ``grad`` raises ``Unsupported``. Devices likewise (``devices``, see
+``tck.adapters.devices``): the CPU unless an adapter says more, and ``device`` is passed to
+``build`` only when it is not the CPU.
 """
 
 from __future__ import annotations
@@ -140,8 +142,9 @@ class Adapter(ABC):
     access to canonical parameters (SPEC.md §0.2); without them, oracle-equality checks
     skip and the property checks and probes still run.
 
-    Optional: ``dtypes`` (the precisions ``build`` can make, SPEC.md §10.7) and ``grad``
-    (gradients, SPEC.md §10.8). ``TorchModuleAdapter`` implements both.
+    Optional: ``dtypes`` (the precisions ``build`` can make, SPEC.md §10.7), ``grad``
+    (gradients, SPEC.md §10.8) and ``devices`` (where ``build`` can put a subject).
+    ``TorchModuleAdapter`` implements all three.
     """
 
     name: str = "unnamed"
@@ -158,7 +161,9 @@ class Adapter(ABC):
         offers other precisions (``dtypes``) takes a keyword ``dtype`` as well, one of
         ``DTYPES`` ("float32", "float16", "bfloat16"), and computes in it: the suite passes
         ``dtype`` only when it is not float64, so ``build(subject, config, *, seed)`` stays
-        a valid signature for float64-only adapters.
+        a valid signature for float64-only adapters. Likewise ``device`` ("cuda", "cuda:1"),
+        passed only when it is not the CPU and only for a kind ``devices`` offers: build the
+        instance there, and ``run`` it there (inputs and outputs stay numpy arrays).
         """
 
     @abstractmethod
@@ -180,6 +185,12 @@ class Adapter(ABC):
         and skips the others with a reason; the default offers float64 only.
         """
         return ("float64",)
+
+    def devices(self, subject: Subject) -> tuple[str, ...]:
+        """The device kinds ("cpu", "cuda") ``build`` can put ``subject`` on; the default
+        offers the CPU only. ``tck run --device cuda`` skips a subject without "cuda" with a
+        reason, and refuses an adapter that offers it for no subject."""
+        return ("cpu",)
 
     def grad(self, handle: Any, inputs: Arrays, cotangent: np.ndarray) -> dict[str, np.ndarray]:
         """The vector-Jacobian product of one forward call (SPEC.md §10.8).

@@ -479,13 +479,19 @@ class _ViTAdapter(TorchModuleAdapter):
     """TorchModuleAdapter whose float32-softmax subjects say why they skip float64."""
 
     def build(
-        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
+        self,
+        subject: Subject,
+        config: Config,
+        *,
+        seed: int,
+        dtype: str = "float64",
+        device: str = "cpu",
     ) -> TorchHandle:
         if dtype not in self.dtypes(subject):
             raise Unsupported(
                 f"{subject.name} runs in {', '.join(self.dtypes(subject))}: " + VIT_EAGER_NOTE
             )
-        return super().build(subject, config, seed=seed, dtype=dtype)
+        return super().build(subject, config, seed=seed, dtype=dtype, device=device)
 
 
 def _vit_entries() -> list[TorchEntry]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from tck.reference import COMPONENTS, DECODER_CANONICAL, Conventions, canonical_conventions
@@ -24,11 +25,13 @@ def keep_mask(
     attn_mask: Tensor | None = None,
     causal: bool = False,
     alignment: str = "top_left",
+    device: torch.device | None = None,
 ) -> Tensor | None:
-    """Key padding AND attn_mask AND causal as one keep-mask (SPEC.md §4.1)."""
+    """Key padding AND attn_mask AND causal as one keep-mask (SPEC.md §4.1), on ``device``
+    (the inputs')."""
     keep = attn_mask
     if causal:
-        causal_mask = ref.causal_keep_mask(lq, lk, alignment)
+        causal_mask = ref.causal_keep_mask(lq, lk, alignment, device)
         keep = causal_mask if keep is None else keep & causal_mask
     if key_padding is not None:
         padding = ref.key_padding(key_padding)  # (B, 1, 1, Lk)
@@ -41,27 +44,33 @@ def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
 
     def attention(m, q, k, v, keep_mask=None, causal=False):
         if causal:
-            causal_mask = ref.causal_keep_mask(q.shape[-2], k.shape[-2], alignment)
+            causal_mask = ref.causal_keep_mask(q.shape[-2], k.shape[-2], alignment, q.device)
             keep_mask = causal_mask if keep_mask is None else keep_mask & causal_mask
         return m(q, k, v, keep_mask)
 
     def mha(m, query, key, value, key_padding=None, attn_mask=None, causal=False):
-        keep = keep_mask(query.shape[1], key.shape[1], key_padding, attn_mask, causal, alignment)
+        lq, lk = query.shape[1], key.shape[1]
+        keep = keep_mask(lq, lk, key_padding, attn_mask, causal, alignment, query.device)
         return m(query, key, value, keep)
 
     def encoder(m, x, key_padding=None, attn_mask=None, causal=False):
-        return m(x, keep_mask(x.shape[1], x.shape[1], key_padding, attn_mask, causal, alignment))
+        length = x.shape[1]
+        return m(x, keep_mask(length, length, key_padding, attn_mask, causal, alignment, x.device))
 
     def decoder(m, x, memory, key_padding=None, memory_key_padding=None, causal=False):
-        self_keep = keep_mask(x.shape[1], x.shape[1], key_padding, None, causal, alignment)
-        return m(x, memory, self_keep, keep_mask(x.shape[1], memory.shape[1], memory_key_padding))
+        length = x.shape[1]
+        self_keep = keep_mask(length, length, key_padding, None, causal, alignment, x.device)
+        return m(x, memory, self_keep, keep_mask(length, memory.shape[1], memory_key_padding))
 
     def causal(m, x, key_padding=None, positions=None):
         return m(x, key_padding, positions)
 
     def sinusoidal_pe(m, positions):
         # The whole table, then a lookup: no length read off the data, so it exports to ONNX
-        return m(m.max_len)[positions]
+        table = m(m.max_len)
+        if table.device != positions.device:  # never while exporting (on the CPU)
+            table = table.to(positions.device)
+        return table[positions]
 
     return {
         "embedding": lambda m, ids: m(ids),

@@ -25,6 +25,13 @@ maps parameter gradients to canonical names through ``param_map``. An entry that
 in some dtype lists the ones it can (``TorchEntry(dtypes=("float64", "float32"))``); an op
 torch lacks for a dtype on this device ("not implemented for 'Half'") becomes
 ``Unsupported``, so the check skips with that reason.
+
+Devices too: ``build(..., device="cuda")`` moves the module there after ``make`` (which
+builds on the CPU, so the same seed gives the same parameters everywhere), ``run`` and
+``grad`` move the inputs there and bring the results back as numpy arrays. Every subject
+runs on the CPU and on CUDA unless its entry narrows it (``TorchEntry(devices=("cuda",))``
+for a CUDA kernel). A ``forward`` that makes tensors of its own (a causal mask) makes them
+on its inputs' device (``device=q.device``).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from torch import nn
 from tck.reference import Config, Conventions, param_shapes
 
 from .base import DTYPES, Adapter, Arrays, Subject, Unsupported
+from .devices import DEVICE_KINDS, device_kind
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
@@ -49,6 +57,9 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+
+
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,8 @@ class TorchEntry:
     # §11.6: step(module, cache, **inputs) -> (output, cache), one incremental decoding call
     # with the module's own cache (None on the first call); see Adapter.step
     step: Callable[..., Any] | None = None
+    devices: tuple[str, ...] | None = None  # device kinds; default: the adapter's
+    devices_note: str | None = None  # why a device is not offered (the skip's reason)
 
     def subject(self) -> Subject:
         return Subject(
@@ -119,6 +132,7 @@ class TorchHandle:
     module: nn.Module
     config: Config
     dtype: torch.dtype = torch.float64
+    device: torch.device = CPU
 
     def param_map(self) -> Mapping[str, ParamRef]:
         mapping = self.entry.param_map
@@ -153,7 +167,8 @@ class TorchModuleAdapter(Adapter):
 
     ``dtype`` is what ``build`` makes when the suite asks for float64 (leave it); ``dtypes``
     the precisions its subjects offer (SPEC.md §10.7), narrowed per entry by
-    ``TorchEntry.dtypes``.
+    ``TorchEntry.dtypes``; ``devices`` the device kinds (``tck.adapters.devices``), narrowed
+    per entry by ``TorchEntry.devices``.
     """
 
     def __init__(
@@ -163,10 +178,12 @@ class TorchModuleAdapter(Adapter):
         *,
         dtype: torch.dtype = torch.float64,
         dtypes: tuple[str, ...] = DTYPES,
+        devices: tuple[str, ...] = ("cpu", "cuda"),
     ):
         self.name = name
         self.dtype = dtype
         self._dtypes = tuple(dtypes)
+        self._devices = tuple(devices)
         self._entries = {(e.name or e.component): e for e in entries}
         if len(self._entries) != len(entries):
             raise ValueError(f"adapter {name!r}: two entries share a subject name")
@@ -177,6 +194,12 @@ class TorchModuleAdapter(Adapter):
                     f"adapter {name!r}: unknown dtype(s) {sorted(unknown)} for "
                     f"{entry.name or entry.component}; choose from {', '.join(DTYPES)}"
                 )
+            unknown = set(entry.devices or self._devices) - set(DEVICE_KINDS)
+            if unknown:
+                raise ValueError(
+                    f"adapter {name!r}: unknown device kind(s) {sorted(unknown)} for "
+                    f"{entry.name or entry.component}; choose from {', '.join(DEVICE_KINDS)}"
+                )
 
     def subjects(self) -> list[Subject]:
         return [e.subject() for e in self._entries.values()]
@@ -185,18 +208,41 @@ class TorchModuleAdapter(Adapter):
         entry = self._entries[subject.name]
         return tuple(entry.dtypes or self._dtypes)
 
+    def devices(self, subject: Subject) -> tuple[str, ...]:
+        entry = self._entries[subject.name]
+        return tuple(entry.devices or self._devices)
+
     def build(
-        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
+        self,
+        subject: Subject,
+        config: Config,
+        *,
+        seed: int,
+        dtype: str = "float64",
+        device: str = "cpu",
     ) -> TorchHandle:
         entry = self._entries[subject.name]
         if dtype not in self.dtypes(subject):
             raise Unsupported(
                 f"{self.name}:{subject.name} offers {', '.join(self.dtypes(subject))}, not {dtype}"
             )
+        self.require_device(subject, device)
         torch_dtype = self.dtype if dtype == "float64" else TORCH_DTYPES[dtype]
         torch.manual_seed(seed)
         module = entry.make(config).to(torch_dtype).eval()
-        return TorchHandle(entry, subject, module, config, torch_dtype)
+        target = torch.device(device)
+        module = module.to(target)
+        return TorchHandle(entry, subject, module, config, torch_dtype, target)
+
+    def require_device(self, subject: Subject, device: str) -> None:
+        """Unsupported, with the entry's reason, for a device kind ``subject`` lacks."""
+        offered = self.devices(subject)
+        if device_kind(device) not in offered:
+            why = self._entries[subject.name].devices_note
+            raise Unsupported(
+                f"{self.name}:{subject.name} runs on {', '.join(offered)}, not {device}"
+                + (f": {why}" if why else "")
+            )
 
     def run(self, handle: TorchHandle, inputs: Arrays) -> np.ndarray:
         kwargs = self._kwargs(handle, inputs)
@@ -235,7 +281,8 @@ class TorchModuleAdapter(Adapter):
                     f"output {tuple(out.shape)}"
                 )
             seed = torch.from_numpy(np.ascontiguousarray(cotangent, dtype=np.float64))
-            grads = torch.autograd.grad(out, targets, seed.to(out.dtype), allow_unused=True)
+            seed = seed.to(device=out.device, dtype=out.dtype)
+            grads = torch.autograd.grad(out, targets, seed, allow_unused=True)
         by_target = [
             torch.zeros_like(t) if g is None else g for t, g in zip(targets, grads, strict=True)
         ]
@@ -254,7 +301,7 @@ class TorchModuleAdapter(Adapter):
             raise Unsupported(
                 f"{self.name}:{handle.subject.name} does not decode incrementally (TorchEntry.step)"
             )
-        kwargs = {k: self._to_torch(k, v, handle.dtype) for k, v in inputs.items()}
+        kwargs = {k: self._to_torch(k, v, handle.dtype, handle.device) for k, v in inputs.items()}
         with torch.no_grad(), self._lacking_ops(handle):
             out, cache = handle.entry.step(handle.module, cache, **kwargs)
         out = self._output(out)
@@ -267,7 +314,7 @@ class TorchModuleAdapter(Adapter):
             raise Unsupported(
                 f"{self.name}:{handle.subject.name} does not take {', '.join(missing)}"
             )
-        return {k: self._to_torch(k, v, handle.dtype) for k, v in inputs.items()}
+        return {k: self._to_torch(k, v, handle.dtype, handle.device) for k, v in inputs.items()}
 
     @staticmethod
     def _output(out: Any) -> torch.Tensor:
@@ -288,11 +335,19 @@ class TorchModuleAdapter(Adapter):
                 f"device: torch says {first}"
             ) from err
 
-    def _to_torch(self, name: str, value: np.ndarray, dtype: torch.dtype | None = None) -> Any:
+    def _to_torch(
+        self,
+        name: str,
+        value: np.ndarray,
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+    ) -> Any:
         value = np.asarray(value)
         if name == "causal":
             return bool(value)
         tensor = torch.from_numpy(np.ascontiguousarray(value))
+        if device is not None and device.type != "cpu":
+            tensor = tensor.to(device)
         return tensor.to(dtype or self.dtype) if tensor.is_floating_point() else tensor
 
     def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
@@ -320,7 +375,7 @@ class TorchModuleAdapter(Adapter):
                         f"{self.name}: {canonical} has shape {tuple(value.shape)}, the module's "
                         f"{ref} slot has {tuple(target.shape)}"
                     )
-                target.copy_(value.to(target.dtype))
+                target.copy_(value.to(device=target.device, dtype=target.dtype))
 
     def _lookup(self, handle: TorchHandle, named: Mapping[str, Any], ref: ParamRef) -> torch.Tensor:
         name = ref.name if isinstance(ref, Chunk) else ref

@@ -23,10 +23,17 @@ depends on the code path it takes, and each subject declares what it measured:
   the MultiheadAttention fast path (NaN), its cross-attention does not (zeros).
 - ``nn.TransformerEncoder(enable_nested_tensor=True)``, the default, also inside
   ``nn.Transformer``: padded query positions come out as exactly 0 (see ``NESTED_NOTE``).
+
+On CUDA PyTorch picks one of several SDPA kernels (flash, memory-efficient, cuDNN, math)
+silently. ``attention[B]``, ``mha[B]`` and ``encoder_layer[B]`` for each backend B of
+``tck.adapters.sdpa.SDPA_BACKENDS`` pin it (``torch.nn.attention.sdpa_kernel``) around every
+call: CUDA subjects (``tck run --device cuda``) in the dtypes the kernel takes, which skip on
+any other device; see ``sdpa_backend_entries``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +47,7 @@ from tck.reference import Config, Conventions
 from tck.reference.model import sinusoidal_pe
 
 from .base import Unsupported
+from .sdpa import SDPA_BACKENDS, pinned
 from .torch_module import Chunk, ParamMap, TorchEntry, TorchModuleAdapter, linear_params
 
 Forward = Callable[..., Tensor]
@@ -747,6 +755,97 @@ def _decoder_entries() -> list[TorchEntry]:
     ]
 
 
+# ------------------------------------------------------------------- SDPA backends
+
+# The dtypes each backend's CUDA kernel takes (PyTorch's sdp_utils): flash and cuDNN half
+# precision only, memory-efficient float32 too, math every dtype.
+BACKEND_DTYPES: dict[str, tuple[str, ...]] = {
+    "flash": ("float16", "bfloat16"),
+    "efficient": ("float32", "float16", "bfloat16"),
+    "cudnn": ("float16", "bfloat16"),
+    "math": ("float64", "float32", "float16", "bfloat16"),
+}
+BACKEND_DEVICES_NOTE = (
+    "it pins one of SDPA's CUDA kernels, so it runs with tck run --device cuda (on the CPU "
+    "the unpinned subjects check the kernels PyTorch has there)"
+)
+
+
+def _backend_note(backend: str, what: str) -> str:
+    return (
+        f"{what} with F.scaled_dot_product_attention pinned to SDPBackend."
+        f"{SDPA_BACKENDS[backend]} (torch.nn.attention.sdpa_kernel) around every call; an input "
+        "the kernel refuses (an attention mask, a head size, a dtype) is a skip that gives "
+        "torch's reason. Declared as the same module measures on the CPU: where the kernel "
+        "computes something else, the checks fail with the code of what it does."
+    )
+
+
+def _pinned(backend: str, name: str, forward: Forward) -> Forward:
+    """``forward`` run with SDPA pinned to ``backend`` (same signature: the adapter reads it)."""
+
+    @functools.wraps(forward)
+    def pinned_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Tensor:
+        with pinned(backend, f"torch.nn:{name}"):
+            return forward(module, *args, **kwargs)
+
+    return pinned_forward
+
+
+def sdpa_backend_entries(devices: tuple[str, ...] = ("cuda",)) -> list[TorchEntry]:
+    """``attention[B]``, ``mha[B]`` and ``encoder_layer[B]`` for each SDPA backend B, on
+    ``devices`` (CUDA; the tests pass the CPU too, to run the pinning path without a GPU)."""
+    entries = []
+    for backend in SDPA_BACKENDS:
+        dtypes = BACKEND_DTYPES[backend]
+        common = {"dtypes": dtypes, "devices": devices, "devices_note": BACKEND_DEVICES_NOTE}
+        name = f"attention[{backend}]"
+        entries.append(
+            TorchEntry(
+                "attention",
+                name=name,
+                make=_no_module,
+                forward=_pinned(backend, name, _attention),
+                notes=(_backend_note(backend, "F.scaled_dot_product_attention"), SDPA_NOTE),
+                **common,
+            )
+        )
+        name = f"mha[{backend}]"
+        entries.append(
+            TorchEntry(
+                "mha",
+                name=name,
+                make=_make_mha,
+                forward=_pinned(backend, name, _mha_forward()),
+                param_map=_mha_map,
+                notes=(
+                    _backend_note(backend, "nn.MultiheadAttention(need_weights=False)"),
+                    MHA_ROWS_NOTE,
+                    MHA_MASK_NOTE,
+                ),
+                **common,
+            )
+        )
+        name = f"encoder_layer[{backend}]"
+        entries.append(
+            TorchEntry(
+                "encoder_layer",
+                name=name,
+                make=_encoder_layer_factory(False, "relu", fast_path=True),
+                forward=_pinned(backend, name, _encoder_layer_forward(fast_path=True)),
+                param_map=_encoder_layer_map,
+                conventions=Conventions(fully_masked_rows="nan"),
+                notes=(
+                    _backend_note(backend, "nn.TransformerEncoderLayer's fast path"),
+                    FAST_PATH_NOTE,
+                    MHA_MASK_NOTE,
+                ),
+                **common,
+            )
+        )
+    return entries
+
+
 adapter = TorchModuleAdapter(
     "torch.nn",
     [
@@ -787,5 +886,6 @@ adapter = TorchModuleAdapter(
             ),
             grad_dtypes=NO_FLOAT16_GRAD,
         ),
+        *sdpa_backend_entries(),
     ],
 )

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from tck.adapters import BUILTIN, load_adapter
+from tck.adapters.devices import DeviceError
+from tck.adapters.devices import check_device as _check_device
 from tck.conformance.cli import UsageError, _writable_dir
 
 from .runner import BenchOptions, run_bench
@@ -121,23 +123,12 @@ def parse_baselines(text: str) -> tuple[str, ...]:
 
 
 def check_device(device: str) -> str:
-    if device == "cpu":
-        return device
-    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise UsageError(f"unknown --device {device!r}; use cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise UsageError(
-            f"--device {device}: torch {torch.__version__} sees no CUDA device "
-            "(torch.cuda.is_available() is False); use --device cpu, or a CUDA build of torch "
-            "on a machine with a GPU"
-        )
-    index = int(device[5:]) if ":" in device else 0
-    if index >= torch.cuda.device_count():
-        raise UsageError(
-            f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here; "
-            f"use cuda:0 .. cuda:{torch.cuda.device_count() - 1}"
-        )
-    return device
+    """The one device check of tck run and tck bench (tck.adapters.devices), as a usage
+    error."""
+    try:
+        return _check_device(device)
+    except DeviceError as err:
+        raise UsageError(str(err)) from None
 
 
 def check_dtypes(dtypes: tuple[str, ...], device: str) -> None:

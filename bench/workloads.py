@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from tck.adapters import Adapter, Subject, TorchHandle, TorchModuleAdapter, Unsupported
+from tck.adapters.devices import device_kind, offers_device
+from tck.adapters.sdpa import SDPA_BACKENDS  # one table with tck run's backend subjects
 from tck.adapters.torch_module import TORCH_DTYPES
 from tck.conformance.expected import expected
 from tck.conformance.inputs import Shape, make_inputs
@@ -53,13 +55,6 @@ COMPONENTS: tuple[str, ...] = (
     "seq2seq",
 )
 
-# SDPA backends by their CLI name; the enum member names of torch.nn.attention.SDPBackend.
-SDPA_BACKENDS: dict[str, str] = {
-    "flash": "FLASH_ATTENTION",
-    "efficient": "EFFICIENT_ATTENTION",
-    "cudnn": "CUDNN_ATTENTION",
-    "math": "MATH",
-}
 ORACLE = "oracle"
 BASELINES: tuple[str, ...] = (*SDPA_BACKENDS, ORACLE)
 
@@ -156,6 +151,8 @@ def adapter_call(
     if dtype not in offered:
         raise Unsupported(f"{adapter.name}:{subject.name} offers {', '.join(offered)}")
     build_kwargs = {} if dtype == "float64" else {"dtype": dtype}
+    if device_kind(device) != "cpu" and offers_device(adapter, subject, device):
+        build_kwargs["device"] = device  # built there, as tck run --device builds it
     handle = adapter.build(subject, config, seed=seed, **build_kwargs)
     inputs = _numpy_inputs(component, config, batch=batch, seq=seq, causal=causal, seed=seed)
     backward = pass_ == FORWARD_BACKWARD

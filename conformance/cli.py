@@ -1,7 +1,7 @@
 """The ``tck`` command.
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
-        [--export onnx [--opset N]]
+        [--export onnx [--opset N]] [--device cpu|cuda|cuda:N]
     tck report DIR [DIR ...] [--out DIR]
     tck list
     tck bench --adapter torch.nn --device cpu [--out DIR]   (tck.bench.cli)
@@ -25,6 +25,12 @@ from pathlib import Path
 from rich.console import Console
 
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, Adapter, AdapterError, load_adapter
+from tck.adapters.devices import (
+    DeviceError,
+    adapter_devices,
+    check_device,
+    require_some_subject_on,
+)
 from tck.reference import COMPONENTS
 from tck.reports import ReportError, load_results, write_reports, write_scoreboard
 
@@ -85,6 +91,23 @@ def require_components(adapter: Adapter, only: list[str] | None) -> None:
         )
 
 
+def require_device(
+    adapter: Adapter, device: str, only: list[str] | None = None, *, export: str | None = None
+) -> str:
+    """``device`` if this machine has it and the adapter runs a (selected) subject there."""
+    try:
+        device = check_device(device)
+        if device != "cpu" and export:
+            raise UsageError(
+                f"--export {export} runs ONNX Runtime on the CPU: drop --device {device}"
+            )
+        subjects = [s for s in adapter.subjects() if only is None or s.component in only]
+        require_some_subject_on(adapter, device, subjects)
+    except DeviceError as err:
+        raise UsageError(str(err)) from None
+    return device
+
+
 def run_checks(
     selection: list[str],
     *,
@@ -99,6 +122,7 @@ def run_checks(
     verbose: bool = False,
     export: str | None = None,
     opset: int | None = None,
+    device: str = "cpu",
 ) -> Path | None:
     """Run the checks ``selection`` names (pytest arguments) through the tck plugin, with a
     progress bar; return OUT/results.json, or None (said on stderr) if the run wrote none."""
@@ -137,6 +161,7 @@ def run_checks(
         pytest_args.append(f"--tck-export={export}")
     if opset is not None:
         pytest_args.append(f"--tck-opset={opset}")
+    pytest_args.append(f"--tck-device={device}")  # cpu too: one path for every device
     if workers != "0":  # a worker process that dies (segfault, abort) is one error row
         pytest_args += ["-n", workers]
     if timeout > 0:
@@ -167,6 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .onnx_cli import require_exportable
 
         require_exportable(adapter)
+    device = require_device(adapter, args.device, only, export=args.export)
     out = _writable_dir(Path(args.out) if args.out else default_out(args.adapter or adapter.name))
     results = run_checks(
         ["--pyargs", "tck.conformance"],
@@ -181,6 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         export=args.export,
         opset=args.opset,
+        device=device,
     )
     if results is None:
         return 1
@@ -210,6 +237,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             adapter = load_adapter(name)
         except AdapterError as err:
             print(f"{name}\t(unavailable: {err})")
+            continue
+        if getattr(args, "subjects", False):  # one line per subject: where and in what it runs
+            for subject in adapter.subjects():
+                devices = ",".join(adapter_devices(adapter, subject))
+                offered = getattr(adapter, "dtypes", None)
+                dtypes = ",".join(offered(subject)) if callable(offered) else "float64"
+                print(f"{name}\t{subject.name}\t{devices}\t{dtypes}")
             continue
         components = sorted({s.component for s in adapter.subjects()})
         print(f"{name}\t{' '.join(components)}")
@@ -268,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--opset", default=None, type=int, help="ONNX opset of --export (default: torch's, 20)"
     )
+    run.add_argument(
+        "--device",
+        default="cpu",
+        help="where subjects are built and run: cpu (default), cuda or cuda:N; the oracle "
+        "stays float64 on the CPU, the naive reference of the tolerance rule runs on the "
+        "device. A subject its adapter does not run there is a skip (Adapter.devices)",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")
     run.set_defaults(func=cmd_run)
     report = sub.add_parser(
@@ -280,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=None, help="scoreboard folder (default reports/out)")
     report.set_defaults(func=cmd_report)
     lst = sub.add_parser("list", help="list built-in adapters and their components")
+    lst.add_argument(
+        "--subjects",
+        action="store_true",
+        help="one line per subject: adapter, subject, device kinds, dtypes",
+    )
     lst.set_defaults(func=cmd_list)
     __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
     __import__("tck.conformance.fingerprint_cli", fromlist=["add_parser"]).add_parser(sub)

@@ -13,6 +13,11 @@ torch reference model of ``tck.reference.model``, built under the subject's conv
 run in the same dtype on the same rounded values; it keeps norm statistics and the softmax
 in float32 and RoPE angles in float64, as SPEC.md §10.10 asks of every implementation).
 Gradients (SPEC.md §10.8): ``gradients``, ``gold_gradients``, ``naive_gradients``.
+
+Devices (``tck run --device cuda``): the harness builds the subject on its ``device`` (a
+subject that does not run there is ``Unsupported``); the oracle stays numpy float64 on the
+CPU, the gradients' gold float64 autograd on the CPU, and the naive reference, the ``ref``
+of the tolerance rule, runs in the test dtype on the same device as the subject.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 import pytest
 
 from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
+from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
 from tck.reference import Config, Conventions, init_params, param_shapes
 from tck.reference.conventions import CHOICES
 
@@ -247,8 +253,11 @@ def seq_len(inputs: Mapping[str, np.ndarray]) -> int | None:
 class Harness:
     """What a check works with. One per (check, subject); it accumulates metrics."""
 
-    def __init__(self, adapter: Adapter, subject: Subject, seed: int = 0):
+    def __init__(
+        self, adapter: Adapter, subject: Subject, seed: int = 0, device: str = DEFAULT_DEVICE
+    ):
         self.adapter, self.subject, self.seed = adapter, subject, seed
+        self.device = device  # where the subject and the naive reference run
         self.metrics: dict[str, Any] = {}
         self.conventions_seen: list[tuple[str, str]] = []  # (code, message)
         self.clauses: list[str] | None = None  # overrides the check's spec marker
@@ -257,7 +266,9 @@ class Harness:
         self.calls: list[dict[str, Any]] = []
         self.failed_call: FailedCall | None = None
         self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
-        self._naive_handles: dict[tuple[int, str], tuple[TorchModuleAdapter, Any, Instance]] = {}
+        self._naive_handles: dict[
+            tuple[int, str, str], tuple[TorchModuleAdapter, Any, Instance]
+        ] = {}
 
     # ------------------------------------------------------------------ building
     @property
@@ -287,16 +298,7 @@ class Harness:
         ``Unsupported``."""
         config = config or self.config()
         seed = self.seed if seed is None else seed
-        if dtype == "float64":
-            handle = self.adapter.build(self.subject, config, seed=seed)
-        else:
-            offered = self.dtypes()
-            if dtype not in offered:
-                raise Unsupported(
-                    f"{self.adapter.name}:{self.subject.name} offers {', '.join(offered)}, "
-                    f"not {dtype} (Adapter.dtypes)"
-                )
-            handle = self.adapter.build(self.subject, config, seed=seed, dtype=dtype)
+        handle = self.build(config, seed=seed, dtype=dtype)
         values = None
         if params:
             canonical = init_params(self.component, config, self.subject.conventions, seed=seed)
@@ -310,6 +312,35 @@ class Harness:
                 except Unsupported:
                     values = None
         return Instance(self.subject, config, handle, values, seed, dtype)
+
+    def require_device(self) -> None:
+        """Unsupported unless the adapter runs this subject on the harness' device."""
+        if not offers_device(self.adapter, self.subject, self.device):
+            offered = adapter_devices(self.adapter, self.subject)
+            why = f"{self.adapter.name}:{self.subject.name} runs on {', '.join(offered)}"
+            require = getattr(self.adapter, "require_device", None)
+            if callable(require):  # its own words, with its reason
+                require(self.subject, self.device)
+            raise Unsupported(f"{why}, not {self.device} (Adapter.devices)")
+
+    def build(self, config: Config, *, seed: int | None = None, dtype: str = "float64") -> Any:
+        """The adapter's handle for this subject on the harness' device, in ``dtype``: the
+        keywords ``dtype`` and ``device`` are passed only when they are not float64 and the
+        CPU, and only for what the adapter offers (else Unsupported)."""
+        seed = self.seed if seed is None else seed
+        self.require_device()
+        kwargs: dict[str, Any] = {}
+        if dtype != "float64":
+            offered = self.dtypes()
+            if dtype not in offered:
+                raise Unsupported(
+                    f"{self.adapter.name}:{self.subject.name} offers {', '.join(offered)}, "
+                    f"not {dtype} (Adapter.dtypes)"
+                )
+            kwargs["dtype"] = dtype
+        if self.device != DEFAULT_DEVICE:
+            kwargs["device"] = self.device
+        return self.adapter.build(self.subject, config, seed=seed, **kwargs)
 
     def require_params(self, inst: Instance) -> dict[str, np.ndarray]:
         if inst.params is None and _has_params(inst):
@@ -358,21 +389,26 @@ class Harness:
 
     def naive(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """``ref`` of the tolerance rule, the careful reference (SPEC.md §10.10): the torch
-        reference model under the subject's conventions, in ``inst.dtype``, with the
-        instance's (rounded) parameters. Within ``computed_in_input_dtype(...)`` it is a
-        hypothesis with those quantities in the input dtype (``tck.conformance.precision``)."""
-        naive, handle = self._naive(inst, inst.dtype)
+        reference model under the subject's conventions, in ``inst.dtype`` on the subject's
+        device, with the instance's (rounded) parameters. Within
+        ``computed_in_input_dtype(...)`` it is a hypothesis with those quantities in the input
+        dtype (``tck.conformance.precision``)."""
+        naive, handle = self._naive(inst, inst.dtype, self.device)
         return np.asarray(naive.run(handle, dict(inputs)), dtype=np.float64)
 
-    def _naive(self, inst: Instance, dtype: str) -> tuple[TorchModuleAdapter, Any]:
-        key = (id(inst), dtype)
+    def _naive(
+        self, inst: Instance, dtype: str, device: str = DEFAULT_DEVICE
+    ) -> tuple[TorchModuleAdapter, Any]:
+        key = (id(inst), dtype, device)
         if key not in self._naive_handles:
             from tck.adapters.reference import entry  # the reference adapter's own forwards
 
             naive = TorchModuleAdapter(
                 "naive", [entry(self.component, inst.conventions, name=self.subject.name)]
             )
-            handle = naive.build(self.subject, inst.config, seed=inst.seed, dtype=dtype)
+            handle = naive.build(
+                self.subject, inst.config, seed=inst.seed, dtype=dtype, device=device
+            )
             if inst.params is not None:
                 naive.load(handle, inst.params)
             # The instance is kept alive with its handle: id() stays unique while cached.
@@ -399,20 +435,22 @@ class Harness:
     def gold_gradients(
         self, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
-        """float64 autograd through the torch reference on the same (rounded) values."""
+        """float64 autograd through the torch reference on the same (rounded) values, on the
+        CPU (the gold of the gradient checks, as the oracle is of the forward ones)."""
         naive, handle = self._naive(inst, "float64")
         return naive.grad(handle, dict(inputs), cotangent)
 
     def naive_gradients(
         self, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
     ) -> dict[str, np.ndarray]:
-        """``ref`` for gradients: autograd through the torch reference in ``inst.dtype``, with
-        the norm statistics in that dtype: §10.8's multipliers were measured against that
-        reference, and a careful one's norm gradients are tighter than torch.nn's own fused
-        LayerNorm backward meets (measured: 1.3x the bound, encoder, float16, seed 4)."""
+        """``ref`` for gradients: autograd through the torch reference in ``inst.dtype`` on the
+        subject's device, with the norm statistics in that dtype: §10.8's multipliers were
+        measured against that reference, and a careful one's norm gradients are tighter than
+        torch.nn's own fused LayerNorm backward meets (measured: 1.3x the bound, encoder,
+        float16, seed 4)."""
         from tck.reference.model import computed_in_input_dtype
 
-        naive, handle = self._naive(inst, inst.dtype)
+        naive, handle = self._naive(inst, inst.dtype, self.device)
         with computed_in_input_dtype("norm_statistics"):
             grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
         return {k: np.asarray(v, dtype=np.float64) for k, v in grads.items()}

@@ -28,6 +28,13 @@ from tck.adapters import (
     Unsupported,
     load_adapter,
 )
+from tck.adapters.devices import (
+    DEFAULT_DEVICE,
+    DeviceError,
+    check_device,
+    device_environment,
+    require_some_subject_on,
+)
 from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
 
@@ -73,6 +80,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--tck-opset", default=None, type=int, help="ONNX opset of --tck-export (default: torch's)"
     )
+    group.addoption(
+        "--tck-device",
+        default="cpu",
+        help="where subjects are built and run: cpu, cuda or cuda:N (the oracle stays on the "
+        "CPU in float64; default cpu)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,6 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "exported: a check of the ONNX export itself (runs with --tck-export onnx)"
     )
+    try:  # a device this machine lacks: pytest's usage error (one line, exit 4), up front
+        check_device(_device(config), "--tck-device")
+    except DeviceError as err:
+        raise pytest.UsageError(str(err)) from None
     config.stash[_STATE] = {
         "adapter": None,
         "profile": None,
@@ -101,7 +118,8 @@ def _adapter(config: pytest.Config) -> Adapter:
                 from tck.adapters.onnx_runtime import with_onnx
 
                 adapter = with_onnx(adapter, opset=config.getoption("--tck-opset"))
-        except (AdapterError, TypeError) as err:
+            _check_device(config, adapter)
+        except (AdapterError, TypeError, DeviceError) as err:
             raise pytest.UsageError(str(err)) from None
         state["adapter"] = adapter
         # Set here, not at configure time: the plugin loads in every pytest session of an
@@ -112,6 +130,18 @@ def _adapter(config: pytest.Config) -> Adapter:
 
         torch.set_num_threads(config.getoption("--tck-threads"))
     return state["adapter"]
+
+
+def _device(config: pytest.Config) -> str:
+    return config.getoption("--tck-device") or DEFAULT_DEVICE
+
+
+def _check_device(config: pytest.Config, adapter: Adapter) -> None:
+    """--tck-device names a device of this machine that the adapter runs some subject on."""
+    device = check_device(_device(config), "--tck-device")
+    if device != DEFAULT_DEVICE and config.getoption("--tck-export"):
+        raise DeviceError("--tck-export onnx runs ONNX Runtime on the CPU: drop --tck-device")
+    require_some_subject_on(adapter, device)
 
 
 def _only(config: pytest.Config) -> set[str] | None:
@@ -168,9 +198,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def tck(request: pytest.FixtureRequest, subject: Subject) -> Harness:
     harness = Harness(
-        _adapter(request.config), subject, seed=request.config.getoption("--tck-seed")
+        _adapter(request.config),
+        subject,
+        seed=request.config.getoption("--tck-seed"),
+        device=_device(request.config),
     )
     request.node.stash[_HARNESS] = harness
+    harness.require_device()  # a subject that does not run there: a skip that says why
     return harness
 
 
@@ -368,8 +402,12 @@ def _adapter_spec(config: pytest.Config) -> str:
 
 
 def _export(config: pytest.Config) -> dict[str, Any]:
-    """What the repro snippets pass on of --tck-export and --tck-opset."""
-    return {"export": config.getoption("--tck-export"), "opset": config.getoption("--tck-opset")}
+    """What the repro snippets pass on of --tck-export, --tck-opset and --tck-device."""
+    return {
+        "export": config.getoption("--tck-export"),
+        "opset": config.getoption("--tck-opset"),
+        "device": _device(config),
+    }
 
 
 def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | None) -> str:
@@ -405,14 +443,14 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
     )
 
 
-def environment() -> dict[str, str]:
+def environment(device: str = DEFAULT_DEVICE) -> dict[str, str]:
     import torch
 
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "numpy": np.__version__,
-        "device": "cpu",
+        **device_environment(device),
         "platform": platform.platform(),
     }
 
@@ -447,7 +485,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
             },
             "notes": {s.name: list(s.notes) for s in subjects if s.notes},
         },
-        "environment": environment(),
+        "environment": environment(_device(config)),
         "profile": profile,
         "seed": config.getoption("--tck-seed"),
         "started": state["start"],

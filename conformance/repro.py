@@ -52,12 +52,14 @@ def oracle_snippet(
     title: str,
     export: str | None = None,
     opset: int | None = None,
+    device: str = "cpu",
 ) -> str:
     """Replay one oracle comparison: build, load canonical parameters, run, compare.
 
     Inputs that ``make_inputs`` made (``recipe``) are made again the same way when that
     gives them back bit for bit; otherwise they are written out in full. ``export``
-    ("onnx"): the subject is one of ``with_onnx(adapter, opset=opset)``.
+    ("onnx"): the subject is one of ``with_onnx(adapter, opset=opset)``. ``device``: where
+    the subject was built (tck run --device); the oracle runs on the CPU.
     """
     stdlib, ours = ["import numpy as np"], []
     if recipe is not None and _remade(component, config, inputs, *recipe):
@@ -83,13 +85,14 @@ def oracle_snippet(
         ours.append("from tck.adapters.onnx_runtime import with_onnx")
         load += f"\nadapter = with_onnx(adapter, opset={opset!r})"
     imports = "\n".join(stdlib) + "\n\n" + "\n".join(sorted(ours))
+    device_kw = "" if device == "cpu" else f", device={device!r}"
     return f"""# {title}
 {imports}
 
 {load}
 subject = next(s for s in adapter.subjects() if s.name == {subject!r})
 config = {config!r}
-handle = adapter.build(subject, config, seed={seed})
+handle = adapter.build(subject, config, seed={seed}{device_kw})
 params = init_params({component!r}, config, subject.conventions, seed={seed})
 try:
     adapter.load(handle, params)
@@ -128,9 +131,13 @@ def pytest_snippet(
     title: str,
     export: str | None = None,
     opset: int | None = None,
+    device: str = "cpu",
 ) -> str:
-    """Rerun one check (by its pytest id) with the same adapter and seed (and export)."""
+    """Rerun one check (by its pytest id) with the same adapter and seed (and export, and
+    device)."""
     extra = ""
+    if device != "cpu":
+        extra += f'    "--tck-device={device}",\n'
     if export:
         extra += f'    "--tck-export={export}",\n'
     if opset is not None:
