@@ -17,6 +17,7 @@ Gradients (SPEC.md §10.8): ``gradients``, ``gold_gradients``, ``naive_gradients
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "embedding": (),
     "patch_embed": (),
 }
+
+# Explanations that change several convention fields at once (issue 19): at most this many
+# fields, this many oracle evaluations per search, this many searches per check.
+MAX_COMBINED_FIELDS = 3
+COMBINATION_BUDGET = 400
+COMBINATION_SEARCHES = 3
 
 _ALTERNATIVES: dict[str, tuple[Any, ...]] = {
     "eps": (1e-5, 1e-6, 1e-12, 1e-8, 1e-3, 0.0),
@@ -139,6 +146,20 @@ PLAIN_WORDS: dict[tuple[str, Any], str] = {
     "value the formula gives",
     ("padded_query_rows", "computed"): "computes padded query positions by the formula",
 }
+
+
+def combination_diagnosis(declared: Conventions, changed: Mapping[str, Any]) -> tuple[str, str]:
+    """Code and message for an implementation that follows several undeclared conventions
+    at once: the code is the first field's (in FIELDS order), the message names them all."""
+    fields = list(changed)
+    code = convention_code(fields[0], changed[fields[0]])
+    shown = ", ".join(f"{f}={changed[f]!r}" for f in fields)
+    words = "; ".join(plain_words(f, changed[f]) for f in fields)
+    claimed = ", ".join(f"{f}={getattr(declared, f)!r}" for f in fields)
+    return code, (
+        f"behaves as {shown} together ({len(fields)} conventions at once: it {words}), but "
+        f"the adapter declares {claimed}"
+    )
 
 
 def plain_words(field: str, value: Any) -> str:
@@ -226,6 +247,7 @@ class Harness:
         self.failed_call: FailedCall | None = None
         self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
         self._naive_handles: dict[tuple[int, str], tuple[TorchModuleAdapter, Any, Instance]] = {}
+        self._combination_searches = 0
 
     # ------------------------------------------------------------------ building
     @property
@@ -500,18 +522,21 @@ class Harness:
                 f"implementation and the oracle (first at {result.worst_index})"
             )
         found = self._hypotheses(inst, inputs, test, result)
-        hint = self._precision_hint(inst) if found is None and inst.dtype == "float64" else None
-        if hint is not None:
-            # A float64 graph that computes some step in float32 (an exported one: see
-            # tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
+        if found is None and inst.dtype == "float64":
+            # A float64 subject that computes or stores some step in float32 (a table built
+            # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
+            # see tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
+            hint = self._precision_hint(inst)
             loose = dataclasses.replace(result, dtype="float32", ref_err=0.0)
             found = self._hypotheses(inst, inputs, test, loose)
             if found is None and _within(test, self.gold(inst, inputs), loose):
                 found = (
                     "numerics.float64_precision_lost",
-                    "agrees with the oracle to float32 precision only",
+                    "agrees with the oracle to float32 precision only: a value is computed "
+                    "or stored in float32 somewhere in a subject built in float64 (a buffer, "
+                    "a table or a constant kept at the lower precision)",
                 )
-            if found is not None:
+            if found is not None and hint is not None:
                 found = (found[0], f"{found[1]} ({hint})")
         if found is not None:
             return found[0], f"{found[1]}; {numbers}"
@@ -538,6 +563,59 @@ class Harness:
             gold = self.gold(inst, altered)
             if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
                 return code, message
+        combination = self.matching_combination(inst, inputs, test, tolerance=tolerance)
+        if combination:
+            return combination_diagnosis(inst.conventions, combination)
+        return None
+
+    def matching_combination(
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        test: np.ndarray,
+        fields: Iterable[str] | None = None,
+        tolerance: Comparison | None = None,
+        max_fields: int = MAX_COMBINED_FIELDS,
+    ) -> dict[str, Any] | None:
+        """The smallest set of convention values (2 to ``max_fields`` fields changed at
+        once) under which the oracle reproduces ``test``; None when none does.
+
+        A field none of whose alternatives changes the oracle's output on these inputs is
+        left out (it cannot be told apart here), and the search stops after
+        ``COMBINATION_BUDGET`` oracle evaluations, the first ``COMBINATION_SEARCHES`` times
+        per check (hypothesis may explain many failing examples)."""
+        if self._combination_searches >= COMBINATION_SEARCHES:
+            return None
+        self._combination_searches += 1
+        declared = inst.conventions
+        names = tuple(FIELDS.get(self.component, ()) if fields is None else fields)
+        try:
+            base = self.gold(inst, inputs)
+        except (ValueError, KeyError):
+            return None
+        options: dict[str, list[Any]] = {}
+        for field in names:
+            for value in alternatives(field, getattr(declared, field)):
+                try:
+                    gold = self.gold(inst, inputs, dataclasses.replace(declared, **{field: value}))
+                except (ValueError, KeyError):
+                    continue
+                if gold.shape == base.shape and not np.array_equal(gold, base, equal_nan=True):
+                    options.setdefault(field, []).append(value)
+        budget = COMBINATION_BUDGET
+        for size in range(2, max_fields + 1):
+            for combo in itertools.combinations(options, size):
+                for values in itertools.product(*(options[f] for f in combo)):
+                    budget -= 1
+                    if budget < 0:
+                        return None
+                    changed = dict(zip(combo, values, strict=True))
+                    try:
+                        gold = self.gold(inst, inputs, dataclasses.replace(declared, **changed))
+                    except (ValueError, KeyError):
+                        continue
+                    if gold.shape == test.shape and _within(test, gold, tolerance):
+                        return changed
         return None
 
     def _precision_hint(self, inst: Instance) -> str | None:

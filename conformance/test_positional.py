@@ -76,6 +76,7 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
     if tck.metrics.get("max_abs_delta", -1.0) < worst:
         tck.note({"max_abs_delta": worst, "bound": bound})
     if worst > bound:
+        precision_lost(tck, inst, np.array(at), pe)
         raise CheckFailure(
             "positional.not_relative",
             f"PE_t . PE_(t+k) must depend on k only and equal PE_t . PE_(t-k): with k = {k}, "
@@ -125,6 +126,33 @@ def pairs(pe: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
     return pe[:, :half], pe[:, half:]
 
 
+def precision_lost(tck: Harness, inst: Instance, at: np.ndarray, pe: np.ndarray) -> None:
+    """Raise ``numerics.float64_precision_lost`` when the codes are the declared table to
+    float32 precision and no closer (a table computed in float64 and stored in a float32
+    buffer, or built from float32 positions): a precision finding, not a wrong formula."""
+    conv, d = inst.conventions, inst.config.d_model
+    spec_table = table(at, frequencies(d, conv.pe_base), conv.pe_layout)
+    if pe.shape != spec_table.shape or compare(pe, spec_table).passed:
+        return
+    loose = compare(pe, spec_table, dtype="float32")
+    if not loose.passed:
+        return
+    rounded = compare(pe, spec_table.astype(np.float32).astype(np.float64))
+    how = (
+        "stored as float32 (it equals the float64 table rounded to float32)"
+        if (rounded.passed)
+        else "computed in float32 somewhere (positions, frequencies or angles)"
+    )
+    raise CheckFailure(
+        "numerics.float64_precision_lost",
+        f"the codes are the spec's table to float32 precision only: max |PE - spec| = "
+        f"{loose.max_abs_err:.3g}, within float32's bound {loose.bound:.3g} but above "
+        f"float64's; the table is {how}, in a subject built in float64. The frequencies and "
+        "the layout are right (SPEC.md §2.1, §10.7)",
+        loose.metrics(),
+    )
+
+
 @spec("2.1", "2.2")
 @components("sinusoidal_pe")
 def test_frequencies(tck: Harness) -> None:
@@ -145,6 +173,7 @@ def test_frequencies(tck: Harness) -> None:
         if result.worst_index
         else ""
     )
+    precision_lost(tck, inst, LONG, pe)
     other = "concatenated" if conv.pe_layout == "interleaved" else "interleaved"
     if compare(pe, table(LONG, frequencies(d, conv.pe_base), other)).passed:
         raise CheckFailure(
