@@ -39,6 +39,9 @@ SYMPTOM_CODES = frozenset(
     }
 )
 
+# Causes that make every other observation of the run unreliable: ranked above the rest.
+OVERRIDING_CODES = frozenset({"state.carried_between_calls"})
+
 _OVERFLOW = re.compile(r"value cannot be converted to type (\S+) without overflow")
 
 
@@ -84,7 +87,10 @@ def is_generic(code: str) -> bool:
 
 
 def specificity(code: str) -> int:
-    """Higher is more specific: a named cause 2, a symptom 1, a generic code 0."""
+    """Higher is more specific: state carried between calls 3 (it makes every other
+    observation unreliable), a named cause 2, a symptom 1, a generic code 0."""
+    if code in OVERRIDING_CODES:
+        return 3
     if is_generic(code):
         return 0
     if code in SYMPTOM_CODES:

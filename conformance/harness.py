@@ -248,6 +248,7 @@ class Harness:
         self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
         self._naive_handles: dict[tuple[int, str], tuple[TorchModuleAdapter, Any, Instance]] = {}
         self._combination_searches = 0
+        self._runs: dict[int, int] = {}  # id(instance) -> calls of run (state hypotheses)
 
     # ------------------------------------------------------------------ building
     @property
@@ -326,6 +327,7 @@ class Harness:
 
     # ------------------------------------------------------------------ running
     def run(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        self._runs[id(inst)] = self._runs.get(id(inst), 0) + 1
         out = self.adapter.run(inst.handle, dict(inputs))
         if not isinstance(out, np.ndarray):
             raise CheckFailure(
@@ -522,6 +524,8 @@ class Harness:
                 f"implementation and the oracle (first at {result.worst_index})"
             )
         found = self._hypotheses(inst, inputs, test, result)
+        if found is None:
+            found = self._state_hypothesis(inst, inputs, result)
         if found is None and inst.dtype == "float64":
             # A float64 subject that computes or stores some step in float32 (a table built
             # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
@@ -563,6 +567,13 @@ class Harness:
             gold = self.gold(inst, altered)
             if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
                 return code, message
+        from .structural import extra_norm_hypotheses
+
+        for code, message, gold in extra_norm_hypotheses(
+            self.component, lambda: self.gold(inst, inputs)
+        ):
+            if test.shape == gold.shape and _within(test, gold, tolerance):
+                return code, f"{message}, and its adapter does not declare it"
         combination = self.matching_combination(inst, inputs, test, tolerance=tolerance)
         if combination:
             return combination_diagnosis(inst.conventions, combination)
@@ -617,6 +628,33 @@ class Harness:
                     if gold.shape == test.shape and _within(test, gold, tolerance):
                         return changed
         return None
+
+    def _state_hypothesis(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], tolerance: Comparison
+    ) -> tuple[str, str] | None:
+        """An instance called before that fails where a fresh one (same config, seed and
+        parameters) passes carries state from one call to the next."""
+        calls = self._runs.get(id(inst), 0)
+        if calls < 2:
+            return None
+        try:
+            fresh = self.instance(inst.config, seed=inst.seed, dtype=inst.dtype)
+            if (fresh.params is None) != (inst.params is None):
+                return None
+            again = self.run(fresh, inputs)
+            gold = self.gold(fresh, inputs)
+        except Exception:  # a hypothesis that cannot be tested explains nothing
+            return None
+        ignore = self.ignore_mask(fresh, gold)
+        if again.shape != gold.shape or not _within(again, gold, tolerance, ignore):
+            return None
+        return (
+            "state.carried_between_calls",
+            f"a fresh instance gives the right output for these inputs, the instance that had "
+            f"already been called {calls - 1} time(s) does not: the subject carries state from "
+            "one call to the next (a mask, table or cache kept from an earlier call and reused "
+            "for inputs of the same shape, a buffer updated in forward)",
+        )
 
     def _precision_hint(self, inst: Instance) -> str | None:
         """The adapter's account of float64 precision it may lose (``precision_hint``)."""

@@ -57,6 +57,15 @@ NAMES: tuple[str, ...] = (
     "mask_wrong_batch_row",
     "causal_mask_dropped",
     "rope_low_precision",
+    # the diagnosis benchmark (issue 19): realistic bugs from public reports and tutorials,
+    # each with the root-cause code it must get
+    "layer_norm_annotated",
+    "pe_float32_table",
+    "fill_value_fp16",
+    "embedding_no_padding_idx",
+    "mask_cache_stale",
+    "vit_patch_embed_norm",
+    "vit_norm_pre",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -1,0 +1,108 @@
+"""Structural hypotheses (issue 19): an implementation that adds a step the papers do not
+have, such as a LayerNorm before the first layer (CLIP's ``ln_pre``, timm's ``norm_pre``) or
+inside the patch embedding (timm's ``PatchEmbed(norm_layer=...)``), left undeclared.
+
+Each hypothesis recomputes the oracle with that one step added, by wrapping the oracle
+function it comes after (``tck.reference.oracle`` calls its pieces by module-global name),
+and is judged like a convention: does it reproduce the implementation's output within the
+failed comparison's bound? The added LayerNorm has unit gain and zero bias: what an extra
+``nn.LayerNorm`` holds when nothing in the canonical parameters maps onto it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tck.reference import oracle
+
+EXTRA_NORM_EPS = (1e-5, 1e-6)
+
+# component -> (oracle function to wrap, where, code, plain words)
+EXTRA_NORMS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "patch_embed": (
+        (
+            "patch_embed",
+            "output",
+            "vit.extra_norm_in_patch_embed",
+            "normalises the patch embeddings (a LayerNorm inside the patch embedding), which "
+            "the ViT paper does not have",
+        ),
+    ),
+    "vit": (
+        (
+            "patch_embed",
+            "output",
+            "vit.extra_norm_in_patch_embed",
+            "normalises the patch embeddings (a LayerNorm inside the patch embedding), which "
+            "the ViT paper does not have",
+        ),
+        (
+            "encoder",
+            "input",
+            "blocks.extra_norm_before_layers",
+            "normalises the tokens before the first encoder layer (an extra LayerNorm, like "
+            "CLIP's ln_pre), which the ViT paper does not have",
+        ),
+    ),
+    "encoder": (
+        (
+            "encoder_layer",
+            "first_input",
+            "blocks.extra_norm_before_layers",
+            "normalises its input before the first layer (an extra LayerNorm), which the "
+            "Transformer paper does not have",
+        ),
+    ),
+    "seq2seq": (
+        (
+            "encoder",
+            "input",
+            "blocks.extra_norm_before_layers",
+            "normalises the embedded source before the first encoder layer (an extra "
+            "LayerNorm), which the Transformer paper does not have",
+        ),
+    ),
+}
+
+
+def _normalise(x: Any, eps: float) -> Any:
+    return oracle.layer_norm(x, eps=eps)
+
+
+@contextlib.contextmanager
+def _wrapped(name: str, where: str, eps: float) -> Iterator[None]:
+    original: Callable[..., Any] = getattr(oracle, name)
+    first = [True]
+
+    def wrapper(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if where == "output":
+            return _normalise(original(x, *args, **kwargs), eps)
+        if where == "first_input":
+            if first[0]:
+                first[0] = False
+                x = _normalise(x, eps)
+            return original(x, *args, **kwargs)
+        return original(_normalise(x, eps), *args, **kwargs)
+
+    setattr(oracle, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(oracle, name, original)
+
+
+def extra_norm_hypotheses(
+    component: str, compute: Callable[[], Any]
+) -> Iterator[tuple[str, str, Any]]:
+    """(code, message, the oracle's output with the extra norm) per hypothesis for
+    ``component``; ``compute`` evaluates the oracle as the failed comparison did."""
+    for name, where, code, words in EXTRA_NORMS.get(component, ()):
+        for eps in EXTRA_NORM_EPS:
+            with _wrapped(name, where, eps):
+                try:
+                    gold = compute()
+                except (ValueError, KeyError):
+                    continue
+            yield code, f"{words} (eps {eps:g}, unit gain, zero bias)", gold
