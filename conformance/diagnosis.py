@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .harness import convention_code
+
 # Codes that only say *that* something is wrong: a cause only when nothing else fits.
 GENERIC_SUFFIXES = (".oracle_mismatch", ".assertion")
 GENERIC_CODES = frozenset({"adapter.exception", "adapter.build_failed", "skip", ""})
@@ -110,6 +112,17 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     code themselves.
     """
     failing = [r for r in results if r.get("status") in ("fail", "error")]
+    # Several conventions explained at once (an Annotated-Transformer LayerNorm): the codes of
+    # its fields are one cause, led by the code of the result that found the combination.
+    joined: dict[tuple[str, str], tuple[str, str]] = {}  # (subject, code) -> cause
+    for r in failing:
+        together = (r.get("metrics") or {}).get("explained_by")
+        if isinstance(together, Mapping) and len(together) > 1:
+            diagnosis = r.get("diagnosis") or {}
+            lead = (diagnosis.get("code", ""), diagnosis.get("message", ""))
+            for field, value in together.items():
+                joined.setdefault((r["subject"], convention_code(field, value)), lead)
+            joined.setdefault((r["subject"], lead[0]), lead)
     best: dict[str, tuple[int, int, str, str]] = {}  # subject -> (rank, -order, code, msg)
     counts: dict[tuple[str, str], int] = {}
     for r in failing:
@@ -131,6 +144,7 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         cause, message = (code, diagnosis.get("message", ""))
         if specificity(code) < rank:
             cause, message = top, top_message
+        cause, message = joined.get((r["subject"], cause), (cause, message))
         group = groups.setdefault(
             cause,
             {
@@ -145,6 +159,7 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             group["subjects"].append(r["subject"])
         group["symptoms"].append(
             {
+                "index": r.get("index"),
                 "check": r.get("check", ""),
                 "subject": r["subject"],
                 "code": code,

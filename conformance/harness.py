@@ -576,6 +576,7 @@ class Harness:
                 return code, f"{message}, and its adapter does not declare it"
         combination = self.matching_combination(inst, inputs, test, tolerance=tolerance)
         if combination:
+            self.note({"explained_by": combination})
             return combination_diagnosis(inst.conventions, combination)
         return None
 
