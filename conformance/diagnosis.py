@@ -26,13 +26,13 @@ from typing import Any
 from .harness import convention_code
 
 # Codes that only say *that* something is wrong: a cause only when nothing else fits.
-GENERIC_SUFFIXES = (".oracle_mismatch", ".assertion")
+GENERIC_SUFFIXES = (".oracle_mismatch", ".fixture_mismatch", ".assertion")
 GENERIC_CODES = frozenset({"adapter.exception", "adapter.build_failed", "skip", ""})
 # Codes that describe what a wrong number does rather than why: ranked below a convention,
 # a precision finding or a named exception, above a bare oracle mismatch.
 SYMPTOM_CODES = frozenset(
     {
-        "mask.ignored",
+        "mask.masked_key_gradient",
         "layer_norm.wrong_statistics",
         "positional.not_relative",
         "rope.not_relative",
@@ -41,8 +41,9 @@ SYMPTOM_CODES = frozenset(
     }
 )
 
-# Causes that make every other observation of the run unreliable: ranked above the rest.
-OVERRIDING_CODES = frozenset({"state.carried_between_calls"})
+# Causes that make every other observation of the run unreliable (the output depends on
+# earlier calls, or on chance): ranked above the rest.
+OVERRIDING_CODES = frozenset({"state.carried_between_calls", "dropout.active_in_eval"})
 
 _OVERFLOW = re.compile(r"value cannot be converted to type (\S+) without overflow")
 
@@ -89,8 +90,8 @@ def is_generic(code: str) -> bool:
 
 
 def specificity(code: str) -> int:
-    """Higher is more specific: state carried between calls 3 (it makes every other
-    observation unreliable), a named cause 2, a symptom 1, a generic code 0."""
+    """Higher is more specific: state carried between calls or randomness in eval 3 (they
+    make every other observation unreliable), a named cause 2, a symptom 1, a generic 0."""
     if code in OVERRIDING_CODES:
         return 3
     if is_generic(code):

@@ -524,8 +524,6 @@ class Harness:
                 f"implementation and the oracle (first at {result.worst_index})"
             )
         found = self._hypotheses(inst, inputs, test, result)
-        if found is None:
-            found = self._state_hypothesis(inst, inputs, result)
         if found is None and inst.dtype == "float64":
             # A float64 subject that computes or stores some step in float32 (a table built
             # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
@@ -542,6 +540,8 @@ class Harness:
                 )
             if found is not None and hint is not None:
                 found = (found[0], f"{found[1]} ({hint})")
+        if found is None:  # last: it builds and runs a fresh instance
+            found = self._state_hypothesis(inst, inputs, result)
         if found is not None:
             return found[0], f"{found[1]}; {numbers}"
         return f"{_area(self.component)}.oracle_mismatch", f"disagrees with the oracle: {numbers}"
@@ -567,13 +567,19 @@ class Harness:
             gold = self.gold(inst, altered)
             if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
                 return code, message
-        from .structural import extra_norm_hypotheses
+        for code, message, altered in _offset_hypotheses(self.component, inputs):
+            gold = self.gold(inst, altered)
+            if test.shape == gold.shape and _within(test, gold, tolerance):
+                return code, message
+        from .structural import extra_norm_hypotheses, patch_order_hypotheses
 
-        for code, message, gold in extra_norm_hypotheses(
-            self.component, lambda: self.gold(inst, inputs)
-        ):
+        compute = lambda: self.gold(inst, inputs)  # noqa: E731
+        for code, message, gold in extra_norm_hypotheses(self.component, compute):
             if test.shape == gold.shape and _within(test, gold, tolerance):
                 return code, f"{message}, and its adapter does not declare it"
+        for code, message, gold in patch_order_hypotheses(self.component, compute):
+            if test.shape == gold.shape and _within(test, gold, tolerance):
+                return code, message
         combination = self.matching_combination(inst, inputs, test, tolerance=tolerance)
         if combination:
             self.note({"explained_by": combination})
@@ -686,6 +692,30 @@ class Harness:
     def convention(self, code: str, message: str) -> None:
         """Record an observed, declared deviation from the canonical spec."""
         self.conventions_seen.append((code, message))
+
+
+POSITION_OFFSETS = (1, 2, -1)
+
+
+def _offset_hypotheses(
+    component: str, inputs: Mapping[str, np.ndarray]
+) -> Iterable[tuple[str, str, dict]]:
+    """Positions counted from another origin: the encoding at p is the spec's at p + offset
+    (fairseq counts positions from padding_idx + 1; a cache index off by one)."""
+    if component not in ("sinusoidal_pe", "rope") or "positions" not in inputs:
+        return
+    positions = np.asarray(inputs["positions"])
+    area = "positional" if component == "sinusoidal_pe" else "rope"
+    for offset in POSITION_OFFSETS:
+        if positions.size and int(positions.min()) + offset < 0:
+            continue
+        yield (
+            f"{area}.position_offset",
+            f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
+            f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
+            "positions that start at padding_idx + 1, or a cache read one step off)",
+            {**inputs, "positions": positions + offset},
+        )
 
 
 def _within(

@@ -93,6 +93,41 @@ def _wrapped(name: str, where: str, eps: float) -> Iterator[None]:
         setattr(oracle, name, original)
 
 
+def _patch_embed_channels_last(images: Any, weight: Any, bias: Any, *, patch_size: int) -> Any:
+    """§9.1 with each patch flattened in (y, x, c) order (einops ``(p1 p2 c)``) while the
+    weight stays flattened in the conv's (c, y, x) order."""
+    images = oracle._f64(images)
+    b, c, h, w = images.shape
+    p = patch_size
+    patches = images.reshape(b, c, h // p, p, w // p, p).transpose(0, 2, 4, 3, 5, 1)
+    patches = patches.reshape(b, (h // p) * (w // p), p * p * c)
+    weight = oracle._f64(weight)
+    return patches @ weight.reshape(weight.shape[0], -1).T + oracle._f64(bias)
+
+
+def patch_order_hypotheses(
+    component: str, compute: Callable[[], Any]
+) -> Iterator[tuple[str, str, Any]]:
+    """A patch flattened channels-last against a weight flattened channels-first."""
+    if component not in ("patch_embed", "vit"):
+        return
+    original = oracle.patch_embed
+    oracle.patch_embed = _patch_embed_channels_last
+    try:
+        gold = compute()
+    except (ValueError, KeyError):
+        return
+    finally:
+        oracle.patch_embed = original
+    yield (
+        "vit.patch_flatten_order",
+        "flattens each patch channels-last, (y, x, c) as einops' 'b c (h p1) (w p2) -> b (h w) "
+        "(p1 p2 c)' does, while its projection weight is flattened channels-first, (c, y, x) as "
+        "a conv's: the patch pixels meet the wrong weights (SPEC.md §9.1)",
+        gold,
+    )
+
+
 def extra_norm_hypotheses(
     component: str, compute: Callable[[], Any]
 ) -> Iterator[tuple[str, str, Any]]:

@@ -66,6 +66,15 @@ def _dtype_specific(
     from tck.conformance.tolerance import compare
 
     if test.shape == gold.shape and compare(test, gold, ignore=tck.ignore_mask(exact, gold)).passed:
+        low = tck.run(inst, inputs)
+        if (~np.isfinite(low) & np.isfinite(gold)).any():
+            return CheckFailure(
+                "numerics.overflow",
+                f"{failure.message}; the output is inf or NaN in {inst.dtype} where float64 "
+                f"matches the oracle: an intermediate overflows {inst.dtype}'s range (exp of "
+                "a score without subtracting the row maximum, a sum of squares, a large fill)",
+                failure.metrics,
+            )
         return CheckFailure(
             "numerics.precision_loss",
             f"{failure.message}; the same call in float64 matches the oracle, so the error "

@@ -131,6 +131,25 @@ def test_mutant_is_killed(name: str) -> None:
 
 
 @detection
+def test_diagnosis_benchmark() -> None:
+    """Issue 19: over every mutant's latest run, the share detected (a failing result with
+    one of its codes) must be 100% and the share whose top-ranked root cause is one of its
+    codes (top-cause accuracy) at least 90%. Prints both; writes OUT/diagnosis_scores.json.
+    Runs after test_mutant_is_killed (file order), from the results.json files it wrote."""
+    missing = [name for name in mutants.NAMES if not (OUT / name / "results.json").exists()]
+    assert not missing, f"no results.json for {missing}: the mutants' runs did not all happen"
+    runs = {
+        name: json.loads((OUT / name / "results.json").read_text(encoding="utf-8"))
+        for name in mutants.NAMES
+    }
+    scores = matrix.diagnosis_scores(runs, {n: mutants.expected_codes(n) for n in runs})
+    (OUT / "diagnosis_scores.json").write_text(json.dumps(scores, indent=1) + "\n")
+    print(matrix.format_scores(scores))
+    assert scores["detection_rate"] == 1.0, matrix.format_scores(scores)
+    assert scores["accuracy"] >= 0.9, matrix.format_scores(scores)
+
+
+@detection
 def test_control_passes() -> None:
     """The tutorial modules unbroken: no failure, so a mutant's failures are its bug's."""
     document = run_suite(f"{mutants.CONTROL}:adapter", OUT / "tutorial")

@@ -293,7 +293,7 @@ def test_state_outranks_what_it_makes_other_checks_see():
 @pytest.mark.spec("0.3")
 def test_diagnosis_scores_count_detection_and_top_cause_accuracy():
     runs = {
-        "a": [_r("s", "c", "mask.ignored"), _r("s", "c2", "mask.polarity_inverted")],
+        "a": [_r("s", "c", "mask.masked_key_gradient"), _r("s", "c2", "mask.polarity_inverted")],
         "b": {"results": [_r("s", "c", "blocks.oracle_mismatch")]},
         "c": [_r("s", "c", "x.y", status="pass")],
     }
@@ -306,7 +306,7 @@ def test_diagnosis_scores_count_detection_and_top_cause_accuracy():
     assert scores["count"] == 3
     assert scores["detection_rate"] == pytest.approx(2 / 3)
     assert scores["undetected"] == ["c"]
-    # a: mask.ignored says what the output does, polarity why: the cause leads
+    # a: a masked key's gradient says what the output does, polarity why: the cause leads
     assert scores["mutants"]["a"]["top_cause"] == "mask.polarity_inverted"
     assert scores["accuracy"] == pytest.approx(2 / 3)
     assert scores["mutants"]["b"]["diagnosed"]

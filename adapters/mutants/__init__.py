@@ -66,6 +66,13 @@ NAMES: tuple[str, ...] = (
     "mask_cache_stale",
     "vit_patch_embed_norm",
     "vit_norm_pre",
+    "dropout_functional",
+    "scale_applied_twice",
+    "scale_num_heads",
+    "pe_position_offset",
+    "patch_flatten_channels_last",
+    "post_ln_final_norm",
+    "softmax_no_max",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
