@@ -706,6 +706,14 @@ def _offset_hypotheses(
         return
     positions = np.asarray(inputs["positions"])
     area = "positional" if component == "sinusoidal_pe" else "rope"
+    counted = np.arange(positions.size)
+    if positions.ndim == 1 and not np.array_equal(positions, counted):
+        yield (
+            f"{area}.positions_ignored",
+            "the encoding ignores the positions it is given and uses 0, 1, ..., L-1 (its index "
+            "in the sequence) instead: position ids passed in never reach it",
+            {**inputs, "positions": counted},
+        )
     for offset in POSITION_OFFSETS:
         if positions.size and int(positions.min()) + offset < 0:
             continue

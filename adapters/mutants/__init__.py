@@ -73,6 +73,11 @@ NAMES: tuple[str, ...] = (
     "patch_flatten_channels_last",
     "post_ln_final_norm",
     "softmax_no_max",
+    "rope_positions_ignored",
+    "rope_position_offset",
+    "rope_cache_key",
+    "vit_gap_pool",
+    "mha_key_padding_keep",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
