@@ -17,6 +17,7 @@ Gradients (SPEC.md §10.8): ``gradients``, ``gold_gradients``, ``naive_gradients
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -573,7 +574,7 @@ class Harness:
                 return code, message
         from .structural import extra_norm_hypotheses, patch_order_hypotheses
 
-        compute = lambda: self.gold(inst, inputs)  # noqa: E731
+        compute = functools.partial(self.gold, inst, inputs)
         for code, message, gold in extra_norm_hypotheses(self.component, compute):
             if test.shape == gold.shape and _within(test, gold, tolerance):
                 return code, f"{message}, and its adapter does not declare it"

@@ -77,6 +77,10 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
         tck.note({"max_abs_delta": worst, "bound": bound})
     if worst > bound:
         precision_lost(tck, inst, np.array(at), pe)
+        again = encode(tck, tck.instance(tck.config(max_len=MAX_POSITION), params=False), at)
+        dots = again[0] @ again[1], again[2] @ again[3], again[0] @ again[4]
+        if max(abs(dots[0] - dots[1]), abs(dots[0] - dots[2])) <= bound:
+            raise state_carried(f"PE_{t} . PE_({t}+{k})")
         raise CheckFailure(
             "positional.not_relative",
             f"PE_t . PE_(t+k) must depend on k only and equal PE_t . PE_(t-k): with k = {k}, "
@@ -104,6 +108,18 @@ def test_distinct(tck: Harness) -> None:
             "distinct positions must be told apart (SPEC.md §2.2)",
             {"min_distance": float(gaps[i, j])},
         )
+
+
+def state_carried(what: str) -> CheckFailure:
+    """The property fails on the instance reused across examples and holds on a fresh one
+    for the same inputs: the subject carries state from one call to the next."""
+    return CheckFailure(
+        "state.carried_between_calls",
+        f"{what}: the property fails on the instance reused across hypothesis' examples and "
+        "holds on a fresh instance for the same inputs: the subject carries state from one "
+        "call to the next (a cos/sin or table cache keyed by length only, a buffer updated in "
+        "forward)",
+    )
 
 
 def table(at: np.ndarray, omega: np.ndarray, layout: str) -> np.ndarray:
@@ -258,6 +274,9 @@ def test_rope_relative(tck: Harness, seed: int, m: int, n: int, shift: int) -> N
     here, there = out[0] @ out[1], out[2] @ out[3]
     bound = 1e-9 * float(np.linalg.norm(q) * np.linalg.norm(k))  # angles up to ~6e4 rad
     if abs(here - there) > bound:
+        fresh = rotate(tck, tck.instance(params=False), x, [m, n, m + shift, n + shift])[0, 0]
+        if abs(fresh[0] @ fresh[1] - fresh[2] @ fresh[3]) <= bound:
+            raise state_carried(f"RoPE(q, {m}) . RoPE(k, {n}) vs shifted by {shift}")
         raise CheckFailure(
             "rope.not_relative",
             f"RoPE(q, {m}) . RoPE(k, {n}) = {here:.12g} but RoPE(q, {m + shift}) . "

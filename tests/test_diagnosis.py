@@ -311,3 +311,36 @@ def test_diagnosis_scores_count_detection_and_top_cause_accuracy():
     assert scores["accuracy"] == pytest.approx(2 / 3)
     assert scores["mutants"]["b"]["diagnosed"]
     assert "detection 66.7%" in matrix.format_scores(scores)
+
+
+# ------------------------------------------------ positions, patches, overflow (issue 19)
+
+
+@pytest.mark.spec("2.1", "2.3")
+def test_positions_offset_or_ignored_are_named():
+    assert oracle_failure(harness("mutants.pe_position_offset")).code == (
+        "positional.position_offset"
+    )
+    tck = harness("mutants.rope_positions_ignored")
+    inst = tck.instance()
+    inputs = tck.inputs(inst)
+    inputs["positions"] = inputs["positions"] + 3  # not 0 .. L-1
+    with pytest.raises(CheckFailure) as failure:
+        tck.assert_matches_oracle(inst, inputs)
+    assert failure.value.code == "rope.positions_ignored"
+
+
+@pytest.mark.spec("9.1")
+def test_a_patch_flattened_channels_last_is_named():
+    failure = oracle_failure(harness("mutants.patch_flatten_channels_last"))
+    assert failure.code == "vit.patch_flatten_order"
+
+
+@pytest.mark.spec("3.1", "10.7")
+def test_a_softmax_without_its_max_overflows_in_float32_by_name():
+    from tck.conformance import test_numerics
+
+    tck = harness("mutants.softmax_no_max")
+    with pytest.raises(CheckFailure) as failure:
+        test_numerics.test_large_magnitudes(tck, "float32")
+    assert failure.value.code == "numerics.overflow"
