@@ -344,3 +344,16 @@ def test_a_softmax_without_its_max_overflows_in_float32_by_name():
     with pytest.raises(CheckFailure) as failure:
         test_numerics.test_large_magnitudes(tck, "float32")
     assert failure.value.code == "numerics.overflow"
+
+
+@pytest.mark.spec("7.3", "9.5", "2.3")
+@pytest.mark.parametrize(
+    ("mutant", "code"),
+    [
+        ("post_ln_final_norm", "blocks.final_norm_extra"),  # the extra norm has no params
+        ("vit_gap_pool", "vit.pooling_mean"),
+        ("rope_position_offset", "rope.position_offset"),
+    ],
+)
+def test_benchmark_mutants_get_their_code_from_the_oracle_comparison(mutant: str, code: str):
+    assert oracle_failure(harness(f"mutants.{mutant}")).code == code
