@@ -14,7 +14,7 @@ gives those a code and plain words instead of a bare ``adapter.exception``:
   "value cannot be converted to type c10::Half without overflow"):
   ``numerics.fill_value_overflow``;
 - hypothesis' ``FlakyFailure`` (an example failed, then passed when replayed): the subject
-  carries state from one call to the next, ``state.carried_between_calls``.
+  carries state from one call to the next, ``state.leaks_between_calls``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ SYMPTOM_CODES = frozenset(
 
 # Causes that make every other observation of the run unreliable (the output depends on
 # earlier calls, or on chance): ranked above the rest.
-OVERRIDING_CODES = frozenset({"state.carried_between_calls", "dropout.active_in_eval"})
+OVERRIDING_CODES = frozenset({"state.leaks_between_calls", "dropout.active_in_eval"})
 
 _OVERFLOW = re.compile(r"value cannot be converted to type (\S+) without overflow")
 
@@ -65,7 +65,7 @@ def named_exception(error: BaseException, dtype: str | None = None) -> tuple[str
     if flaky is not None:
         inner = "; ".join(f"{type(e).__name__}: {str(e)[:200]}" for e in flaky) or "-"
         return (
-            "state.carried_between_calls",
+            "state.leaks_between_calls",
             "the same example failed and then passed when hypothesis replayed it "
             "(FlakyFailure): the subject carries state from one call to the next (a cached "
             "mask or table, a buffer updated in forward, a counter, an RNG that is not "

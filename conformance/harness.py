@@ -682,7 +682,7 @@ class Harness:
         if again.shape != gold.shape or not _within(again, gold, tolerance, ignore):
             return None
         return (
-            "state.carried_between_calls",
+            "state.leaks_between_calls",
             f"a fresh instance gives the right output for these inputs, the instance that had "
             f"already been called {calls - 1} time(s) does not: the subject carries state from "
             "one call to the next (a mask, table or cache kept from an earlier call and reused "

@@ -114,7 +114,7 @@ def state_carried(what: str) -> CheckFailure:
     """The property fails on the instance reused across examples and holds on a fresh one
     for the same inputs: the subject carries state from one call to the next."""
     return CheckFailure(
-        "state.carried_between_calls",
+        "state.leaks_between_calls",
         f"{what}: the property fails on the instance reused across hypothesis' examples and "
         "holds on a fresh instance for the same inputs: the subject carries state from one "
         "call to the next (a cos/sin or table cache keyed by length only, a buffer updated in "

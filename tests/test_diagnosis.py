@@ -159,7 +159,7 @@ def test_flaky_failure_is_state_carried_between_calls():
     with pytest.raises(Flaky) as raised:
         check()
     code, message = named_exception(raised.value)
-    assert code == "state.carried_between_calls"
+    assert code == "state.leaks_between_calls"
     assert "one call to the next" in message
 
 
@@ -174,7 +174,7 @@ def test_a_mask_kept_from_an_earlier_call_is_state_carried_between_calls():
     second = dict(first, key_padding=padding(np.array([2, 7]), 7))
     with pytest.raises(CheckFailure) as failure:
         tck.assert_matches_oracle(inst, second)
-    assert failure.value.code == "state.carried_between_calls"
+    assert failure.value.code == "state.leaks_between_calls"
 
 
 @pytest.mark.spec("1.3", "10.8")
@@ -285,9 +285,9 @@ def test_state_outranks_what_it_makes_other_checks_see():
     results = [
         _r("mha", "batch.rows", "batch.rows_interact"),
         _r("mha", "batch.rows2", "batch.rows_interact"),
-        _r("mha", "masks.padding", "state.carried_between_calls"),
+        _r("mha", "masks.padding", "state.leaks_between_calls"),
     ]
-    assert top_cause(results) == "state.carried_between_calls"
+    assert top_cause(results) == "state.leaks_between_calls"
 
 
 @pytest.mark.spec("0.3")

@@ -14,7 +14,7 @@ from . import tutorial
 from .tutorial import mha_entry, mutant
 
 BUG_CLASS = "mask_cache_stale"
-EXPECTED_CODES = frozenset({"state.carried_between_calls"})
+EXPECTED_CODES = frozenset({"state.leaks_between_calls"})
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):

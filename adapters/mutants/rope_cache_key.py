@@ -13,7 +13,7 @@ from . import tutorial
 from .tutorial import mutant, rope_entry
 
 BUG_CLASS = "rope_cache_key"
-EXPECTED_CODES = frozenset({"state.carried_between_calls"})
+EXPECTED_CODES = frozenset({"state.leaks_between_calls"})
 
 
 class RotaryEmbedding(tutorial.RotaryEmbedding):
