@@ -593,13 +593,20 @@ class Harness:
             gold = self.gold(inst, altered)
             if test.shape == gold.shape and _within(test, gold, tolerance):
                 return code, message
-        from .structural import extra_norm_hypotheses, patch_order_hypotheses
+        from .structural import (
+            extra_norm_hypotheses,
+            patch_order_hypotheses,
+            pooling_hypotheses,
+        )
 
         compute = functools.partial(self.gold, inst, inputs)
         for code, message, gold in extra_norm_hypotheses(self.component, compute):
             if test.shape == gold.shape and _within(test, gold, tolerance):
                 return code, f"{message}, and its adapter does not declare it"
-        for code, message, gold in patch_order_hypotheses(self.component, compute):
+        for code, message, gold in itertools.chain(
+            patch_order_hypotheses(self.component, compute),
+            pooling_hypotheses(self.component, compute),
+        ):
             if test.shape == gold.shape and _within(test, gold, tolerance):
                 return code, message
         combination = self.matching_combination(inst, inputs, test, tolerance=tolerance)

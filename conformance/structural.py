@@ -128,6 +128,35 @@ def patch_order_hypotheses(
     )
 
 
+def _vit_mean_with_class_token(images: Any, params: Any, config: Any, *, conventions: Any) -> Any:
+    """§9.5 pooled as the mean over every token, the class token included."""
+    tokens = oracle.vit_tokens(images, params, config, conventions)
+    return oracle.linear(tokens.mean(axis=1), params, "head.")
+
+
+def pooling_hypotheses(
+    component: str, compute: Callable[[], Any]
+) -> Iterator[tuple[str, str, Any]]:
+    """A mean pool that counts the class token among the patch tokens."""
+    if component != "vit":
+        return
+    original = oracle.vit
+    oracle.vit = _vit_mean_with_class_token
+    try:
+        gold = compute()
+    except (ValueError, KeyError):
+        return
+    finally:
+        oracle.vit = original
+    yield (
+        "vit.pooling_mean_with_cls",
+        "pools the mean of every token, the class token included (x.mean(dim=1) over all "
+        "N_p + 1 tokens), where the spec pools the class token (or, declared, the mean of the "
+        "patch tokens only; SPEC.md §9.5)",
+        gold,
+    )
+
+
 def extra_norm_hypotheses(
     component: str, compute: Callable[[], Any]
 ) -> Iterator[tuple[str, str, Any]]:

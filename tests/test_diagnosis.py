@@ -352,6 +352,7 @@ def test_a_softmax_without_its_max_overflows_in_float32_by_name():
     [
         ("post_ln_final_norm", "blocks.final_norm_extra"),  # the extra norm has no params
         ("vit_gap_pool", "vit.pooling_mean"),
+        ("vit_mean_with_cls", "vit.pooling_mean_with_cls"),
         ("rope_position_offset", "rope.position_offset"),
     ],
 )

@@ -78,6 +78,7 @@ NAMES: tuple[str, ...] = (
     "rope_cache_key",
     "vit_gap_pool",
     "mha_key_padding_keep",
+    "vit_mean_with_cls",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
