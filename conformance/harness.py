@@ -564,6 +564,17 @@ class Harness:
                 found = (found[0], f"{found[1]} ({hint})")
         if found is None:  # last: it builds and runs a fresh instance
             found = self._state_hypothesis(inst, inputs, result)
+        gold = self.gold(inst, inputs) if found is None else None
+        if gold is not None and gold.shape == test.shape:
+            blown = ~np.isfinite(test) & np.isfinite(gold)
+            if blown.any():
+                found = (
+                    "numerics.overflow",
+                    f"the output is inf or NaN at {int(blown.sum())} position(s) where the "
+                    f"oracle is finite, in {inst.dtype}: an intermediate overflows the dtype's "
+                    "range or divides 0 by 0 (exp of a score without subtracting the row "
+                    "maximum, a sum of squares, a normalisation by zero)",
+                )
         if found is not None:
             return found[0], f"{found[1]}; {numbers}"
         return f"{_area(self.component)}.oracle_mismatch", f"disagrees with the oracle: {numbers}"
