@@ -32,7 +32,10 @@ GENERIC_CODES = frozenset({"adapter.exception", "adapter.build_failed", "skip", 
 # a precision finding or a named exception, above a bare oracle mismatch.
 SYMPTOM_CODES = frozenset(
     {
+        "mask.ignored",
         "mask.masked_key_gradient",
+        "layer_norm.not_centred",
+        "layer_norm.not_shift_invariant",
         "layer_norm.wrong_statistics",
         "positional.not_relative",
         "rope.not_relative",

@@ -142,7 +142,7 @@ def test_diagnosis_benchmark() -> None:
         name: json.loads((OUT / name / "results.json").read_text(encoding="utf-8"))
         for name in mutants.NAMES
     }
-    scores = matrix.diagnosis_scores(runs, {n: mutants.expected_codes(n) for n in runs})
+    scores = matrix.diagnosis_scores(runs, {n: mutants.diagnosis_codes(n) for n in runs})
     (OUT / "diagnosis_scores.json").write_text(json.dumps(scores, indent=1) + "\n")
     print(matrix.format_scores(scores))
     assert scores["detection_rate"] == 1.0, matrix.format_scores(scores)

@@ -111,11 +111,19 @@ def expected_codes(name: str) -> frozenset[str]:
     return frozenset(module(name).EXPECTED_CODES)
 
 
+def diagnosis_codes(name: str) -> frozenset[str]:
+    """The codes the run's top-ranked root cause may be (the diagnosis benchmark): a
+    module's ``TOP_CAUSES`` where one bug shows as two named causes, else ``EXPECTED_CODES``."""
+    mod = module(name)
+    return frozenset(getattr(mod, "TOP_CAUSES", mod.EXPECTED_CODES))
+
+
 __all__ = [
     "CATALOG",
     "CONTROL",
     "NAMES",
     "adapter_for",
+    "diagnosis_codes",
     "expected_codes",
     "module",
     "spec_for",
