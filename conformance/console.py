@@ -13,6 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from .diagnosis import root_causes
+
 STYLE = {
     "pass": "green",
     "fail": "bold red",
@@ -86,16 +88,36 @@ def print_summary(console: Console, document: dict[str, Any], out: Path, reports
         table.add_row(Text(component), *(str(counts[st] or "") for st in statuses))
     console.print(table)
     bad = [r for r in document["results"] if r["status"] in ("fail", "error")]
-    for r in bad[:40]:
-        line = Text(f"  {r['status'].upper():5} ", style=STYLE[r["status"]])
-        line.append(  # adapter text: never parsed as markup
-            f"{r['check']} [{r['subject']}] §{','.join(r['clause'])}: "
-            f"{r['diagnosis']['code']}: {r['diagnosis']['message'][:300]}",
+    causes = root_causes({**r, "index": i} for i, r in enumerate(document["results"]))
+    if causes:
+        console.print(
+            f"{len(causes)} root cause(s) of {len(bad)} failing check(s), most specific first:",
+            markup=False,
+            highlight=False,
+        )
+    shown = 0
+    for cause in causes:
+        header = Text(f"CAUSE {cause['code']}", style="bold red")
+        header.append(  # adapter text: never parsed as markup
+            f" ({len(cause['symptoms'])} failing; {', '.join(cause['subjects'])}): "
+            f"{cause['message'][:300]}",
             style="default",
         )
-        console.print(line, highlight=False)
+        console.print(header, highlight=False)
+        for symptom in cause["symptoms"]:
+            shown += 1
+            if shown > 40:
+                continue
+            r = document["results"][symptom["index"]]
+            line = Text(f"  {r['status'].upper():5} ", style=STYLE[r["status"]])
+            line.append(
+                f"{r['check']} [{r['subject']}] §{','.join(r['clause'])}: "
+                f"{r['diagnosis']['code']}: {r['diagnosis']['message'][:200]}",
+                style="default",
+            )
+            console.print(line, highlight=False)
     if len(bad) > 40:
-        console.print(f"  ... and {len(bad) - 40} more in the report")
+        console.print(f"  ... and {len(bad) - 40} more failing checks in the report")
     # One line that scripts and CI logs can grep, in plain text.
     console.print(
         f"tck {document['adapter']['name']}: {s['passed']} passed, {s['failed']} failed, "

@@ -8,7 +8,9 @@ placement, ...), the effective attention scale (``attention.effective_scale``, p
 ``mha``) and the keep-mask polarity (``masks.polarity``). It prints one table per subject and
 writes DIR/fingerprint.json (and the probes' own DIR/results.json). Exit status: 0 when every
 measured property agrees with the declaration, 1 when one does not (a *mismatch*), 2 on a
-usage error.
+usage error. A declared convention that the probe ran for and could not read off the
+output (no value of it, alone or with up to two other conventions, reproduces the subject)
+is *unmeasurable* and also exits 1, naming the subject and property.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ STATUS_STYLE = {
     "convention": "yellow",
     "mismatch": "bold red",
     "not measured": "dim",
+    "unmeasurable": "bold red",
     "error": "bold magenta",
 }
 
@@ -97,7 +100,14 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(fingerprint, indent=2, default=str) + "\n", encoding="utf-8")
     print_fingerprint(Console(soft_wrap=True), fingerprint)
     print(f"fingerprint: {path}")
-    return 1 if fingerprint["mismatches"] or fingerprint["errors"] else 0
+    return 1 if failed(fingerprint) else 0
+
+
+def failed(fingerprint: dict[str, Any]) -> bool:
+    """A mismatch, an error, or a declared convention the probes could not measure."""
+    return bool(
+        fingerprint["mismatches"] or fingerprint["errors"] or fingerprint.get("unmeasurable")
+    )
 
 
 # ------------------------------------------------------------------------------ building
@@ -123,6 +133,12 @@ def build_fingerprint(document: dict[str, Any]) -> dict[str, Any]:
         "seed": document.get("seed"),
         "mismatches": sum(row["status"] == "mismatch" for row in rows),
         "errors": sum(row["status"] == "error" for row in rows),
+        "unmeasurable": [
+            f"{name}.{prop}"
+            for name, s in subjects.items()
+            for prop, row in s["properties"].items()
+            if row["status"] == "unmeasurable"
+        ],
         "subjects": subjects,
     }
 
@@ -161,6 +177,13 @@ def _row(result: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any] | N
         "fail": "mismatch",
         "skip": "not measured",
     }.get(status, "error")
+    if status == "skip" and metrics.get("not_measured"):
+        # The probe ran on the subject and could not read the property off its output: a
+        # declared convention that nothing shows (issue 19), not a capability it lacks.
+        row["status"] = "unmeasurable"
+        row["reason"] = metrics["not_measured"]
+    if metrics.get("explained_by"):
+        row["explained_by"] = metrics["explained_by"]
     if status != "pass":
         row["diagnosis"] = diagnosis
     return row
@@ -193,6 +216,8 @@ def print_fingerprint(console: Console, fingerprint: dict[str, Any]) -> None:
             label = "MISMATCH" if status == "mismatch" else status
             if status == "error":
                 label = f"error: {row['diagnosis'].get('message', '')[:120]}"
+            if status == "unmeasurable":
+                label = "NOT MEASURED (declared, unreadable)"
             table.add_row(
                 Text(prop),
                 Text(_value(row["declared"])),
@@ -205,9 +230,18 @@ def print_fingerprint(console: Console, fingerprint: dict[str, Any]) -> None:
         for subject in fingerprint["subjects"].values()
         for row in subject["properties"].values()
     )
+    unreadable = fingerprint.get("unmeasurable") or []
     console.print(
         f"tck fingerprint {fingerprint['adapter']}: {fingerprint['mismatches']} mismatch(es), "
-        f"{fingerprint['errors']} error(s), {unmeasured} not measured (the reasons are in "
-        "fingerprint.json)",
-        style="bold red" if fingerprint["mismatches"] or fingerprint["errors"] else "green",
+        f"{fingerprint['errors']} error(s), {len(unreadable)} declared convention(s) that could "
+        f"not be measured, {unmeasured} not measured (the reasons are in fingerprint.json)",
+        style="bold red" if failed(fingerprint) else "green",
     )
+    if unreadable:
+        console.print(
+            "could not measure, on subjects that claim the component: "
+            + ", ".join(unreadable)
+            + " (no declared or alternative convention reproduces their output)",
+            style="bold red",
+            markup=False,
+        )

@@ -23,6 +23,8 @@ of the tolerance rule, runs in the test dtype on the same device as the subject.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +101,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "embedding_scale",
     ),
 }
+
+# Explanations that change several convention fields at once (issue 19): at most this many
+# fields, this many oracle evaluations per search, this many searches per check.
+MAX_COMBINED_FIELDS = 3
+COMBINATION_BUDGET = 400
+COMBINATION_SEARCHES = 3
 
 _ALTERNATIVES: dict[str, tuple[Any, ...]] = {
     "eps": (1e-5, 1e-6, 1e-12, 1e-8, 1e-3, 0.0),
@@ -177,6 +185,20 @@ PLAIN_WORDS: dict[tuple[str, Any], str] = {
     ("positions", "rope"): "rotates queries and keys by their positions (RoPE) in attention",
     ("positions", "learned"): "adds a learned position table to the embeddings (no RoPE)",
 }
+
+
+def combination_diagnosis(declared: Conventions, changed: Mapping[str, Any]) -> tuple[str, str]:
+    """Code and message for an implementation that follows several undeclared conventions
+    at once: the code is the first field's (in FIELDS order), the message names them all."""
+    fields = list(changed)
+    code = convention_code(fields[0], changed[fields[0]])
+    shown = ", ".join(f"{f}={changed[f]!r}" for f in fields)
+    words = "; ".join(plain_words(f, changed[f]) for f in fields)
+    claimed = ", ".join(f"{f}={getattr(declared, f)!r}" for f in fields)
+    return code, (
+        f"behaves as {shown} together ({len(fields)} conventions at once: it {words}), but "
+        f"the adapter declares {claimed}"
+    )
 
 
 def plain_words(field: str, value: Any) -> str:
@@ -269,6 +291,8 @@ class Harness:
         self._naive_handles: dict[
             tuple[int, str, str], tuple[TorchModuleAdapter, Any, Instance]
         ] = {}
+        self._combination_searches = 0
+        self._runs: dict[int, int] = {}  # id(instance) -> calls of run (state hypotheses)
 
     # ------------------------------------------------------------------ building
     @property
@@ -367,6 +391,7 @@ class Harness:
 
     # ------------------------------------------------------------------ running
     def run(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        self._runs[id(inst)] = self._runs.get(id(inst), 0) + 1
         out = self.adapter.run(inst.handle, dict(inputs))
         if not isinstance(out, np.ndarray):
             raise CheckFailure(
@@ -386,6 +411,27 @@ class Harness:
         return expected(
             self.component, inputs, inst.params, inst.config, conventions or inst.conventions
         )
+
+    def gold_under(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], conventions: Conventions
+    ) -> np.ndarray:
+        """The oracle under other ``conventions`` (a hypothesis). A norm those conventions
+        have and the declared ones do not (a final LayerNorm after a post-LN stack) has no
+        canonical parameters here: it gets what a fresh ``nn.LayerNorm`` holds, unit gain
+        and zero bias."""
+        params = inst.params
+        if params is not None:
+            wanted = param_shapes(self.component, inst.config, conventions)
+            missing = {k: v for k, v in wanted.items() if k not in params}
+            if missing and all(len(shape) == 1 for shape in missing.values()):
+                params = {
+                    **params,
+                    **{
+                        k: np.ones(v) if k.endswith("weight") else np.zeros(v)
+                        for k, v in missing.items()
+                    },
+                }
+        return expected(self.component, inputs, params, inst.config, conventions)
 
     def naive(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """``ref`` of the tolerance rule, the careful reference (SPEC.md §10.10): the torch
@@ -561,7 +607,7 @@ class Harness:
         for value in [declared, *alternatives(field, declared)]:
             try:
                 conv = dataclasses.replace(inst.conventions, **{field: value})
-                gold = self.gold(inst, inputs, conv)
+                gold = self.gold_under(inst, inputs, conv)
             except (ValueError, KeyError):  # e.g. a final norm the params do not have
                 continue
             if test.shape == gold.shape and _within(test, gold, tolerance):
@@ -582,19 +628,35 @@ class Harness:
                 f"implementation and the oracle (first at {result.worst_index})"
             )
         found = self._hypotheses(inst, inputs, test, result)
-        hint = self._precision_hint(inst) if found is None and inst.dtype == "float64" else None
-        if hint is not None:
-            # A float64 graph that computes some step in float32 (an exported one: see
-            # tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
+        if found is None and inst.dtype == "float64":
+            # A float64 subject that computes or stores some step in float32 (a table built
+            # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
+            # see tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
+            hint = self._precision_hint(inst)
             loose = dataclasses.replace(result, dtype="float32", ref_err=0.0)
             found = self._hypotheses(inst, inputs, test, loose)
             if found is None and _within(test, self.gold(inst, inputs), loose):
                 found = (
                     "numerics.float64_precision_lost",
-                    "agrees with the oracle to float32 precision only",
+                    "agrees with the oracle to float32 precision only: a value is computed "
+                    "or stored in float32 somewhere in a subject built in float64 (a buffer, "
+                    "a table or a constant kept at the lower precision)",
                 )
-            if found is not None:
+            if found is not None and hint is not None:
                 found = (found[0], f"{found[1]} ({hint})")
+        if found is None:  # last: it builds and runs a fresh instance
+            found = self._state_hypothesis(inst, inputs, result)
+        gold = self.gold(inst, inputs) if found is None else None
+        if gold is not None and gold.shape == test.shape:
+            blown = ~np.isfinite(test) & np.isfinite(gold)
+            if blown.any():
+                found = (
+                    "numerics.overflow",
+                    f"the output is inf or NaN at {int(blown.sum())} position(s) where the "
+                    f"oracle is finite, in {inst.dtype}: an intermediate overflows the dtype's "
+                    "range or divides 0 by 0 (exp of a score without subtracting the row "
+                    "maximum, a sum of squares, a normalisation by zero)",
+                )
         if found is not None:
             return found[0], f"{found[1]}; {numbers}"
         return f"{_area(self.component)}.oracle_mismatch", f"disagrees with the oracle: {numbers}"
@@ -624,7 +686,112 @@ class Harness:
             gold = self.gold(inst, altered)
             if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
                 return code, message
+        for code, message, altered in _offset_hypotheses(self.component, inputs):
+            gold = self.gold(inst, altered)
+            if test.shape == gold.shape and _within(test, gold, tolerance):
+                return code, message
+        from .structural import (
+            extra_norm_hypotheses,
+            patch_order_hypotheses,
+            pooling_hypotheses,
+        )
+
+        compute = functools.partial(self.gold, inst, inputs)
+        for code, message, gold in extra_norm_hypotheses(self.component, compute):
+            if test.shape == gold.shape and _within(test, gold, tolerance):
+                return code, f"{message}, and its adapter does not declare it"
+        for code, message, gold in itertools.chain(
+            patch_order_hypotheses(self.component, compute),
+            pooling_hypotheses(self.component, compute),
+        ):
+            if test.shape == gold.shape and _within(test, gold, tolerance):
+                return code, message
+        combination = self.matching_combination(inst, inputs, test, tolerance=tolerance)
+        if combination:
+            self.note({"explained_by": combination})
+            return combination_diagnosis(inst.conventions, combination)
         return None
+
+    def matching_combination(
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        test: np.ndarray,
+        fields: Iterable[str] | None = None,
+        tolerance: Comparison | None = None,
+        max_fields: int = MAX_COMBINED_FIELDS,
+    ) -> dict[str, Any] | None:
+        """The smallest set of convention values (2 to ``max_fields`` fields changed at
+        once) under which the oracle reproduces ``test``; None when none does.
+
+        A field none of whose alternatives changes the oracle's output on these inputs is
+        left out (it cannot be told apart here), and the search stops after
+        ``COMBINATION_BUDGET`` oracle evaluations, the first ``COMBINATION_SEARCHES`` times
+        per check (hypothesis may explain many failing examples)."""
+        if self._combination_searches >= COMBINATION_SEARCHES:
+            return None
+        self._combination_searches += 1
+        declared = inst.conventions
+        names = tuple(FIELDS.get(self.component, ()) if fields is None else fields)
+        try:
+            base = self.gold(inst, inputs)
+        except (ValueError, KeyError):
+            return None
+        options: dict[str, list[Any]] = {}
+        for field in names:
+            for value in alternatives(field, getattr(declared, field)):
+                try:
+                    gold = self.gold_under(
+                        inst, inputs, dataclasses.replace(declared, **{field: value})
+                    )
+                except (ValueError, KeyError):
+                    continue
+                if gold.shape == base.shape and not np.array_equal(gold, base, equal_nan=True):
+                    options.setdefault(field, []).append(value)
+        budget = COMBINATION_BUDGET
+        for size in range(2, max_fields + 1):
+            for combo in itertools.combinations(options, size):
+                for values in itertools.product(*(options[f] for f in combo)):
+                    budget -= 1
+                    if budget < 0:
+                        return None
+                    changed = dict(zip(combo, values, strict=True))
+                    try:
+                        gold = self.gold_under(
+                            inst, inputs, dataclasses.replace(declared, **changed)
+                        )
+                    except (ValueError, KeyError):
+                        continue
+                    if gold.shape == test.shape and _within(test, gold, tolerance):
+                        return changed
+        return None
+
+    def _state_hypothesis(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], tolerance: Comparison
+    ) -> tuple[str, str] | None:
+        """An instance called before that fails where a fresh one (same config, seed and
+        parameters) passes carries state from one call to the next."""
+        calls = self._runs.get(id(inst), 0)
+        if calls < 2:
+            return None
+        try:
+            fresh = self.instance(inst.config, seed=inst.seed, dtype=inst.dtype)
+            if (fresh.params is None) != (inst.params is None):
+                return None
+            again = self.run(fresh, inputs)
+            gold = self.gold(fresh, inputs)
+        except Exception:  # a hypothesis that cannot be tested explains nothing
+            return None
+        ignore = self.ignore_mask(fresh, gold)
+        if again.shape != gold.shape or not _within(again, gold, tolerance, ignore):
+            return None
+        return (
+            "state.leaks_between_calls",
+            f"a fresh instance gives the right output for these inputs, the instance that had "
+            f"already been called {calls - 1} time(s) does not: the subject carries state from "
+            "one call to the next (a mask, table or cache kept from an earlier call and reused "
+            "for inputs of the same shape, a buffer updated in forward)",
+        )
 
     def _precision_hint(self, inst: Instance) -> str | None:
         """The adapter's account of float64 precision it may lose (``precision_hint``)."""
@@ -655,6 +822,38 @@ class Harness:
     def convention(self, code: str, message: str) -> None:
         """Record an observed, declared deviation from the canonical spec."""
         self.conventions_seen.append((code, message))
+
+
+POSITION_OFFSETS = (1, 2, -1)
+
+
+def _offset_hypotheses(
+    component: str, inputs: Mapping[str, np.ndarray]
+) -> Iterable[tuple[str, str, dict]]:
+    """Positions counted from another origin: the encoding at p is the spec's at p + offset
+    (fairseq counts positions from padding_idx + 1; a cache index off by one)."""
+    if component not in ("sinusoidal_pe", "rope") or "positions" not in inputs:
+        return
+    positions = np.asarray(inputs["positions"])
+    area = "positional" if component == "sinusoidal_pe" else "rope"
+    counted = np.arange(positions.size)
+    if positions.ndim == 1 and not np.array_equal(positions, counted):
+        yield (
+            f"{area}.positions_ignored",
+            "the encoding ignores the positions it is given and uses 0, 1, ..., L-1 (its index "
+            "in the sequence) instead: position ids passed in never reach it",
+            {**inputs, "positions": counted},
+        )
+    for offset in POSITION_OFFSETS:
+        if positions.size and int(positions.min()) + offset < 0:
+            continue
+        yield (
+            f"{area}.position_offset",
+            f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
+            f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
+            "positions that start at padding_idx + 1, or a cache read one step off)",
+            {**inputs, "positions": positions + offset},
+        )
 
 
 def _within(

@@ -39,6 +39,7 @@ from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
 
 from . import repro
+from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .results import SCHEMA, CheckFailure, Result, summarize, write_results
@@ -336,6 +337,12 @@ def _result(
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         result.status = "skip"
         result.diagnosis = {"code": "skip", "message": reason.removeprefix("Skipped: ")}
+    elif report.failed and excinfo is not None and (named := _named(excinfo.value, metrics)):
+        # An exception that names an implementation bug (a fill value the dtype cannot
+        # hold, state carried between calls): a failure with its cause, not a crash.
+        result.status = "fail"
+        result.diagnosis = {"code": named[0], "message": named[1]}
+        result.repro = _repro(item, subject, excinfo)
     elif report.failed and excinfo is not None and _is_check_failure(excinfo.value):
         err = excinfo.value
         result.status = "fail"
@@ -385,6 +392,11 @@ def _result(
     if result.status in ("fail", "error") and excinfo is not None:
         result.counterexample = repro.counterexample(getattr(excinfo.value, "__notes__", []))
     return result
+
+
+def _named(error: BaseException, metrics: dict[str, Any]) -> tuple[str, str] | None:
+    dtype = metrics.get("dtype")
+    return named_exception(error, dtype if isinstance(dtype, str) else None)
 
 
 def _is_check_failure(error: BaseException) -> bool:

@@ -137,12 +137,30 @@ def judge_scale(tck: Harness, measured: np.ndarray, config: Config, where: str) 
     """Hold the measured effective scales (one per probe score and head) to 1/sqrt(d_k)."""
     expected = 1.0 / math.sqrt(config.head_dim_k)
     finite = measured[np.isfinite(measured)]
-    value = float(np.median(finite)) if finite.size else math.nan
+    if not finite.size or not np.any(finite):
+        # Every weight pair saturated (0 or 1) or read nothing: no scale can be read off,
+        # and a probe that cannot measure does not accuse (issue 19).
+        reason = (
+            f"{where}: not measured: the two-key weights are saturated (0 or 1) or equal at "
+            f"every probe score {list(PROBE_SCORES)}, so the effective scale cannot be read "
+            "off them (see equality.oracle and attention.softmax_rows_sum_to_one)"
+        )
+        tck.note({"expected_scale": expected, "not_measured": reason})
+        pytest.skip(reason)
+    value = float(np.median(finite))
     spread = float(np.ptp(finite) / abs(value)) if finite.size and value else math.inf
     tck.note({"effective_scale": value, "expected_scale": expected, "scale_spread": spread})
     if math.isclose(value, expected, rel_tol=SCALE_RTOL) and spread <= SCALE_RTOL:
         return
     numbers = {"effective_scale": value, "expected_scale": expected}
+    if spread > MATCH_RTOL and finite.size < measured.size:
+        reason = (
+            f"{where}: not measured: {measured.size - finite.size} of {measured.size} probe "
+            "points saturate the softmax (a weight of exactly 0 or 1) and the others disagree, "
+            "so no single effective scale can be read off"
+        )
+        tck.note({"not_measured": reason})
+        pytest.skip(reason)
     if spread > MATCH_RTOL:
         raise CheckFailure(
             "attention.scale_wrong",
@@ -241,7 +259,9 @@ def test_scaled_score_variance(tck: Harness) -> None:
     scores = logit_pair(out[..., 0], out[..., 1])  # the implementation's scaled q.k
     raw = (q * key).sum(axis=-1)  # [B, H, N]
     usable = np.isfinite(scores) & (np.abs(raw) > 1e-3)
-    variance = float(np.var(scores[usable])) if usable.any() else math.inf
+    if not usable.any():
+        pytest.skip("not measured: no finite scaled score could be read off the two-key probe")
+    variance = float(np.var(scores[usable]))
     spec_variance = float(np.var(raw / math.sqrt(dk)))
     tck.note({"score_variance": variance, "spec_score_variance": spec_variance})
     judge_scale(tck, (scores / raw)[usable], config, f"scaled score variance {variance:.3g}")

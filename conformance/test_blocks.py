@@ -202,6 +202,19 @@ def test_instance_reuse(tck: Harness) -> None:
             "an earlier call) leaks between calls (SPEC.md §10.1)",
             found.metrics(),
         )
+    if "positions" in first:  # same length, other positions: a cache keyed by length only
+        shifted = {**first, "positions": np.asarray(first["positions"]) + 7}
+        found = delta(tck.run(tck.instance(), shifted), tck.run(inst, shifted))
+        tck.note(found.metrics())
+        if found.changed:
+            raise CheckFailure(
+                "state.leaks_between_calls",
+                "the same length at other positions gives another output than a fresh "
+                f"instance does: {found.describe()} (fresh -> reused); a cache keyed by the "
+                "sequence length only (cos/sin or a table) keeps an earlier call's positions "
+                "(SPEC.md §10.1)",
+                found.metrics(),
+            )
 
 
 # ------------------------------------------------------------------ §7.1, §7.2 residuals

@@ -65,17 +65,32 @@ def test_convention(tck: Harness, field: str) -> None:
     declared = getattr(inst.conventions, field)
     canonical = getattr(canonical_conventions(tck.component), field)
     shown = tck.matching_values(inst, inputs, test, field)
+    together: dict[str, object] = {}
+    if not shown:  # several conventions at once? (an Annotated-Transformer LayerNorm: three)
+        together = tck.matching_combination(inst, inputs, test) or {}
+        if together:
+            shown = [together.get(field, declared)]
     tck.note({"field": field, "declared": declared, "shown": shown, "canonical": canonical})
+    if together:
+        tck.note({"explained_by": together})
     if not shown:
-        pytest.skip(
-            f"no value of {field} reproduces the output: the subject differs from "
-            "the oracle in another way (see equality.oracle)"
+        reason = (
+            f"not measured: no value of {field}, alone or with up to two other conventions of "
+            f"{tck.component}, reproduces the output, so the probe cannot read {field} off it "
+            "(the subject differs from the oracle in another way: see equality.oracle)"
         )
+        tck.note({"not_measured": reason})
+        pytest.skip(reason)
     if declared != "undefined" and declared not in shown:
+        also = ""
+        if len(together) > 1:
+            others = ", ".join(f"{f}={v!r}" for f, v in together.items() if f != field)
+            also = f"; together with {others} (all undeclared)"
         raise CheckFailure(
             convention_code(field, shown[0]),
             f"{plain_words(field, shown[0])} ({field}={shown[0]!r}), but its adapter declares "
-            f"that it {plain_words(field, declared)} ({field}={declared!r})",
+            f"that it {plain_words(field, declared)} ({field}={declared!r}){also}",
+            {"explained_by": together} if together else None,
         )
     if len(shown) > 1:
         tck.note({"indistinguishable": shown})

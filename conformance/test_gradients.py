@@ -53,6 +53,8 @@ def test_gradients(tck: Harness, dtype: str) -> None:
     """Every input and parameter gradient within k * (naive error) + floor of float64."""
     inst = _instance(tck, dtype)
     inputs = tck.inputs(inst, Shape(), seed=4)
+    if tck.component == "embedding" and inst.config.padding_idx is not None:
+        inputs["ids"][0, -1] = inst.config.padding_idx  # a padded position: §1.3's row
     cotangent = _cotangent(tck, inst, inputs, seed=5)
     test = tck.gradients(inst, inputs, cotangent)
     gold = tck.gold_gradients(inst, inputs, cotangent)
@@ -91,6 +93,19 @@ def test_gradients(tck: Harness, dtype: str) -> None:
     metrics = {**result.metrics(), "dtype": dtype, "grad_of": name, "ratios": per_tensor}
     tck.note(metrics)
     if not result.passed:
+        row = _padding_row_only(inst, name, test[name], gold[name], dtype, ref_err, k)
+        if row is not None:
+            raise CheckFailure(
+                "gradients.padding_row",
+                f"{dtype}: the gradient with respect to {name} is wrong only in the padding "
+                f"row (row {row}, the embedding of the padding token, padding_idx={row}): "
+                f"|gradient| there is {np.abs(test[name][row]).max():.3g} where the spec's is "
+                f"{np.abs(gold[name][row]).max():.3g}. The padding row must receive no gradient "
+                "(SPEC.md §1.3): an embedding built without padding_idx (nn.Embedding(V, D) "
+                "instead of nn.Embedding(V, D, padding_idx=...)) trains it; every other row "
+                "agrees",
+                {**metrics, "padding_row": row},
+            )
         what = "NaN" if result.nan_mismatch else "error"
         raise CheckFailure(
             "gradients.nan" if result.nan_mismatch else "gradients.oracle_mismatch",
@@ -145,6 +160,29 @@ def test_masked_keys_have_zero_gradient(tck: Harness, dtype: str) -> None:
                 "underflow to a weight of exactly 0)",
                 {"dtype": dtype, "grad_of": name, "max_abs_grad_at_masked_keys": worst},
             )
+
+
+def _padding_row_only(
+    inst: Instance,
+    name: str,
+    test: np.ndarray,
+    gold: np.ndarray,
+    dtype: str,
+    ref_err: float,
+    k: float,
+) -> int | None:
+    """The padding row, when an embedding table's gradient is wrong there and only there."""
+    row = inst.config.padding_idx
+    c = inst.config
+    named = "embed" in name or inst.component == "embedding"
+    table = gold.ndim == 2 and gold.shape == (c.vocab_size, c.d_model) and named
+    if row is None or not table:
+        return None
+    others = np.ones(gold.shape[0], bool)
+    others[row] = False
+    rest = compare(test[others], gold[others], dtype=dtype, ref_err=ref_err, k=k)
+    there = compare(test[row : row + 1], gold[row : row + 1], dtype=dtype, ref_err=ref_err, k=k)
+    return row if rest.passed and not there.passed else None
 
 
 def _scale(values: np.ndarray) -> float:

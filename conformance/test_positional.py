@@ -76,6 +76,11 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
     if tck.metrics.get("max_abs_delta", -1.0) < worst:
         tck.note({"max_abs_delta": worst, "bound": bound})
     if worst > bound:
+        precision_lost(tck, inst, np.array(at), pe)
+        again = encode(tck, tck.instance(tck.config(max_len=MAX_POSITION), params=False), at)
+        dots = again[0] @ again[1], again[2] @ again[3], again[0] @ again[4]
+        if max(abs(dots[0] - dots[1]), abs(dots[0] - dots[2])) <= bound:
+            raise state_carried(f"PE_{t} . PE_({t}+{k})")
         raise CheckFailure(
             "positional.not_relative",
             f"PE_t . PE_(t+k) must depend on k only and equal PE_t . PE_(t-k): with k = {k}, "
@@ -105,6 +110,18 @@ def test_distinct(tck: Harness) -> None:
         )
 
 
+def state_carried(what: str) -> CheckFailure:
+    """The property fails on the instance reused across examples and holds on a fresh one
+    for the same inputs: the subject carries state from one call to the next."""
+    return CheckFailure(
+        "state.leaks_between_calls",
+        f"{what}: the property fails on the instance reused across hypothesis' examples and "
+        "holds on a fresh instance for the same inputs: the subject carries state from one "
+        "call to the next (a cos/sin or table cache keyed by length only, a buffer updated in "
+        "forward)",
+    )
+
+
 def table(at: np.ndarray, omega: np.ndarray, layout: str) -> np.ndarray:
     """Sinusoidal codes at positions ``at`` for arbitrary frequencies (§2.1 layouts)."""
     angles = np.asarray(at, np.float64)[:, None] * omega  # [L, d/2]
@@ -123,6 +140,33 @@ def pairs(pe: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
         return pe[:, 0::2], pe[:, 1::2]
     half = pe.shape[1] // 2
     return pe[:, :half], pe[:, half:]
+
+
+def precision_lost(tck: Harness, inst: Instance, at: np.ndarray, pe: np.ndarray) -> None:
+    """Raise ``numerics.float64_precision_lost`` when the codes are the declared table to
+    float32 precision and no closer (a table computed in float64 and stored in a float32
+    buffer, or built from float32 positions): a precision finding, not a wrong formula."""
+    conv, d = inst.conventions, inst.config.d_model
+    spec_table = table(at, frequencies(d, conv.pe_base), conv.pe_layout)
+    if pe.shape != spec_table.shape or compare(pe, spec_table).passed:
+        return
+    loose = compare(pe, spec_table, dtype="float32")
+    if not loose.passed:
+        return
+    rounded = compare(pe, spec_table.astype(np.float32).astype(np.float64))
+    how = (
+        "stored as float32 (it equals the float64 table rounded to float32)"
+        if (rounded.passed)
+        else "computed in float32 somewhere (positions, frequencies or angles)"
+    )
+    raise CheckFailure(
+        "numerics.float64_precision_lost",
+        f"the codes are the spec's table to float32 precision only: max |PE - spec| = "
+        f"{loose.max_abs_err:.3g}, within float32's bound {loose.bound:.3g} but above "
+        f"float64's; the table is {how}, in a subject built in float64. The frequencies and "
+        "the layout are right (SPEC.md §2.1, §10.7)",
+        loose.metrics(),
+    )
 
 
 @spec("2.1", "2.2")
@@ -145,6 +189,7 @@ def test_frequencies(tck: Harness) -> None:
         if result.worst_index
         else ""
     )
+    precision_lost(tck, inst, LONG, pe)
     other = "concatenated" if conv.pe_layout == "interleaved" else "interleaved"
     if compare(pe, table(LONG, frequencies(d, conv.pe_base), other)).passed:
         raise CheckFailure(
@@ -229,6 +274,9 @@ def test_rope_relative(tck: Harness, seed: int, m: int, n: int, shift: int) -> N
     here, there = out[0] @ out[1], out[2] @ out[3]
     bound = 1e-9 * float(np.linalg.norm(q) * np.linalg.norm(k))  # angles up to ~6e4 rad
     if abs(here - there) > bound:
+        fresh = rotate(tck, tck.instance(params=False), x, [m, n, m + shift, n + shift])[0, 0]
+        if abs(fresh[0] @ fresh[1] - fresh[2] @ fresh[3]) <= bound:
+            raise state_carried(f"RoPE(q, {m}) . RoPE(k, {n}) vs shifted by {shift}")
         raise CheckFailure(
             "rope.not_relative",
             f"RoPE(q, {m}) . RoPE(k, {n}) = {here:.12g} but RoPE(q, {m + shift}) . "

@@ -18,6 +18,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from tck.conformance.diagnosis import root_causes
+
 from . import plots
 
 # Worst first: the colour and the order a cell or a group takes.
@@ -187,6 +189,7 @@ def report_context(document: dict[str, Any]) -> dict[str, Any]:
         "runtimes": RUNTIMES,
         "groups": ordered,
         "problems": [r for rs in ordered.values() for r in rs if r["status"] in ("fail", "error")],
+        "causes": root_causes({**r, "index": i} for i, r in enumerate(results)),
         "plots": [Markup(svg) for svg in svgs if svg],
         "statuses": STATUS_ORDER,
     }

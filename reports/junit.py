@@ -1,7 +1,9 @@
 """JUnit XML from results.json, for CI systems (Jenkins, GitLab, GitHub test reporters).
 
 One ``testsuite`` per component; a test case per result, named ``check[subject]``. A
-``fail`` is a ``<failure>`` whose message is the diagnosis code, an ``error`` an
+``fail`` is a ``<failure>`` whose message leads with the root cause (``tck.conformance.
+diagnosis.root_causes``): the diagnosis code, or "CAUSE (symptom: CODE)" when a more specific
+explanation of the same subject covers it, and whose type is the code; an ``error`` an
 ``<error>``, a ``skip`` ``<skipped>``; a ``convention`` passes, with the deviation in its
 ``system-out``. ElementTree escapes every text and attribute.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
+
+from tck.conformance.diagnosis import root_causes
 
 
 def junit_xml(document: dict[str, Any]) -> str:
@@ -27,6 +31,12 @@ def junit_xml(document: dict[str, Any]) -> str:
         skipped=str(document["summary"]["skipped"]),
         time=f"{document.get('duration_s', 0.0):.3f}",
     )
+    by_index = {
+        symptom["index"]: cause["code"]
+        for cause in root_causes({**r, "index": i} for i, r in enumerate(document["results"]))
+        for symptom in cause["symptoms"]
+    }
+    causes = {id(r): by_index.get(i) for i, r in enumerate(document["results"])}
     for component, results in by_component.items():
         statuses = [r["status"] for r in results]
         suite = ET.SubElement(
@@ -40,7 +50,7 @@ def junit_xml(document: dict[str, Any]) -> str:
             time=f"{sum(r.get('duration_s', 0.0) for r in results):.3f}",
         )
         for result in results:
-            suite.append(_testcase(adapter, result))
+            suite.append(_testcase(adapter, result, causes.get(id(result))))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")
 
@@ -56,7 +66,7 @@ def _case_name(result: dict[str, Any]) -> str:
     return f"{result['check']}[{result['subject']}]{suffix}"
 
 
-def _testcase(adapter: str, result: dict[str, Any]) -> ET.Element:
+def _testcase(adapter: str, result: dict[str, Any], cause: str | None = None) -> ET.Element:
     case = ET.Element(
         "testcase",
         classname=f"tck.{adapter}.{result['component']}",
@@ -71,9 +81,11 @@ def _testcase(adapter: str, result: dict[str, Any]) -> ET.Element:
             body += f"\n\n{result['counterexample']}"
         if result.get("repro"):
             body += f"\n\nReproduce:\n{result['repro']}"
-        element = ET.SubElement(
-            case, "failure" if status == "fail" else "error", message=diagnosis["code"]
-        )
+        cause = cause or diagnosis["code"]
+        message = cause if cause == diagnosis["code"] else f"{cause} (symptom: {diagnosis['code']})"
+        if cause != diagnosis["code"]:
+            body = f"root cause {cause}\n{body}"
+        element = ET.SubElement(case, "failure" if status == "fail" else "error", message=message)
         element.set("type", diagnosis["code"])
         element.text = body
     elif status == "skip":

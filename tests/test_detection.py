@@ -114,6 +114,27 @@ def test_mutant_is_killed(name: str) -> None:
 
 
 @detection
+def test_diagnosis_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 19: over every mutant's latest run, the share detected (a failing result with
+    one of its codes) must be 100% and the share whose top-ranked root cause is one of its
+    codes (top-cause accuracy) at least 90%. Prints both; writes OUT/diagnosis_scores.json.
+    Reads the results.json files test_mutant_is_killed wrote: tox -e detection runs it in a
+    second pytest call, after every mutant's run (under xdist it could start before them)."""
+    missing = [name for name in mutants.NAMES if not (OUT / name / "results.json").exists()]
+    assert not missing, f"no results.json for {missing}: the mutants' runs did not all happen"
+    runs = {
+        name: json.loads((OUT / name / "results.json").read_text(encoding="utf-8"))
+        for name in mutants.NAMES
+    }
+    scores = matrix.diagnosis_scores(runs, {n: mutants.diagnosis_codes(n) for n in runs})
+    (OUT / "diagnosis_scores.json").write_text(json.dumps(scores, indent=1) + "\n")
+    with capsys.disabled():  # printed whatever pytest's capture (one process; xdist hides it)
+        print("\n" + matrix.format_scores(scores))
+    assert scores["detection_rate"] == 1.0, matrix.format_scores(scores)
+    assert scores["accuracy"] >= 0.9, matrix.format_scores(scores)
+
+
+@detection
 def test_control_passes() -> None:
     """The tutorial modules unbroken: no failure, so a mutant's failures are its bug's."""
     document = run_suite(f"{mutants.CONTROL}:adapter", OUT / "tutorial")

@@ -190,3 +190,42 @@ def test_reference_passes_in_every_dtype_forward_and_backward(numerics_run):
             assert {"dtype", "max_abs_err", "mean_abs_err", "bound", "ratio"} <= set(r["metrics"])
             assert r["metrics"]["ratio"] <= 1.0
             assert "ref_nonfinite" not in r["metrics"]  # the naive reference never overflowed
+
+
+def _float32_only_wrong_pe() -> Adapter:
+    """A sinusoidal table offered in float32 only (build refuses float64), off by 1e-2."""
+    from tck.adapters import TorchEntry, TorchModuleAdapter
+    from tck.reference import canonical_conventions
+    from tck.reference import model as ref
+
+    conventions = canonical_conventions("sinusoidal_pe")
+    return TorchModuleAdapter(
+        "float32-only",
+        [
+            TorchEntry(
+                "sinusoidal_pe",
+                make=lambda config: ref.build("sinusoidal_pe", config, conventions),
+                forward=lambda m, positions: m(m.max_len)[positions] + 1e-2,
+                conventions=conventions,
+            )
+        ],
+        dtypes=("float32",),
+    )
+
+
+@pytest.mark.spec("10.7")
+def test_float32_only_subject_still_fails_on_a_wrong_float32_result():
+    """_dtype_specific asks for a float64 instance to tell a precision bug from a plain one;
+    a subject that cannot be built in float64 must keep its float32 failure, not skip."""
+    from tck.conformance import test_numerics as checks
+    from tck.conformance.results import CheckFailure
+
+    adapter = _float32_only_wrong_pe()
+    tck = Harness(adapter, adapter.subjects()[0])
+    with pytest.raises(Unsupported):
+        tck.instance()  # float64 is refused
+    with pytest.raises(CheckFailure) as failed:
+        checks.test_dtype_sweep(tck, "float32")
+    assert failed.value.code.startswith("positional.")
+    with pytest.raises(CheckFailure):
+        checks.test_long_positions(tck, "float32")

@@ -16,6 +16,7 @@ import pytest
 from markupsafe import escape
 
 from tck.conformance.cli import main
+from tck.conformance.diagnosis import root_causes
 from tck.reports import junit_xml, load_results
 
 MUTANT = "mutants.mask_polarity_inverted"
@@ -107,8 +108,12 @@ def test_junit_counts_and_messages_match_results(mutant_run):
     cases = root.findall("./testsuite/testcase")
     assert len(cases) == len(document["results"])
     assert int(root.get("failures")) == document["summary"]["failed"] == len(failures(document))
-    codes = sorted(f.get("message") for f in root.iter("failure"))
+    codes = sorted(f.get("type") for f in root.iter("failure"))
     assert codes == sorted(r["diagnosis"]["code"] for r in failures(document))
+    causes = {c["code"] for c in root_causes(document["results"])}
+    for f in root.iter("failure"):  # the message leads with the root cause
+        assert f.get("message").split(" ")[0] in causes
+        assert f.get("type") in f.get("message")
     assert len(list(root.iter("skipped"))) == document["summary"]["skipped"]
 
 

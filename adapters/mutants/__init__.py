@@ -68,6 +68,28 @@ NAMES: tuple[str, ...] = (
     "gate_up_swapped",
     "swiglu_gelu",
     "left_pad_positions",
+    # the diagnosis benchmark (issue 19): realistic bugs from public reports and tutorials,
+    # each with the root-cause code it must get
+    "layer_norm_annotated",
+    "pe_float32_table",
+    "fill_value_fp16",
+    "embedding_no_padding_idx",
+    "mask_cache_stale",
+    "vit_patch_embed_norm",
+    "vit_norm_pre",
+    "dropout_functional",
+    "scale_applied_twice",
+    "scale_num_heads",
+    "pe_position_offset",
+    "patch_flatten_channels_last",
+    "post_ln_final_norm",
+    "softmax_no_max",
+    "rope_positions_ignored",
+    "rope_position_offset",
+    "rope_cache_key",
+    "vit_gap_pool",
+    "mha_key_padding_keep",
+    "vit_mean_with_cls",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
@@ -100,11 +122,19 @@ def expected_codes(name: str) -> frozenset[str]:
     return frozenset(module(name).EXPECTED_CODES)
 
 
+def diagnosis_codes(name: str) -> frozenset[str]:
+    """The codes the run's top-ranked root cause may be (the diagnosis benchmark): a
+    module's ``TOP_CAUSES`` where one bug shows as two named causes, else ``EXPECTED_CODES``."""
+    mod = module(name)
+    return frozenset(getattr(mod, "TOP_CAUSES", mod.EXPECTED_CODES))
+
+
 __all__ = [
     "CATALOG",
     "CONTROL",
     "NAMES",
     "adapter_for",
+    "diagnosis_codes",
     "expected_codes",
     "module",
     "spec_for",

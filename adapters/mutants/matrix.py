@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,62 @@ def write_matrix(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return document
+
+
+def diagnosis_scores(
+    runs: Mapping[str, Sequence[Mapping[str, Any]] | Mapping[str, Any]],
+    expected: Mapping[str, frozenset[str] | set[str]],
+) -> dict[str, Any]:
+    """The diagnosis benchmark (issue 19) over finished runs.
+
+    ``runs``: mutant -> its results (the ``results`` list of results.json, or the whole
+    document); ``expected``: mutant -> the codes it must get. A mutant is *detected* when a
+    failing result carries one of its codes, and *diagnosed* when the run's top-ranked root
+    cause (``tck.conformance.diagnosis.top_cause``) is one of them. Returns per-mutant rows,
+    ``detection_rate`` and ``accuracy`` (shares of all mutants, 0..1) and the misses.
+    """
+    from tck.conformance.diagnosis import top_cause
+
+    rows: dict[str, dict[str, Any]] = {}
+    for name, run in sorted(runs.items()):
+        results = run["results"] if isinstance(run, Mapping) else run
+        want = frozenset(expected.get(name, ()))
+        codes = {
+            (r.get("diagnosis") or {}).get("code", "")
+            for r in results
+            if r.get("status") in ("fail", "error")
+        }
+        top = top_cause(results)
+        rows[name] = {
+            "expected_codes": sorted(want),
+            "detected": bool(want & codes),
+            "top_cause": top,
+            "diagnosed": top in want,
+        }
+    n = len(rows)
+    return {
+        "mutants": rows,
+        "count": n,
+        "detection_rate": sum(r["detected"] for r in rows.values()) / n if n else 0.0,
+        "accuracy": sum(r["diagnosed"] for r in rows.values()) / n if n else 0.0,
+        "undetected": [name for name, r in rows.items() if not r["detected"]],
+        "misdiagnosed": {name: r["top_cause"] for name, r in rows.items() if not r["diagnosed"]},
+    }
+
+
+def format_scores(scores: Mapping[str, Any]) -> str:
+    """One line for logs: detection rate and top-cause accuracy, then the misses."""
+    line = (
+        f"diagnosis benchmark: {scores['count']} mutants, detection "
+        f"{100 * scores['detection_rate']:.1f}%, top-cause accuracy {100 * scores['accuracy']:.1f}%"
+    )
+    if scores["undetected"]:
+        line += f"; undetected: {', '.join(scores['undetected'])}"
+    if scores["misdiagnosed"]:
+        line += "; misdiagnosed: " + ", ".join(
+            f"{name} (top cause {cause})" for name, cause in scores["misdiagnosed"].items()
+        )
+    return line
 
 
 def main(argv: list[str]) -> int:
