@@ -1,7 +1,7 @@
 """The ``tck`` command.
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
-        [--export onnx [--opset N]]
+        [--export onnx [--opset N]] [--baseline OLD/results.json]
     tck report DIR [DIR ...] [--out DIR]
     tck list
     tck bench --adapter torch.nn --device cpu [--out DIR]   (tck.bench.cli)
@@ -9,8 +9,9 @@
 ``tck run`` runs the checks of tck.conformance (as pytest, through the tck plugin) and
 writes DIR/results.json, DIR/index.html and DIR/junit.xml. ``tck report`` renders them
 again from results.json, and with several folders a scoreboard across them. Exit status:
-0 when nothing failed or errored, 1 otherwise, 2 on a usage error (one line on stderr;
-``--debug`` shows the traceback).
+0 when every check ran and nothing failed or errored (with ``--baseline``: nothing new), 1
+otherwise, 2 on a usage error (one line on stderr; ``--debug`` shows the traceback), 130
+when interrupted (the partial results go to OUT/interrupted/, beside the complete ones).
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 One ``testsuite`` per component; a test case per result, named ``check[subject]``. A
 ``fail`` is a ``<failure>`` whose message is the diagnosis code, an ``error`` an
 ``<error>``, a ``skip`` ``<skipped>``; a ``convention`` passes, with the deviation in its
-``system-out``. ElementTree escapes every text and attribute; ``visible`` first writes
-every character XML 1.0 forbids (control characters, lone surrogates) as a visible escape.
+``system-out``. Under ``tck run --baseline``, a known failure is ``<skipped
+type="baseline.known">`` (it does not fail CI), a new one's text starts "NEW since the
+baseline", and a fixed row says so in its ``system-out``. ElementTree escapes every text
+and attribute; ``visible`` first writes every character XML 1.0 forbids (control
+characters, lone surrogates) as a visible escape.
 """
 
 from __future__ import annotations
