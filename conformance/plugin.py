@@ -14,6 +14,7 @@ import faulthandler
 import hashlib
 import os
 import platform
+import shutil
 import signal
 import tempfile
 import time
@@ -318,6 +319,15 @@ def _marker(config: pytest.Config, nodeid: str) -> Path:
     return _watchdog_dir(config) / hashlib.sha256(nodeid.encode("utf-8", "replace")).hexdigest()
 
 
+def _timed_out(config: pytest.Config, nodeid: str) -> bool:
+    """Did the watchdog end the process running ``nodeid``? (It writes "Timeout" into the
+    marker; a process that died otherwise leaves the marker as it was begun.)"""
+    try:
+        return "Timeout (" in _marker(config, nodeid).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, on the controller: tell each worker where timeout markers go."""
@@ -364,7 +374,15 @@ CAPTURE_LIMIT = 20_000
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    report.sections = [(name, bounded(text, CAPTURE_LIMIT)) for name, text in report.sections]
+    # Adapter text, made inert and bounded before anything carries it: pytest-xdist cannot
+    # send a lone surrogate (bytes that were not UTF-8) from a worker at all.
+    report.sections = [
+        (name, visible(bounded(text, CAPTURE_LIMIT))) for name, text in report.sections
+    ]
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        text = safe_str(report.longrepr)
+        if visible(text) != text or len(text) > CAPTURE_LIMIT:
+            report.longrepr = visible(bounded(text, CAPTURE_LIMIT))
     excinfo = call.excinfo
     if excinfo is not None and excinfo.errisinstance(Unsupported) and report.failed:
         report.outcome = "skipped"
@@ -480,7 +498,7 @@ def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | 
         f"native code, or os._exit): {bounded(safe_str(report.longrepr), 4000)}. "
         "The checks after it ran in a fresh process.",
     }
-    if _marker(config, report.nodeid).exists():
+    if _timed_out(config, report.nodeid):
         diagnosis = {
             "code": "adapter.timeout",
             "message": f"the check did not finish within {config.getoption('timeout', None)} s "
@@ -732,6 +750,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             return
         state["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED
         write_results(results_path(Path(out), state["interrupted"]), results_document(config))
+    if "watchdog" in state:  # markers of processes that died
+        shutil.rmtree(state["watchdog"], ignore_errors=True)
 
 
 def results_path(out: Path, interrupted: bool) -> Path:
