@@ -31,6 +31,13 @@ class AdapterError(Exception):
     """The adapter named on the command line cannot be used; the message says why."""
 
 
+def _text(err: BaseException) -> str:
+    """One line of an exception from user code (its str() may raise, or hold anything)."""
+    from tck.reports.text import safe_str, visible
+
+    return visible(safe_str(err)).replace("\n", " ")[:500]
+
+
 def load_adapter(spec: str | None = None) -> Adapter:
     spec = spec or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
     target = BUILTIN.get(spec, spec)
@@ -53,9 +60,10 @@ def load_adapter(spec: str | None = None) -> Adapter:
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as err:  # the user's module may fail in any way while importing
+    except (Exception, SystemExit) as err:  # the user's module may fail in any way (exit too)
         raise AdapterError(
-            f"cannot import {module_name!r} for adapter {spec!r}: {type(err).__name__}: {err}"
+            f"cannot import {module_name!r} for adapter {spec!r}: {type(err).__name__}: "
+            f"{_text(err)}"
         ) from err
     try:
         obj = getattr(module, attr)
@@ -64,10 +72,10 @@ def load_adapter(spec: str | None = None) -> Adapter:
     if callable(obj) and not isinstance(obj, Adapter):  # an Adapter subclass or a factory
         try:
             obj = obj()
-        except Exception as err:  # the user's factory may fail in any way
+        except (Exception, SystemExit) as err:  # the user's factory may fail in any way
             raise AdapterError(
                 f"{spec!r} is callable, so it was called without arguments to make the "
-                f"adapter, and that failed: {type(err).__name__}: {err}; name an Adapter "
+                f"adapter, and that failed: {type(err).__name__}: {_text(err)}; name an Adapter "
                 "instance, an Adapter subclass, or a factory that takes no arguments"
             ) from err
     missing = [m for m in ("subjects", "build", "run") if not callable(getattr(obj, m, None))]

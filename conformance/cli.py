@@ -1,7 +1,7 @@
 """The ``tck`` command.
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
-        [--export onnx [--opset N]] [--device cpu|cuda|cuda:N]
+        [--export onnx [--opset N]] [--device cpu|cuda|cuda:N] [--baseline OLD/results.json]
     tck report DIR [DIR ...] [--out DIR]
     tck list
     tck bench --adapter torch.nn --device cpu [--out DIR]   (tck.bench.cli)
@@ -9,8 +9,9 @@
 ``tck run`` runs the checks of tck.conformance (as pytest, through the tck plugin) and
 writes DIR/results.json, DIR/index.html and DIR/junit.xml. ``tck report`` renders them
 again from results.json, and with several folders a scoreboard across them. Exit status:
-0 when nothing failed or errored, 1 otherwise, 2 on a usage error (one line on stderr;
-``--debug`` shows the traceback).
+0 when every check ran and nothing failed or errored (with ``--baseline``: nothing new), 1
+otherwise, 2 on a usage error (one line on stderr; ``--debug`` shows the traceback), 130
+when interrupted (the partial results go to OUT/interrupted/, beside the complete ones).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -33,9 +37,14 @@ from tck.adapters.devices import (
 )
 from tck.reference import COMPONENTS
 from tck.reports import ReportError, load_results, write_reports, write_scoreboard
+from tck.reports.files import foreign_files
+from tck.reports.text import bounded, safe_str, visible
 
+from .baseline import apply_baseline, load_baseline, red
 from .console import ProgressPlugin, print_summary
+from .plugin import results_path
 from .profiles import PROFILES
+from .results import write_results
 
 
 class UsageError(Exception):
@@ -47,9 +56,14 @@ def default_out(adapter: str) -> Path:
 
 
 def _parse_only(only: str | None) -> list[str] | None:
-    if not only:
+    if only is None:
         return None
     names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        raise UsageError(
+            f"--only {only!r} names no component; name some ({', '.join(COMPONENTS)}) "
+            "or leave --only out to run them all"
+        )
     unknown = [n for n in names if n not in COMPONENTS]
     if unknown:
         raise UsageError(
@@ -73,16 +87,73 @@ def _writable_dir(path: Path) -> Path:
     return path
 
 
+def _bounded_int(name: str, low: int, high: int):
+    """An argparse type: an integer in [low, high], else a one-line error."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{name} {number} is not between {low} and {high}")
+        return number
+
+    parse.__name__ = name
+    return parse
+
+
+def _timeout(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {value!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"--timeout {value} is not a positive number of seconds")
+    return seconds
+
+
+MAX_SEED = 2**32 - 1  # numpy and torch take any seed up to here, on every platform
+
+
 def _workers(value: str) -> str:
     if value == "auto" or (value.isdigit() and int(value) <= 512):
         return value
     raise argparse.ArgumentTypeError(f"{value!r} is not a number of workers or 'auto'")
 
 
+def checked_subjects(adapter: Adapter) -> list[Any]:
+    """The adapter's subjects, or a one-line error: subjects() that raises or returns
+    something else than Subjects, two subjects of one name."""
+    from tck.adapters import Subject
+
+    try:
+        subjects = list(adapter.subjects())
+    except (Exception, SystemExit) as err:
+        raise UsageError(
+            f"adapter {visible(safe_str(adapter.name))!r}: subjects() raised "
+            f"{type(err).__name__}: {visible(safe_str(err))[:300]}; fix the adapter"
+        ) from None
+    for subject in subjects:
+        if not isinstance(subject, Subject):
+            raise UsageError(
+                f"adapter {visible(safe_str(adapter.name))!r}: subjects() gave a "
+                f"{type(subject).__name__}, not a tck.adapters.Subject; fix the adapter"
+            )
+    names = [s.name for s in subjects]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UsageError(
+            f"adapter {visible(adapter.name)!r} offers more than one subject named "
+            f"{', '.join(visible(repr(n)) for n in twice)}; give each subject its own name"
+        )
+    return subjects
+
+
 def require_components(adapter: Adapter, only: list[str] | None) -> None:
+    offered = {s.component for s in checked_subjects(adapter)}
     if only is None:
         return
-    offered = {s.component for s in adapter.subjects()}
     missing = [c for c in only if c not in offered]
     if missing:
         raise UsageError(
@@ -164,22 +235,36 @@ def run_checks(
     pytest_args.append(f"--tck-device={device}")  # cpu too: one path for every device
     if workers != "0":  # a worker process that dies (segfault, abort) is one error row
         pytest_args += ["-n", workers]
-    if timeout > 0:
+    if timeout > 0:  # and a watchdog ends a worker stuck in native code (plugin)
         pytest_args += [f"--timeout={timeout}", "--timeout-method=signal"]
     # The bar stands in for pytest's terminal report, which goes to a buffer: shown only
     # if the run ends without results.
     pytest_output = io.StringIO()
+    before = {p: _stamp(p) for p in (results_path(out, False), results_path(out, True))}
     with contextlib.redirect_stdout(sys.stdout if verbose else pytest_output):
         code = pytest.main(pytest_args, plugins=plugins)
-    results = out / "results.json"
-    if not results.exists():
-        print(pytest_output.getvalue()[-4000:], file=sys.stderr)
+    interrupted = code == pytest.ExitCode.INTERRUPTED
+    results = results_path(out, interrupted)
+    if code == pytest.ExitCode.USAGE_ERROR:
+        lines = [ln for ln in pytest_output.getvalue().splitlines() if ln.strip()]
+        raise UsageError(visible(lines[-1].removeprefix("ERROR: ") if lines else "usage error"))
+    if not results.exists() or _stamp(results) == before[results]:  # not this run's
+        print(visible(bounded(pytest_output.getvalue(), 4000)), file=sys.stderr)
         print(
             f"tck: the run ended before writing results (pytest exit status {int(code)})",
             file=sys.stderr,
         )
         return None
     return results
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of a file, None if missing: a file this run wrote differs."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -193,29 +278,67 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         require_exportable(adapter)
     device = require_device(adapter, args.device, only, export=args.export)
+    baseline = load_baseline(args.baseline) if args.baseline else None
     out = _writable_dir(Path(args.out) if args.out else default_out(args.adapter or adapter.name))
-    results = run_checks(
-        ["--pyargs", "tck.conformance"],
-        adapter_spec=args.adapter or DEFAULT_ADAPTER,
-        out=out,
-        profile=args.profile,
-        seed=args.seed,
-        threads=args.threads,
-        only=only,
-        workers=args.workers,
-        timeout=args.timeout,
-        verbose=args.verbose,
-        export=args.export,
-        opset=args.opset,
-        device=device,
-    )
-    if results is None:
-        return 1
-    document = load_results(out)
-    reports = write_reports(document, out)
-    print_summary(Console(soft_wrap=True), document, out, reports)
-    summary = document["summary"]
-    return 1 if summary["failed"] or summary["errors"] else 0
+    with out_lock(out):
+        foreign = foreign_files(out) + foreign_files(out / "interrupted")
+        if foreign:
+            raise UsageError(
+                f"--out {str(out)!r} holds {', '.join(str(p) for p in foreign)}, which tck "
+                "did not write; choose another folder (tck writes results.json, index.html "
+                "and junit.xml there)"
+            )
+        results = run_checks(
+            ["--pyargs", "tck.conformance"],
+            adapter_spec=args.adapter or DEFAULT_ADAPTER,
+            out=out,
+            profile=args.profile,
+            seed=args.seed,
+            threads=args.threads,
+            only=only,
+            workers=args.workers,
+            timeout=args.timeout,
+            verbose=args.verbose,
+            export=args.export,
+            opset=args.opset,
+            device=device,
+        )
+        if results is None:
+            return 1
+        folder = results.parent
+        document = load_results(folder)
+        if baseline is not None:
+            apply_baseline(document, baseline, args.baseline)
+            write_results(results, document)
+        reports = write_reports(document, folder)
+    print_summary(Console(soft_wrap=True), document, folder, reports)
+    if document.get("interrupted"):
+        print(
+            f"tck: interrupted; partial results in {folder} (the last complete run's, if "
+            f"any, are still in {out})",
+            file=sys.stderr,
+        )
+        return 130
+    return 1 if red(document) else 0
+
+
+@contextlib.contextmanager
+def out_lock(out: Path) -> Iterator[None]:
+    """One tck run per output folder at a time: a second one says so and exits 2."""
+    import filelock
+
+    lock = filelock.FileLock(str(out / ".tck.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise UsageError(
+            f"another tck run is writing to {str(out)!r} (it holds {str(out / '.tck.lock')!r});"
+            " wait for it to end, or choose another --out"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -270,11 +393,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="ci", choices=PROFILES, help="hypothesis profile")
     run.add_argument("--out", default=None, help="results folder (default reports/out/ADAPTER)")
     run.add_argument("--only", default=None, help="comma-separated components")
-    run.add_argument("--seed", default=0, type=int, help="seed of parameters and inputs")
+    run.add_argument(
+        "--seed",
+        default=0,
+        type=_bounded_int("--seed", 0, MAX_SEED),
+        help=f"seed of parameters and inputs (0 to {MAX_SEED})",
+    )
     run.add_argument(
         "--threads",
         default=1,
-        type=int,
+        type=_bounded_int("--threads", 1, 1024),
         help="torch intra-op threads (default 1: the checks' tensors are tiny)",
     )
     run.add_argument(
@@ -289,8 +417,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--timeout",
         default=300,
-        type=float,
-        help="seconds one check may take before it is an error (default 300; 0: no limit)",
+        type=_timeout,
+        help="seconds one check may take before it is an error (default 300); a check stuck "
+        "in native code past it has its worker process ended",
+    )
+    run.add_argument(
+        "--baseline",
+        default=None,
+        metavar="OLD/results.json",
+        help="an earlier run's results: its failures (same check, subject and diagnosis "
+        "code) are known and do not fail this run; new ones do",
     )
     run.add_argument(
         "--export",
@@ -345,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, AdapterError, ReportError) as err:
         if args.debug:
             raise
-        print(f"tck: error: {err}", file=sys.stderr)
+        message = visible(safe_str(err)).replace("\n", " ")
+        print(f"tck: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -293,6 +293,10 @@ class Harness:
         ] = {}
         self._combination_searches = 0
         self._runs: dict[int, int] = {}  # id(instance) -> calls of run (state hypotheses)
+        # What the adapter did besides its output (diagnosis code -> words): changing its
+        # inputs, returning a buffer it reuses. Found beside the verdict, never in it.
+        self.side_effects: dict[str, str] = {}
+        self._outputs: list[np.ndarray] = []  # what run() returned, as returned
 
     # ------------------------------------------------------------------ building
     @property
@@ -391,8 +395,20 @@ class Harness:
 
     # ------------------------------------------------------------------ running
     def run(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The adapter's output for ``inputs``. The adapter gets private copies of the
+        inputs and the check a private copy of the output, so that an adapter that writes
+        into its inputs or reuses its output buffer changes no verdict; either is noted
+        (``side_effects``: adapter.input_modified, adapter.output_reused)."""
         self._runs[id(inst)] = self._runs.get(id(inst), 0) + 1
-        out = self.adapter.run(inst.handle, dict(inputs))
+        private = {k: _private(v) for k, v in inputs.items()}
+        out = self.adapter.run(inst.handle, private)
+        changed = [k for k in inputs if k not in private or not _same(private[k], inputs[k])]
+        if changed:
+            self.side_effects["adapter.input_modified"] = (
+                f"run() changed its input(s) {', '.join(map(repr, changed))} in place; an "
+                "implementation must leave its inputs as they were (the checks compared "
+                "with unchanged copies)."
+            )
         if not isinstance(out, np.ndarray):
             raise CheckFailure(
                 "adapter.output_not_array",
@@ -400,7 +416,21 @@ class Harness:
             )
         if not np.issubdtype(out.dtype, np.floating):
             raise CheckFailure("adapter.output_not_float", f"run() returned dtype {out.dtype}")
-        return out
+        if out.ndim == 0:
+            raise CheckFailure(
+                "shape.wrong_output_shape",
+                "run() returned a 0-d array (a scalar), not the spec's output shape "
+                "(SPEC.md §10.6)",
+                {"shape": []},
+            )
+        if any(out is old or _overlap(out, old) for old in self._outputs):
+            self.side_effects["adapter.output_reused"] = (
+                "run() returned memory it had returned before (a reused output buffer): a "
+                "caller's earlier output changes under it; return a fresh array per call "
+                "(the checks compared private copies)."
+            )
+        self._outputs = [*self._outputs[-3:], out]  # the last few: a reused one is among them
+        return np.array(out, copy=True)
 
     def gold(
         self,
@@ -470,7 +500,9 @@ class Harness:
         grad = getattr(self.adapter, "grad", None)
         if not callable(grad):
             raise Unsupported(f"{self.adapter.name} does not compute gradients (Adapter.grad)")
-        out = grad(inst.handle, dict(inputs), cotangent)
+        out = grad(
+            inst.handle, {k: _private(v) for k, v in inputs.items()}, np.array(cotangent, copy=True)
+        )
         if not isinstance(out, Mapping):
             raise CheckFailure(
                 "adapter.grad_not_a_dict",
@@ -869,6 +901,32 @@ def _within(
     return compare(
         test, gold, dtype=tolerance.dtype, ref_err=tolerance.ref_err, k=tolerance.k, ignore=ignore
     ).passed
+
+
+def _private(value: Any) -> Any:
+    """A copy of an input the adapter may do anything with."""
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=10_000))
+    except Exception:
+        return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Bit for bit the same array (NaN included), or the same other value."""
+    if isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and a.tobytes() == b.tobytes()
+        )
+    return a is b
 
 
 def _area(component: str) -> str:

@@ -120,6 +120,8 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".onnx":
         raise UsageError(f"--out {str(out)!r}: name a file ending in .onnx")
+    if out.exists() and not out.is_file():
+        raise UsageError(f"--out {str(out)!r} is a folder or not a regular file; name a file")
     if not out.parent.is_dir():
         raise UsageError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist")
     subject = subjects[name]
@@ -141,7 +143,12 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
         return 1
     import onnx
 
-    onnx.save(model, str(out))
+    try:
+        onnx.save(model, str(out))
+    except OSError as err:
+        raise UsageError(
+            f"cannot write --out {str(out)!r}: {err.strerror or err}; choose a writable file"
+        ) from None
     exported = Exported.of(model, tensors)
     info = exported.info
     print(f"wrote {out} ({out.stat().st_size:,} bytes): {adapter.name}:{name}, {args.dtype}")

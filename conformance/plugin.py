@@ -10,8 +10,13 @@ Every outcome becomes a Result; ``--tck-out`` writes them to DIR/results.json.
 
 from __future__ import annotations
 
+import faulthandler
+import hashlib
 import os
 import platform
+import shutil
+import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,7 @@ from tck.adapters.devices import (
 )
 from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
+from tck.reports.text import bounded, safe_str, visible
 
 from . import repro
 from .diagnosis import named_exception
@@ -106,8 +112,55 @@ def pytest_configure(config: pytest.Config) -> None:
         "results": [],
         "done": set(),
         "start": time.time(),
+        "sigint": False,  # a real Ctrl-C reached this process (not an adapter's raise)
     }
     config.pluginmanager.register(_Collector(config), "tck-results")
+    _watch_sigint(config.stash[_STATE])
+
+
+def _watch_sigint(state: dict[str, Any]) -> None:
+    """Note a real SIGINT before Python raises KeyboardInterrupt for it: a
+    KeyboardInterrupt that an adapter raises itself is then an error row, not the end of
+    the run."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+    except ValueError:  # pragma: no cover - not the main thread
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        state["sigint"] = True
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    if previous in (signal.SIG_IGN, None):
+        return
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # pragma: no cover - not the main thread
+        pass
+
+
+class AdapterExit(Exception):
+    """The adapter tried to end the process (os._exit) or raised KeyboardInterrupt itself
+    while a check ran: the check is an error, and the run goes on."""
+
+    def __init__(self, message: str, code: str = "adapter.crashed"):
+        super().__init__(message)
+        self.code = code
+
+
+def _ours(config: pytest.Config, path: Any) -> bool:
+    """Is this test one of tck's checks, or does the session ask for tck (--tck-adapter)?
+    The plugin loads in every pytest session of an environment with tck installed: it must
+    leave other projects' tests (and their fixtures named ``subject``) alone."""
+    if config.getoption("--tck-adapter") is not None:
+        return True
+    try:
+        return Path(path).resolve().parent == _CHECKS
+    except (OSError, TypeError):
+        return False
 
 
 def _adapter(config: pytest.Config) -> Adapter:
@@ -119,8 +172,18 @@ def _adapter(config: pytest.Config) -> Adapter:
                 from tck.adapters.onnx_runtime import with_onnx
 
                 adapter = with_onnx(adapter, opset=config.getoption("--tck-opset"))
+        except (AdapterError, TypeError) as err:
+            raise pytest.UsageError(str(err)) from None
+        names = [s.name for s in _subjects(adapter)]  # subjects() raising: a usage error
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise pytest.UsageError(
+                f"adapter {adapter.name!r} offers more than one subject named "
+                f"{', '.join(map(repr, twice))}; give each subject its own name"
+            )
+        try:
             _check_device(config, adapter)
-        except (AdapterError, TypeError, DeviceError) as err:
+        except DeviceError as err:
             raise pytest.UsageError(str(err)) from None
         state["adapter"] = adapter
         # Set here, not at configure time: the plugin loads in every pytest session of an
@@ -143,6 +206,24 @@ def _check_device(config: pytest.Config, adapter: Adapter) -> None:
     if device != DEFAULT_DEVICE and config.getoption("--tck-export"):
         raise DeviceError("--tck-export onnx runs ONNX Runtime on the CPU: drop --tck-device")
     require_some_subject_on(adapter, device)
+
+
+def _subjects(adapter: Adapter) -> list[Subject]:
+    """``adapter.subjects()``, or a one-line usage error naming what went wrong in it."""
+    try:
+        subjects = list(adapter.subjects())
+    except (Exception, SystemExit) as err:
+        raise pytest.UsageError(
+            f"adapter {safe_str(getattr(adapter, 'name', adapter))!r}: subjects() raised "
+            f"{type(err).__name__}: {visible(safe_str(err))[:300]}; fix the adapter"
+        ) from None
+    bad = [s for s in subjects if not isinstance(s, Subject)]
+    if bad:
+        raise pytest.UsageError(
+            f"adapter {safe_str(adapter.name)!r}: subjects() returned "
+            f"{type(bad[0]).__name__}, not tck.adapters.Subject; fix the adapter"
+        )
+    return subjects
 
 
 def _only(config: pytest.Config) -> set[str] | None:
@@ -173,7 +254,9 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "subject" not in metafunc.fixturenames:
+    if "subject" not in metafunc.fixturenames or not _ours(
+        metafunc.config, metafunc.definition.path
+    ):
         return
     marker = metafunc.definition.get_closest_marker("components")
     wanted = set(marker.args) if marker else set(COMPONENTS)
@@ -181,7 +264,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     adapter = _adapter(metafunc.config)
     subjects = [
         s
-        for s in adapter.subjects()
+        for s in _subjects(adapter)
         if s.component in wanted and (only is None or s.component in only)
     ]
     if metafunc.definition.get_closest_marker("exported"):  # once per exported torch subject
@@ -220,19 +303,151 @@ def check_id(item: pytest.Item) -> str:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Contain what a check's adapter may do to the process: ``os._exit`` and a
+    ``KeyboardInterrupt`` it raises itself become errors of this check."""
+    if not isinstance(_subject_of(item), Subject):
+        return (yield)
+    state = item.config.stash[_STATE]
+    real_exit = os._exit
+
+    def no_exit(status: int = 0) -> None:
+        raise AdapterExit(
+            f"the adapter called os._exit({status!r}), which would have ended the run; "
+            "an adapter must raise, never exit"
+        )
+
+    os._exit = no_exit  # type: ignore[assignment]
+    watchdog = _watchdog(item)
+    try:
+        return (yield)
+    except KeyboardInterrupt:
+        if state["sigint"]:
+            raise  # a real Ctrl-C: the run stops, and its results are marked interrupted
+        raise AdapterExit(
+            "the adapter raised KeyboardInterrupt without a Ctrl-C; an adapter must raise "
+            "an Exception",
+            code="adapter.exception",
+        ) from None
+    finally:
+        os._exit = real_exit  # type: ignore[assignment]
+        if watchdog is not None:
+            watchdog.cancel()
+
+
+# pytest-timeout's signal method stops a check that runs Python code; one stuck in native
+# code (a C loop holding the GIL) never returns to the interpreter to see it. This long
+# after the limit faulthandler's watchdog (a native thread: it needs no GIL) ends the
+# process: under pytest-xdist its worker, which xdist replaces, and the row says
+# adapter.timeout (the marker file, where the watchdog writes, tells the controller why).
+WATCHDOG_GRACE_S = 5.0
+
+
+def _watchdog_dir(config: pytest.Config) -> Path:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput and workerinput.get("tck_watchdog"):
+        return Path(workerinput["tck_watchdog"])
+    state = config.stash[_STATE]
+    if "watchdog" not in state:
+        state["watchdog"] = tempfile.mkdtemp(prefix="tck-watchdog-")
+    return Path(state["watchdog"])
+
+
+def _marker(config: pytest.Config, nodeid: str) -> Path:
+    return _watchdog_dir(config) / hashlib.sha256(nodeid.encode("utf-8", "replace")).hexdigest()
+
+
+def _timed_out(config: pytest.Config, nodeid: str) -> bool:
+    """Did the watchdog end the process running ``nodeid``? (It writes "Timeout" into the
+    marker; a process that died otherwise leaves the marker as it was begun.)"""
+    try:
+        return "Timeout (" in _marker(config, nodeid).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, on the controller: tell each worker where timeout markers go."""
+    node.workerinput["tck_watchdog"] = str(_watchdog_dir(node.config))
+
+
+class _Watchdog:
+    def __init__(self, item: pytest.Item, limit: float):
+        self.path = _marker(item.config, item.nodeid)
+        self.file = self.path.open("w", encoding="utf-8")
+        self.file.write(
+            f"tck: {item.nodeid} did not finish within {limit} s and did not return to "
+            "Python (a hang in native code): the process was ended.\n"
+        )
+        self.file.flush()
+        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=self.file)
+
+    def cancel(self) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        self.file.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _watchdog(item: pytest.Item) -> _Watchdog | None:
+    limit = item.config.getoption("timeout", None)
+    if not limit or float(limit) <= 0:
+        return None
+    try:
+        return _Watchdog(item, float(limit))
+    except OSError:  # pragma: no cover - no temporary folder: the signal method alone
+        return None
+
+
+def _subject_of(item: pytest.Item) -> Any:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("subject") if callspec else None
+
+
+# Captured output kept per check (head and tail): an adapter that prints megabytes per call
+# must not make the run hold them all.
+CAPTURE_LIMIT = 20_000
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    # Adapter text, made inert and bounded before anything carries it: pytest-xdist cannot
+    # send a lone surrogate (bytes that were not UTF-8) from a worker at all.
+    report.sections = [
+        (name, visible(bounded(text, CAPTURE_LIMIT))) for name, text in report.sections
+    ]
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        text = safe_str(report.longrepr)
+        if visible(text) != text or len(text) > CAPTURE_LIMIT:
+            report.longrepr = visible(bounded(text, CAPTURE_LIMIT))
     excinfo = call.excinfo
     if excinfo is not None and excinfo.errisinstance(Unsupported) and not report.passed:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {excinfo.value}")
-    subject = getattr(item, "callspec", None) and item.callspec.params.get("subject")
+    subject = _subject_of(item)
     if not isinstance(subject, Subject):
         return report
     done = report.when == "call" or (report.when == "setup" and not report.passed)
     if done:
+        try:
+            result = _result(item, subject, report, excinfo)
+        except Exception as err:
+            result = Result(
+                check=check_id(item),
+                clause=[],
+                component=subject.component,
+                subject=subject.name,
+                status="error",
+                diagnosis={
+                    "code": "adapter.exception",
+                    "message": f"the check's outcome could not be recorded "
+                    f"({type(err).__name__}: {safe_str(err)}); the adapter's exception "
+                    "misbehaves",
+                },
+            )
         # Carried by the report, so that under pytest-xdist it reaches the controller.
-        report.user_properties.append((_RESULT, _result(item, subject, report, excinfo).to_dict()))
+        report.user_properties.append((_RESULT, result.to_dict()))
     return report
 
 
@@ -266,41 +481,81 @@ class _Collector:
         self.collected.update(item.nodeid for item in session.items)
 
 
-def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | None:
-    """An ``error`` for the check a dead worker was running, named from its node id."""
-    path, _, name = report.nodeid.partition("::")
+def _ids_to_subjects(adapter: Adapter) -> dict[str, Subject]:
+    """Each subject by its name as pytest writes it in a node id (non-ASCII escaped)."""
+    from _pytest.compat import ascii_escaped
+
+    out: dict[str, Subject] = {}
+    for s in _subjects(adapter):
+        out[s.name] = s
+        out.setdefault(ascii_escaped(s.name), s)
+    return out
+
+
+def _parse_id(config: pytest.Config, nodeid: str) -> tuple[str, str, str, Subject | None]:
+    """(area, check, the id's parameter, the subject) of a check's pytest node id."""
+    path, _, name = nodeid.partition("::")
     function, _, param = name.partition("[")
     param = param.removesuffix("]")
     area = Path(path).stem.removeprefix("test_")
     check = function.removeprefix("test_")
-    subjects = {s.name: s for s in _adapter(config).subjects()}
+    try:
+        subjects = _ids_to_subjects(_adapter(config))
+    except pytest.UsageError:
+        subjects = {}
     subject = subjects.get(param)
     if subject is None:  # "<subject>-<field>" (a probe) or "<subject>-<dtype>"
         fields = {f for names in FIELDS.values() for f in names}
-        for s in subjects.values():
-            if param.startswith(s.name + "-"):
-                subject, rest = s, param[len(s.name) + 1 :]
+        for key, s in subjects.items():
+            if param.startswith(key + "-"):
+                subject, rest = s, param[len(key) + 1 :]
                 check = rest if rest in fields else check
-    if subject is None:
-        return None
+    return area, check, param, subject
+
+
+def _missing_result(config: pytest.Config, nodeid: str, code: str, message: str) -> Result:
+    """An ``error`` row for a check that produced no result, named from its node id."""
+    area, check, param, subject = _parse_id(config, nodeid)
     return Result(
         check=f"{area}.{check}",
         clause=[],
-        component=subject.component,
-        subject=subject.name,
+        component=subject.component if subject else "unknown",
+        subject=subject.name if subject else param,
         status="error",
-        diagnosis={
-            "code": "adapter.crashed",
-            "message": "the process running this check died (a segfault or an abort in "
-            f"native code, or os._exit): {report.longrepr}. The checks after it ran in a "
-            "fresh process.",
-        },
+        diagnosis={"code": code, "message": f"{message} (pytest id {nodeid})"},
+    )
+
+
+def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | None:
+    """An ``error`` for the check a dead worker was running, named from its node id."""
+    path, _, name = report.nodeid.partition("::")
+    area, check, param, subject = _parse_id(config, report.nodeid)
+    diagnosis = {
+        "code": "adapter.crashed",
+        "message": "the process running this check died (a segfault or an abort in "
+        f"native code, or os._exit): {bounded(safe_str(report.longrepr), 4000)}. "
+        "The checks after it ran in a fresh process.",
+    }
+    if _timed_out(config, report.nodeid):
+        diagnosis = {
+            "code": "adapter.timeout",
+            "message": f"the check did not finish within {config.getoption('timeout', None)} s "
+            "(tck run --timeout) and did not return to Python to be stopped (a hang in native "
+            "code): its worker process was killed. The checks after it ran in a fresh process.",
+        }
+    return Result(
+        check=f"{area}.{check}",
+        clause=[],
+        component=subject.component if subject else "unknown",
+        subject=subject.name if subject else param,
+        status="error",
+        diagnosis=diagnosis,
         repro=repro.pytest_snippet(
             adapter_spec=_adapter_spec(config),
             seed=config.getoption("--tck-seed"),
             module=Path(path).stem,
             test_id=name,
-            title=f"tck repro: {area}.{check} on {_adapter_spec(config)} [{subject.name}]",
+            title=f"tck repro: {area}.{check} on {_adapter_spec(config)} [{param}]",
             **_export(config),
         ),
     )
@@ -353,7 +608,7 @@ def _result(
         result.status = "fail"
         result.diagnosis = {
             "code": f"{result.check}.assertion",
-            "message": str(excinfo.value).strip()[:2000],
+            "message": safe_str(excinfo.value).strip()[:2000],
         }
         result.repro = _repro(item, subject, excinfo)
     elif report.failed:
@@ -361,10 +616,12 @@ def _result(
         result.status = "error"
         result.diagnosis = {
             "code": "adapter.exception" if report.when == "call" else "adapter.build_failed",
-            "message": f"{type(value).__name__}: {value}"
+            "message": f"{type(value).__name__}: {bounded(safe_str(value), 4000)}"
             if value is not None
-            else str(report.longrepr)[:2000],
+            else safe_str(report.longrepr)[:2000],
         }
+        if isinstance(value, AdapterExit):
+            result.diagnosis = {"code": value.code, "message": safe_str(value)}
         if isinstance(value, AdapterFailure):
             result.diagnosis = {"code": value.code, "message": value.message}
         if isinstance(value, FixtureError):
@@ -373,7 +630,7 @@ def _result(
                 "message": f"{value}; nothing was compared with it (tck fixtures verify "
                 "names every damaged file; reinstall, or rebuild with tck fixtures build)",
             }
-        if value is not None and "from pytest-timeout" in str(value):
+        if value is not None and "from pytest-timeout" in safe_str(value):
             limit = item.config.getoption("timeout", None)
             result.diagnosis = {
                 "code": "adapter.timeout",
@@ -389,6 +646,16 @@ def _result(
             "message": " ".join(dict.fromkeys(m for _, m in harness.conventions_seen)),
         }
         result.notes = list(subject.notes)
+    effects = dict(harness.side_effects) if harness else {}
+    if effects:  # found beside the verdict, which used private copies (Harness.run)
+        result.metrics["side_effects"] = sorted(effects)
+        words = " ".join(effects.values())
+        if result.status in ("pass", "convention"):
+            result.status = "fail"
+            result.diagnosis = {"code": ",".join(sorted(effects)), "message": words}
+            result.repro = _repro(item, subject, excinfo)
+        else:
+            result.diagnosis["message"] += f" (also: {words})"
     if result.status in ("fail", "error") and excinfo is not None:
         result.counterexample = repro.counterexample(getattr(excinfo.value, "__notes__", []))
     return result
@@ -477,6 +744,17 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
     # "[NOTSET]": pytest's placeholder for a check no subject of this adapter takes
     expected = {i for i in collector.collected if "[NOTSET" not in i} if collector else set()
     not_run = sorted(expected - state["done"])
+    interrupted = bool(state.get("interrupted"))
+    for nodeid in not_run:  # never a green run with checks that did not run
+        if interrupted:
+            code, message = "run.interrupted", "the run was interrupted before this check ran"
+        else:
+            code, message = (
+                "run.not_run",
+                "this check produced no result (its worker died, or the run stopped early)",
+            )
+        results.append(_missing_result(config, nodeid, code, message))
+    results.sort(key=lambda r: (r.check, r.subject))
     profile = (
         state["profile"]
         or config.getoption("--tck-profile")
@@ -507,6 +785,8 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
     }
     if not_run:  # e.g. pytest-xdist gave up restarting crashed workers
         document["not_run"] = not_run
+    if interrupted:
+        document["interrupted"] = True
     return document
 
 
@@ -517,8 +797,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     state = config.stash[_STATE]
     if out and (state["adapter"] is not None or state["results"]):
-        _adapter(config)  # under xdist the controller has not needed it until now
-        write_results(Path(out) / "results.json", results_document(config))
+        try:
+            _adapter(config)  # under xdist the controller has not needed it until now
+        except pytest.UsageError:
+            return
+        state["interrupted"] = exitstatus == pytest.ExitCode.INTERRUPTED
+        write_results(results_path(Path(out), state["interrupted"]), results_document(config))
+    if "watchdog" in state:  # markers of processes that died
+        shutil.rmtree(state["watchdog"], ignore_errors=True)
+
+
+def results_path(out: Path, interrupted: bool) -> Path:
+    """OUT/results.json; an interrupted run's partial results go beside it, to
+    OUT/interrupted/results.json, and never replace a complete run's."""
+    return out / "interrupted" / "results.json" if interrupted else out / "results.json"
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

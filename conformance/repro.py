@@ -67,7 +67,7 @@ def oracle_snippet(
         ours.append("from tck.conformance.inputs import Shape, make_inputs")
         inputs_code = (
             f"inputs = make_inputs({component!r}, config, "
-            f"np.random.default_rng({inputs_seed}), {shape!r})"
+            f"np.random.default_rng({int(inputs_seed)!r}), {shape!r})"
         )
     else:
         if any(np.asarray(v).size > LITERAL_MAX for v in inputs.values()):
@@ -86,14 +86,14 @@ def oracle_snippet(
         load += f"\nadapter = with_onnx(adapter, opset={opset!r})"
     imports = "\n".join(stdlib) + "\n\n" + "\n".join(sorted(ours))
     device_kw = "" if device == "cpu" else f", device={device!r}"
-    return f"""# {title}
+    return f"""# {_comment(title)}
 {imports}
 
 {load}
 subject = next(s for s in adapter.subjects() if s.name == {subject!r})
 config = {config!r}
-handle = adapter.build(subject, config, seed={seed}{device_kw})
-params = init_params({component!r}, config, subject.conventions, seed={seed})
+handle = adapter.build(subject, config, seed={int(seed)!r}{device_kw})
+params = init_params({component!r}, config, subject.conventions, seed={int(seed)!r})
 try:
     adapter.load(handle, params)
 except Unsupported:  # the adapter only exports its own parameters
@@ -134,15 +134,16 @@ def pytest_snippet(
     device: str = "cpu",
 ) -> str:
     """Rerun one check (by its pytest id) with the same adapter and seed (and export, and
-    device)."""
-    extra = ""
+    device). Every value is written as a Python literal (``repr``), never pasted as text."""
+    args = [f"--tck-adapter={adapter_spec}", f"--tck-seed={int(seed)}"]
     if device != "cpu":
-        extra += f'    "--tck-device={device}",\n'
+        args.append(f"--tck-device={device}")
     if export:
-        extra += f'    "--tck-export={export}",\n'
+        args.append(f"--tck-export={export}")
     if opset is not None:
-        extra += f'    "--tck-opset={opset}",\n'
-    return f"""# {title}
+        args.append(f"--tck-opset={int(opset)}")
+    lines = "".join(f"    {arg!r},\n" for arg in args)
+    return f"""# {_comment(title)}
 import pathlib
 import sys
 
@@ -152,13 +153,16 @@ import tck.conformance
 
 checks = pathlib.Path(tck.conformance.__file__).parent
 code = pytest.main([
-    f"{{checks}}/{module}.py::{test_id}",
-    "--tck-adapter={adapter_spec}",
-    "--tck-seed={seed}",
-{extra}    "-p", "no:cacheprovider", "-q", "--tb=line",
+    str(checks / {f"{module}.py::{test_id}"!r}),
+{lines}    "-p", "no:cacheprovider", "-q", "--tb=line",
 ])
 sys.exit(code)
 """
+
+
+def _comment(text: str) -> str:
+    """``text`` as the rest of one comment line: nothing in it can start a line of code."""
+    return repr(str(text))[1:-1]
 
 
 def counterexample(notes: list[Any]) -> str:

@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tck.reports.files import atomic_write
+from tck.reports.text import visible
+
 STATUSES = ("pass", "fail", "skip", "error", "convention")
 SCHEMA = 1
 
@@ -43,9 +46,13 @@ class Result:
 
 
 def _jsonable(value: Any) -> Any:
-    """JSON has no NaN or Infinity: write them as strings so the file stays standard."""
+    """JSON has no NaN or Infinity: write them as strings so the file stays standard. Text
+    is made inert (tck.reports.text.visible): no control character or undecodable byte
+    reaches the file or anything rendered from it."""
+    if isinstance(value, str):
+        return visible(value)
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {visible(str(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
@@ -70,5 +77,5 @@ def summarize(results: list[Result]) -> dict[str, int]:
 
 
 def write_results(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_jsonable(document), indent=1, ensure_ascii=False) + "\n")
+    """Write results.json whole or not at all (a temporary file, then a rename)."""
+    atomic_write(path, json.dumps(_jsonable(document), indent=1, ensure_ascii=False) + "\n")

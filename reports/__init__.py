@@ -16,7 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .files import atomic_write
 from .junit import junit_xml
+from .schema import problem
+from .text import visible
 
 __all__ = ["ReportError", "junit_xml", "load_results", "write_reports", "write_scoreboard"]
 
@@ -38,12 +41,23 @@ def load_results(folder: str | Path) -> dict[str, Any]:
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ReportError(f"{path} is not readable JSON ({err}); rerun 'tck run'") from None
-    missing = [k for k in _REQUIRED if not isinstance(document, dict) or k not in document]
+    if not isinstance(document, dict):
+        raise ReportError(
+            f"{path} is not a tck results file: it holds a JSON {type(document).__name__}, "
+            "not an object; rerun 'tck run'"
+        )
+    missing = [k for k in _REQUIRED if k not in document]
     if missing:
         raise ReportError(f"{path} is not a tck results file: no {', '.join(missing)}")
     if document["schema"] != SCHEMA:
         raise ReportError(
-            f"{path} has results schema {document['schema']!r}; this tck reads schema {SCHEMA}"
+            f"{path} has results schema {visible(repr(document['schema']))[:80]}; "
+            f"this tck reads schema {SCHEMA}"
+        )
+    wrong = problem(document)
+    if wrong is not None:
+        raise ReportError(
+            f"{path} is not a valid tck results file ({visible(wrong)}); rerun 'tck run'"
         )
     return document
 
@@ -55,8 +69,8 @@ def write_reports(document: dict[str, Any], out_dir: str | Path) -> dict[str, Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "index.html", "junit": out / "junit.xml"}
-    paths["html"].write_text(render_report(document), encoding="utf-8")
-    paths["junit"].write_text(junit_xml(document), encoding="utf-8")
+    atomic_write(paths["html"], render_report(document))  # a temporary file, then a rename
+    atomic_write(paths["junit"], junit_xml(document))
     return paths
 
 
@@ -72,5 +86,5 @@ def write_scoreboard(folders: list[str | Path], out_dir: str | Path) -> Path:
         write_reports(document, folder)
         runs.append((folder, document))
     path = out / "scoreboard.html"
-    path.write_text(render_scoreboard(runs, out), encoding="utf-8")
+    atomic_write(path, render_scoreboard(runs, out))
     return path

@@ -21,6 +21,7 @@ from markupsafe import Markup
 from tck.conformance.diagnosis import root_causes
 
 from . import plots
+from .text import visible
 
 # Worst first: the colour and the order a cell or a group takes.
 STATUS_ORDER = ("fail", "error", "convention", "pass", "skip")
@@ -35,10 +36,17 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_inert,  # adapter text: every control character visible (tck.reports.text)
     )
     env.filters["num"] = format_number
     env.filters["anchor"] = anchor
     return env
+
+
+def _inert(value: Any) -> Any:
+    if isinstance(value, (Markup, int, float, jinja2.Undefined)) or value is None:
+        return value
+    return visible(value)
 
 
 def format_number(value: Any) -> str:
@@ -192,6 +200,23 @@ def report_context(document: dict[str, Any]) -> dict[str, Any]:
         "causes": root_causes({**r, "index": i} for i, r in enumerate(results)),
         "plots": [Markup(svg) for svg in svgs if svg],
         "statuses": STATUS_ORDER,
+        "interrupted": bool(document.get("interrupted")),
+        "not_run": list(document.get("not_run", [])),
+        "baseline": _baseline(document),
+    }
+
+
+def _baseline(document: dict[str, Any]) -> dict[str, Any] | None:
+    """New, still-failing and fixed rows of a ``tck run --baseline`` run, or None."""
+    baseline = document.get("baseline")
+    if not baseline:
+        return None
+    rows = [{**r, "index": i} for i, r in enumerate(document["results"])]
+    return {
+        "path": baseline["path"],
+        "new": [r for r in rows if r.get("baseline") == "new"],
+        "known": [r for r in rows if r.get("baseline") == "known"],
+        "fixed": list(baseline["fixed"]),
     }
 
 

@@ -5,7 +5,11 @@ One ``testsuite`` per component; a test case per result, named ``check[subject]`
 diagnosis.root_causes``): the diagnosis code, or "CAUSE (symptom: CODE)" when a more specific
 explanation of the same subject covers it, and whose type is the code; an ``error`` an
 ``<error>``, a ``skip`` ``<skipped>``; a ``convention`` passes, with the deviation in its
-``system-out``. ElementTree escapes every text and attribute.
+``system-out``. Under ``tck run --baseline``, a known failure is ``<skipped
+type="baseline.known">`` (it does not fail CI), a new one's text starts "NEW since the
+baseline", and a fixed row says so in its ``system-out``. ElementTree escapes every text
+and attribute; ``visible`` first writes every character XML 1.0 forbids (control
+characters, lone surrogates) as a visible escape.
 """
 
 from __future__ import annotations
@@ -16,19 +20,23 @@ from typing import Any
 
 from tck.conformance.diagnosis import root_causes
 
+from .text import visible
+
 
 def junit_xml(document: dict[str, Any]) -> str:
     adapter = document["adapter"]["name"] or "unknown"
     by_component: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in document["results"]:
         by_component[result["component"]].append(result)
+    fixed = set(document.get("baseline", {}).get("fixed", ()))
+    kinds = [_kind(r) for r in document["results"]]
     root = ET.Element(
         "testsuites",
         name=f"tck {adapter}",
         tests=str(len(document["results"])),
-        failures=str(document["summary"]["failed"]),
-        errors=str(document["summary"]["errors"]),
-        skipped=str(document["summary"]["skipped"]),
+        failures=str(kinds.count("fail")),
+        errors=str(kinds.count("error")),
+        skipped=str(kinds.count("skip")),
         time=f"{document.get('duration_s', 0.0):.3f}",
     )
     by_index = {
@@ -38,7 +46,7 @@ def junit_xml(document: dict[str, Any]) -> str:
     }
     causes = {id(r): by_index.get(i) for i, r in enumerate(document["results"])}
     for component, results in by_component.items():
-        statuses = [r["status"] for r in results]
+        statuses = [_kind(r) for r in results]
         suite = ET.SubElement(
             root,
             "testsuite",
@@ -50,7 +58,11 @@ def junit_xml(document: dict[str, Any]) -> str:
             time=f"{sum(r.get('duration_s', 0.0) for r in results):.3f}",
         )
         for result in results:
-            suite.append(_testcase(adapter, result, causes.get(id(result))))
+            suite.append(_testcase(adapter, result, fixed, causes.get(id(result))))
+    for element in root.iter():  # adapter text: well-formed XML whatever it holds
+        element.text = None if element.text is None else visible(element.text)
+        for key, value in element.attrib.items():
+            element.set(key, visible(value))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode")
 
@@ -66,7 +78,18 @@ def _case_name(result: dict[str, Any]) -> str:
     return f"{result['check']}[{result['subject']}]{suffix}"
 
 
-def _testcase(adapter: str, result: dict[str, Any], cause: str | None = None) -> ET.Element:
+def _kind(result: dict[str, Any]) -> str:
+    """The JUnit outcome: a failure known from ``tck run --baseline`` is a skip (it does not
+    fail CI; its message says it is known)."""
+    return "skip" if result.get("baseline") == "known" else result["status"]
+
+
+def _testcase(
+    adapter: str,
+    result: dict[str, Any],
+    fixed: set[str] = frozenset(),
+    cause: str | None = None,
+) -> ET.Element:
     case = ET.Element(
         "testcase",
         classname=f"tck.{adapter}.{result['component']}",
@@ -75,8 +98,18 @@ def _testcase(adapter: str, result: dict[str, Any], cause: str | None = None) ->
     )
     status, diagnosis = result["status"], result["diagnosis"]
     clauses = ", ".join(f"§{c}" for c in result["clause"])
+    if result.get("baseline") == "known":
+        ET.SubElement(
+            case,
+            "skipped",
+            message=f"known failure (tck run --baseline), still failing: {diagnosis['code']}",
+            type="baseline.known",
+        ).text = f"{status} {diagnosis['code']}: {diagnosis['message']}"
+        return case
     if status in ("fail", "error"):
         body = f"SPEC {clauses}\n{diagnosis['message']}"
+        if result.get("baseline") == "new":
+            body = f"NEW since the baseline (tck run --baseline)\n{body}"
         if result.get("counterexample"):
             body += f"\n\n{result['counterexample']}"
         if result.get("repro"):
@@ -93,4 +126,9 @@ def _testcase(adapter: str, result: dict[str, Any], cause: str | None = None) ->
     elif status == "convention":
         out = ET.SubElement(case, "system-out")
         out.text = f"convention {diagnosis['code']}: {diagnosis['message']}"
+    if _case_name(result) in fixed and status in ("pass", "convention"):
+        out = case.find("system-out")
+        if out is None:
+            out = ET.SubElement(case, "system-out")
+        out.text = f"FIXED since the baseline (tck run --baseline). {out.text or ''}".strip()
     return case

@@ -7,13 +7,16 @@ the reports must be written.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tck.conformance.cli import main
@@ -29,22 +32,40 @@ FAULTS = {
     "shape": ("fail", "shape.wrong_output_shape", "output shape"),
     "dtype": ("fail", "adapter.output_not_float", "int64"),
     "not_array": ("fail", "adapter.output_not_array", "list"),
-    "hang": ("error", "adapter.timeout", "did not finish within 3.0 s"),
+    "hang": ("error", "adapter.timeout", "did not finish within 10.0 s"),
     "segfault": ("error", "adapter.crashed", "crashed while running"),
     "abort": ("error", "adapter.crashed", "crashed while running"),
+    # issue 20: faults that used to end in a false green, a lost report or a wrong verdict
+    "keyboard_interrupt": ("error", "adapter.exception", "KeyboardInterrupt without a Ctrl-C"),
+    "bad_str": ("error", "adapter.exception", "whose str() raised ValueError"),
+    "exit0": ("error", "adapter.crashed", "os._exit(0)"),
+    "scribble": ("fail", "adapter.input_modified", "changed its input(s) 'x' in place"),
+    "scribble_buggy": ("fail", None, "(also: run() changed its input(s) 'x' in place"),
+    "zero_d": ("fail", "shape.wrong_output_shape", "0-d array"),
+    "ansi": ("error", "adapter.exception", "\\x1b[31mred\\x1b[0m\\x00\\x07"),
+    "undecodable": ("error", "adapter.exception", "bytes \\udcff\\udcfe not utf-8"),
 }
 
 
-def run_faulty(fault: str, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+def run_faulty(
+    fault: str,
+    tmp_path: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    out: Path | None = None,
+) -> tuple[subprocess.CompletedProcess, Path]:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    out = tmp_path / "out"
+    out = out or tmp_path / "out"
     env = {
         **os.environ,
         "PYTHONPATH": str(SUPPORT),
         "TCK_FAULT": fault,
         "TCK_FAULT_ONCE": str(tmp_path / "fired"),
+        **(env or {}),
     }
-    command = ["run", "--adapter", "faulty_adapter:adapter", "--out", str(out), "--timeout", "3"]
+    # A limit long enough for a cold worker on a loaded machine (the first gradient check
+    # imports much of torch); the hang tests pass their own.
+    command = ["run", "--adapter", "faulty_adapter:adapter", "--out", str(out), "--timeout", "60"]
     proc = subprocess.run(
         [sys.executable, "-m", "tck", *command, *extra],
         capture_output=True,
@@ -56,10 +77,22 @@ def run_faulty(fault: str, tmp_path: Path, *extra: str) -> tuple[subprocess.Comp
     return proc, out
 
 
+def _tck(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m tck ARGS`` with the faulty adapters of tests/support importable."""
+    return subprocess.run(
+        [sys.executable, "-m", "tck", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SUPPORT)},
+        cwd=cwd,
+        timeout=600,
+    )
+
+
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_broken_adapter_is_one_row_and_the_run_goes_on(fault, tmp_path):
     status, code, words = FAULTS[fault]
-    proc, out = run_faulty(fault, tmp_path)
+    proc, out = run_faulty(fault, tmp_path, *(("--timeout", "10") if fault == "hang" else ()))
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
     for name in ("results.json", "index.html", "junit.xml"):
         assert (out / name).exists(), name
@@ -152,3 +185,428 @@ def test_the_console_script_finds_an_adapter_in_the_current_folder(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "tck mine:" in proc.stdout
+
+
+# ---------------------------------------------------------------- issue 20: no false green
+
+
+def _bad_rows(document: dict) -> list[dict]:
+    return [r for r in document["results"] if r["status"] in ("fail", "error")]
+
+
+def _all_reports_name(out: Path, check: str, code: str) -> None:
+    """results.json, index.html and junit.xml all hold the row (JUnit: well-formed XML)."""
+    document = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert any(r["check"] == check and r["diagnosis"]["code"] == code for r in document["results"])
+    assert code in (out / "index.html").read_text(encoding="utf-8")
+    root = ET.parse(out / "junit.xml").getroot()
+    types = [e.get("type") for e in root.iter() if e.tag in ("error", "failure")]
+    assert code in types, types
+
+
+def test_a_buggy_adapter_that_scribbles_on_its_input_fails_the_oracle(tmp_path):
+    """The oracle compares with the inputs as they were made, not as the adapter left them."""
+    proc, out = run_faulty("scribble_buggy", tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (row,) = _bad_rows(json.loads((out / "results.json").read_text()))
+    assert row["diagnosis"]["code"] != "adapter.input_modified", row["diagnosis"]
+    assert row["metrics"]["side_effects"] == ["adapter.input_modified"]
+
+
+def test_a_hang_in_native_code_ends_its_worker_and_is_a_timeout_row(tmp_path):
+    proc, out = run_faulty("native_hang", tmp_path, "--timeout", "15")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((out / "results.json").read_text())
+    bad = _bad_rows(document)
+    assert [(r["check"], r["diagnosis"]["code"]) for r in bad] == [
+        ("equality.oracle", "adapter.timeout")
+    ], bad
+    assert "native code" in bad[0]["diagnosis"]["message"]
+    assert "not_run" not in document
+
+
+@pytest.mark.parametrize("fault", ["exit0", "keyboard_interrupt"])
+def test_in_process_runs_contain_exits_and_stray_interrupts(fault, tmp_path):
+    proc, out = run_faulty(fault, tmp_path, "-n", "0")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((out / "results.json").read_text())
+    assert [(r["check"], r["status"]) for r in _bad_rows(document)] == [
+        ("equality.oracle", "error")
+    ]
+    assert document["summary"]["passed"] > 20 and "interrupted" not in document
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_ctrl_c_keeps_the_complete_results_and_writes_the_partial_ones_beside(workers, tmp_path):
+    """A real SIGINT mid-run (sent by the adapter to the tck process, at a known point)."""
+    run_faulty("nan", tmp_path / "complete")
+    complete = tmp_path / "complete" / "out"
+    before = (complete / "results.json").read_bytes()
+    proc, _ = run_faulty(
+        "ctrl_c",
+        tmp_path / "interrupted",
+        "-n",
+        workers,
+        env={"TCK_SIGINT": "self" if workers == "0" else "parent"},
+        out=complete,
+    )
+    assert proc.returncode == 130, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (complete / "results.json").read_bytes() == before  # never over them
+    partial = complete / "interrupted"
+    document = json.loads((partial / "results.json").read_text())
+    assert document["interrupted"] is True
+    interrupted = [r for r in document["results"] if r["diagnosis"]["code"] == "run.interrupted"]
+    assert interrupted and document["summary"]["errors"] >= len(interrupted)
+    assert "INTERRUPTED" in proc.stdout
+    _all_reports_name(partial, interrupted[0]["check"], "run.interrupted")
+
+
+def test_checks_that_never_ran_are_errors_in_every_report(tmp_path):
+    """Every oracle check aborts its worker; xdist stops replacing them, so checks are left
+    that never ran: each is an error row, and the run is red."""
+    out = tmp_path / "out"
+    proc = _tck(
+        tmp_path,
+        "run",
+        "--adapter",
+        "hostile_adapters:crash_always",
+        "--out",
+        str(out),
+        "--only",
+        "layer_norm",
+        "-n",
+        "1",
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((out / "results.json").read_text())
+    missing = [r for r in document["results"] if r["diagnosis"]["code"] == "run.not_run"]
+    assert len(missing) == len(document["not_run"]) > 0  # each one a row
+    assert "not run" in proc.stdout
+    assert document["summary"]["errors"] == len(_bad_rows(document))
+    for r in document["results"]:
+        if r["diagnosis"]["code"] == "run.not_run":
+            _all_reports_name(out, r["check"], "run.not_run")
+            break
+
+
+def test_a_crash_in_a_subject_with_a_non_ascii_name_is_its_row(tmp_path):
+    out = tmp_path / "out"
+    proc = _tck(tmp_path, "run", "--adapter", "hostile_adapters:non_ascii_crash", "--out", str(out))
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    (row,) = _bad_rows(document)
+    assert (row["check"], row["subject"]) == ("equality.oracle", "layer_norm[é ü 名]")
+    assert row["diagnosis"]["code"] == "adapter.crashed"
+    assert "not_run" not in document
+
+
+# ------------------------------------------------------------- private inputs and outputs
+
+
+def test_a_reused_output_buffer_is_its_own_finding_and_changes_no_verdict(tmp_path):
+    out = tmp_path / "out"
+    proc = _tck(tmp_path, "run", "--adapter", "hostile_adapters:reuses_output", "--out", str(out))
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((out / "results.json").read_text())
+    codes = {r["diagnosis"]["code"] for r in _bad_rows(document)}
+    assert codes == {"adapter.output_reused"}, codes  # nothing else: the values are right
+    determinism = [r for r in document["results"] if r["check"] == "blocks.eval_determinism"]
+    assert determinism and all(r["status"] == "fail" for r in determinism)
+
+
+def test_a_noisy_adapter_in_a_reused_buffer_fails_eval_determinism(tmp_path):
+    out = tmp_path / "out"
+    proc = _tck(
+        tmp_path, "run", "--adapter", "hostile_adapters:noisy_reuses_output", "--out", str(out)
+    )
+    assert proc.returncode == 1
+    document = json.loads((out / "results.json").read_text())
+    (row,) = [r for r in document["results"] if r["check"] == "blocks.eval_determinism"]
+    assert row["status"] == "fail"
+    assert row["diagnosis"]["code"] != "adapter.output_reused", row["diagnosis"]
+
+
+# ---------------------------------------------------------------------- inert text
+
+
+@pytest.mark.parametrize("fault", ["ansi", "undecodable"])
+def test_hostile_text_is_inert_in_every_report_and_the_terminal(fault, tmp_path):
+    proc, out = run_faulty(fault, tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ET.parse(out / "junit.xml")  # well-formed XML, or this raises
+    for name in ("results.json", "index.html", "junit.xml"):
+        text = (out / name).read_bytes().decode("utf-8")  # UTF-8, or this raises
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), name
+    assert "\x1b" not in proc.stdout and "\x1b" not in proc.stderr
+    assert "<![CDATA[" not in (out / "index.html").read_text()  # escaped, never markup
+
+
+def test_repro_snippets_are_built_from_literals_only():
+    from tck.conformance import repro
+    from tck.conformance.harness import DEFAULT_CONFIG
+
+    evil = 'x\nimport os; os.system("echo PWNED")\n#'
+    snippets = [
+        repro.pytest_snippet(
+            adapter_spec=evil, seed=3, module="test_norm", test_id=f"test_a[{evil}]", title=evil
+        ),
+        repro.oracle_snippet(
+            adapter_spec=evil,
+            subject=evil,
+            component="layer_norm",
+            config=DEFAULT_CONFIG,
+            seed=0,
+            inputs={"x": np.zeros((1, 2, 24))},
+            recipe=None,
+            title=evil,
+        ),
+    ]
+    for code in snippets:
+        tree = ast.parse(code)
+        calls = [
+            n.func.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        ]
+        assert "system" not in calls, code
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "os" not in imported, code
+
+
+def test_a_subject_named_with_a_newline_runs_and_reports(tmp_path):
+    out = tmp_path / "out"
+    proc = _tck(
+        tmp_path, "run", "--adapter", "hostile_adapters:newline_name", "--out", str(out), "-n", "0"
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "PWNED" not in proc.stdout
+    ET.parse(out / "junit.xml")
+    document = json.loads((out / "results.json").read_text())
+    assert {r["subject"] for r in document["results"]} == {
+        'ln\nimport os; os.system("echo PWNED")\n#'
+    }
+
+
+def test_captured_output_is_bounded(tmp_path):
+    proc, out = run_faulty("chatty", tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert (out / "junit.xml").stat().st_size < 2_000_000
+    assert len(proc.stdout) + len(proc.stderr) < 2_000_000
+
+
+# ------------------------------------------------------------- one run per output folder
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path, capsys):
+    import filelock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with filelock.FileLock(str(out / ".tck.lock")):
+        assert main(["run", "--adapter", "reference", "--out", str(out), "-n", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "another tck run is writing to" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["index.html", "junit.xml", "results.json"])
+def test_files_tck_did_not_write_are_never_overwritten(name, tmp_path, capsys):
+    (tmp_path / name).write_text("<html>my own page</html>\n")
+    assert main(["run", "--adapter", "reference", "--out", str(tmp_path), "-n", "0"]) == 2
+    assert "which tck did not write" in capsys.readouterr().err
+    assert (tmp_path / name).read_text() == "<html>my own page</html>\n"
+
+
+def test_report_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    from tck.reports import files
+
+    target = tmp_path / "results.json"
+    target.write_text("old and complete\n")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(files.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        files.atomic_write(target, "new")
+    assert target.read_text() == "old and complete\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary left
+
+
+# ---------------------------------------------------------------------- strict input
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--only", ""], "names no component"),
+        (["run", "--only", " , "], "names no component"),
+        (["run", "--seed", "-1"], "--seed -1 is not between 0 and 4294967295"),
+        (["run", "--seed", str(2**70)], "is not between 0 and 4294967295"),
+        (["run", "--timeout", "-5"], "--timeout -5 is not a positive number of seconds"),
+        (["run", "--timeout", "0"], "is not a positive number of seconds"),
+        (["run", "--timeout", "nan"], "is not a positive number of seconds"),
+        (["run", "--threads", "0"], "--threads 0 is not between 1 and 1024"),
+        (["run", "--adapter", "hostile_adapters:subjects_raise"], "subjects() raised"),
+        (["run", "--adapter", "hostile_adapters:subjects_exit"], "subjects() raised SystemExit"),
+        (["run", "--adapter", "hostile_adapters:duplicate_names"], "more than one subject named"),
+        (["run", "--adapter", "exit_on_import:adapter"], "SystemExit"),
+        (["run", "--baseline", "nowhere/results.json"], "does not exist"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(args, message, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(SUPPORT))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_export_onnx_to_a_folder_is_one_line(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    folder = tmp_path / "graph.onnx"
+    folder.mkdir()
+    args = ["export-onnx", "--adapter", "reference", "--component", "layer_norm"]
+    assert main([*args, "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "not a regular file" in err and err.count("\n") == 1
+
+
+def _valid_document() -> dict:
+    return {
+        "schema": 1,
+        "adapter": {"name": "x", "deviations": {"layer_norm": {}}},
+        "environment": {"python": "3"},
+        "profile": "ci",
+        "seed": 0,
+        "duration_s": 1.0,
+        "summary": {"passed": 1, "failed": 0, "skipped": 0, "errors": 0, "conventions": 0},
+        "results": [
+            {
+                "check": "norm.x",
+                "clause": ["5.1"],
+                "component": "layer_norm",
+                "subject": "layer_norm",
+                "status": "pass",
+                "diagnosis": {"code": "", "message": ""},
+                "metrics": {},
+                "repro": "",
+                "counterexample": "",
+                "notes": [],
+                "duration_s": 0.1,
+            }
+        ],
+    }
+
+
+def _broken(change) -> dict:
+    document = _valid_document()
+    change(document)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (_broken(lambda d: d["results"][0].pop("status")), "'status' is a required property"),
+        (_broken(lambda d: d["results"][0].update(status="maybe")), "results/0/status"),
+        (_broken(lambda d: d["summary"].update(failed="none")), "summary/failed"),
+        (_broken(lambda d: d.update(adapter="torch")), "adapter"),
+        (_broken(lambda d: d["results"][0].update(clause="5.1")), "results/0/clause"),
+        ([1, 2], "not an object"),
+        (_broken(lambda d: d.pop("seed")), "'seed' is a required property"),
+    ],
+)
+def test_report_refuses_a_malformed_results_file_in_one_line(document, message, tmp_path, capsys):
+    (tmp_path / "results.json").write_text(json.dumps(document))
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_report_renders_a_valid_results_file(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(_valid_document()))
+    assert main(["report", str(tmp_path)]) == 0
+
+
+# ------------------------------------------------------------------------- containment
+
+
+def test_the_plugin_leaves_other_projects_alone(tmp_path):
+    """A project with its own fixture named ``subject``: the tck plugin (installed, so loaded
+    in every pytest session) must not parametrise it or import $TCK_ADAPTER."""
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture\ndef subject():\n    return 'mine'\n"
+    )
+    (tmp_path / "test_mine.py").write_text(
+        "def test_uses_subject(subject):\n    assert subject == 'mine'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_mine.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TCK_ADAPTER": "no_such_module:adapter"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
+
+
+# ------------------------------------------------------------------------ the baseline
+
+
+def test_a_baseline_turns_known_failures_green_and_new_ones_red(tmp_path):
+    proc, old = run_faulty("nan", tmp_path / "old")
+    assert proc.returncode == 1
+    baseline = str(old / "results.json")
+    proc, out = run_faulty("nan", tmp_path / "same", "--baseline", baseline)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "still failing, known from the baseline: 1" in proc.stdout
+    assert "new since the baseline (these fail the run): 0" in proc.stdout
+    document = json.loads((out / "results.json").read_text())
+    assert document["baseline"]["known"] and not document["baseline"]["new"]
+    root = ET.parse(out / "junit.xml").getroot()
+    assert root.get("failures") == "0" and root.get("errors") == "0"
+    assert [e.get("type") for e in root.iter("skipped")].count("baseline.known") == 1
+    assert 'id="baseline"' in (out / "index.html").read_text()
+
+    proc, out = run_faulty("shape", tmp_path / "new", "--baseline", baseline)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "new since the baseline (these fail the run): 1" in proc.stdout
+    document = json.loads((out / "results.json").read_text())
+    assert len(document["baseline"]["new"]) == 1
+    root = ET.parse(out / "junit.xml").getroot()
+    assert root.get("failures") == "1"
+    assert "NEW since the baseline" in "".join(e.text or "" for e in root.iter("failure"))
+
+
+def test_the_baseline_lists_fixed_rows_in_every_report(tmp_path):
+    from tck.conformance.baseline import apply_baseline, red
+    from tck.reports import junit_xml
+    from tck.reports.html import render_report
+
+    old = _valid_document()
+    old["results"][0].update(status="fail", diagnosis={"code": "x.bug", "message": "m"})
+    now = _valid_document()
+    apply_baseline(now, old, "old/results.json")
+    assert now["baseline"]["fixed"] == ["norm.x[layer_norm]"] and not red(now)
+    assert "FIXED since the baseline" in junit_xml(now)
+    assert "Fixed since the baseline: 1" in render_report(now)
+    # a failure with another diagnosis code than the baseline's is new
+    now["results"][0].update(status="fail", diagnosis={"code": "x.other", "message": "m"})
+    apply_baseline(now, old, "old/results.json")
+    assert now["baseline"]["new"] == ["norm.x[layer_norm]"] and red(now)
+
+
+def test_an_adapter_whose_load_raises_gets_named_error_rows(tmp_path):
+    out = tmp_path / "out"
+    proc = _tck(
+        tmp_path, "run", "--adapter", "hostile_adapters:load_raises", "--out", str(out), "-n", "0"
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    document = json.loads((out / "results.json").read_text())
+    bad = _bad_rows(document)
+    assert bad and all(r["status"] == "error" for r in bad)
+    assert all("RuntimeError: load is broken" in r["diagnosis"]["message"] for r in bad)
+    assert "Traceback" not in proc.stdout
