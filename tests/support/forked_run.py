@@ -20,6 +20,8 @@ import time
 import traceback
 from pathlib import Path
 
+from tck.conformance.cli import main  # loaded once here, before any fork
+
 
 def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float) -> int:
     """``tck run ARGS -n 0`` in a forked child; its exit status. stdout and stderr go to
@@ -35,8 +37,6 @@ def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float) -> int:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             sys.stdout = sys.stderr = open(fd, "w", buffering=1, encoding="utf-8")
-            from tck.conformance.cli import main
-
             code = main(["run", *args, "-n", "0"])
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
