@@ -30,7 +30,7 @@ torch lacks for a dtype on this device ("not implemented for 'Half'") becomes
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +89,10 @@ class TorchEntry:
     notes: tuple[str, ...] = ()
     dtypes: tuple[str, ...] | None = None  # default: the adapter's
     grad_dtypes: tuple[str, ...] | None = None  # dtypes grad() is offered in; default: dtypes
+    # The part(s) of the built module that are the subject, when ``make`` builds more (a whole
+    # model for one of its layers); default: the module. ``params.count`` counts their
+    # parameters (SPEC.md §10.3).
+    holds: Callable[[nn.Module], nn.Module | Iterable[nn.Module]] | None = None
 
     def subject(self) -> Subject:
         return Subject(
@@ -278,6 +282,14 @@ class TorchModuleAdapter(Adapter):
             tensor = self._lookup(handle, named, ref)
             out[canonical] = tensor.detach().to(torch.float64).cpu().numpy().copy()
         return out
+
+    def param_count(self, handle: TorchHandle) -> int:
+        """The scalars the module itself holds (``module.parameters()``, a shared tensor once),
+        whatever ``param_map`` shows: an extra LayerNorm counts (SPEC.md §10.3)."""
+        held = handle.entry.holds(handle.module) if handle.entry.holds else handle.module
+        parts = [held] if isinstance(held, nn.Module) else list(held)
+        unique = {id(p): p for part in parts for p in part.parameters()}
+        return sum(p.numel() for p in unique.values())
 
     def load(self, handle: TorchHandle, params: Arrays) -> None:
         named = dict(handle.module.named_parameters())

@@ -19,6 +19,7 @@ STYLE = {
     "error": "bold magenta",
     "convention": "yellow",
     "skip": "dim",
+    "unverified": "cyan",
 }
 
 
@@ -74,7 +75,7 @@ class ProgressPlugin:
 def print_summary(console: Console, document: dict[str, Any], out: Path, reports: dict) -> None:
     """The end of a run: counts per component, then every failure, then where things are."""
     s = document["summary"]
-    statuses = ("pass", "fail", "error", "convention", "skip")
+    statuses = ("pass", "fail", "error", "convention", "unverified", "skip")
     table = Table(title=Text(f"tck {document['adapter']['name']}"), title_justify="left")
     table.add_column("component")
     for status in statuses:
@@ -99,7 +100,8 @@ def print_summary(console: Console, document: dict[str, Any], out: Path, reports
     # One line that scripts and CI logs can grep, in plain text.
     console.print(
         f"tck {document['adapter']['name']}: {s['passed']} passed, {s['failed']} failed, "
-        f"{s['errors']} errors, {s['skipped']} skipped, {s['conventions']} conventions "
+        f"{s['errors']} errors, {s['skipped']} skipped, {s['conventions']} conventions, "
+        f"{s.get('unverified', 0)} unverified "
         f"({document['duration_s']:.1f} s, profile {document['profile']})",
         markup=False,
         highlight=False,

@@ -32,6 +32,7 @@ from .expected import expected
 from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from .results import CheckFailure
 from .tolerance import Comparison, compare, k_forward, reference_error, round_to
+from .verified import call_facts
 
 # Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
 # lengths that are not multiples of 8.
@@ -455,6 +456,7 @@ class Harness:
                 "max_abs_err": result.max_abs_err,
                 "ratio": result.ratio,
                 "passed": result.passed,
+                **call_facts(self.component, inputs, inst.config),  # SPEC.md §10.10
             }
         )
         if not result.passed:

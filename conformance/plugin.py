@@ -35,6 +35,7 @@ from . import repro
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .results import SCHEMA, CheckFailure, Result, summarize, write_results
+from .verified import ORACLE_CHECKS, unverified_reason
 
 _STATE = pytest.StashKey[dict[str, Any]]()
 _HARNESS = pytest.StashKey["Harness"]()
@@ -348,6 +349,11 @@ def _result(
             "message": " ".join(dict.fromkeys(m for _, m in harness.conventions_seen)),
         }
         result.notes = list(subject.notes)
+    if result.status == "pass" and result.check in ORACLE_CHECKS and harness:
+        reason = unverified_reason(subject.component, harness.calls)  # SPEC.md §10.10
+        if reason:
+            result.status = "unverified"
+            result.diagnosis = {"code": "verify.unmeasured", "message": reason}
     if result.status in ("fail", "error") and excinfo is not None:
         result.counterexample = repro.counterexample(getattr(excinfo.value, "__notes__", []))
     return result

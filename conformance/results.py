@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("pass", "fail", "skip", "error", "convention")
+STATUSES = ("pass", "fail", "skip", "error", "convention", "unverified")
 SCHEMA = 1
 
 
@@ -57,12 +57,14 @@ def _jsonable(value: Any) -> Any:
 
 def summarize(results: list[Result]) -> dict[str, int]:
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "conventions": 0}
+    counts["unverified"] = 0  # ran and agreed, but measured nothing (SPEC.md §10.10)
     key = {
         "pass": "passed",
         "fail": "failed",
         "skip": "skipped",
         "error": "errors",
         "convention": "conventions",
+        "unverified": "unverified",
     }
     for r in results:
         counts[key[r.status]] += 1

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from . import plots
 
 # Worst first: the colour and the order a cell or a group takes.
-STATUS_ORDER = ("fail", "error", "convention", "pass", "skip")
+STATUS_ORDER = ("fail", "error", "convention", "unverified", "pass", "skip")
 _SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 

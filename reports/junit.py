@@ -24,7 +24,7 @@ def junit_xml(document: dict[str, Any]) -> str:
         tests=str(len(document["results"])),
         failures=str(document["summary"]["failed"]),
         errors=str(document["summary"]["errors"]),
-        skipped=str(document["summary"]["skipped"]),
+        skipped=str(document["summary"]["skipped"] + document["summary"].get("unverified", 0)),
         time=f"{document.get('duration_s', 0.0):.3f}",
     )
     for component, results in by_component.items():
@@ -36,7 +36,7 @@ def junit_xml(document: dict[str, Any]) -> str:
             tests=str(len(results)),
             failures=str(statuses.count("fail")),
             errors=str(statuses.count("error")),
-            skipped=str(statuses.count("skip")),
+            skipped=str(statuses.count("skip") + statuses.count("unverified")),
             time=f"{sum(r.get('duration_s', 0.0) for r in results):.3f}",
         )
         for result in results:
@@ -78,6 +78,8 @@ def _testcase(adapter: str, result: dict[str, Any]) -> ET.Element:
         element.text = body
     elif status == "skip":
         ET.SubElement(case, "skipped", message=diagnosis["message"])
+    elif status == "unverified":  # ran, measured nothing: not a pass (SPEC.md §10.10)
+        ET.SubElement(case, "skipped", message=f"unverified: {diagnosis['message']}")
     elif status == "convention":
         out = ET.SubElement(case, "system-out")
         out.text = f"convention {diagnosis['code']}: {diagnosis['message']}"

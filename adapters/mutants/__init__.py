@@ -57,6 +57,7 @@ NAMES: tuple[str, ...] = (
     "mask_wrong_batch_row",
     "causal_mask_dropped",
     "rope_low_precision",
+    "extra_norm",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
