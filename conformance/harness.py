@@ -234,7 +234,8 @@ class Harness:
         return self.subject.component
 
     def config(self, **overrides: Any) -> Config:
-        return dataclasses.replace(DEFAULT_CONFIG, **overrides)
+        fixed = getattr(self.subject, "config", None) or {}  # what the subject fixes wins
+        return dataclasses.replace(DEFAULT_CONFIG, **{**overrides, **fixed})
 
     def dtypes(self) -> tuple[str, ...]:
         """The dtypes the adapter offers for this subject (float64 unless it says more)."""

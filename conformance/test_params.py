@@ -21,7 +21,7 @@ def _own_params(tck: Harness, inst) -> dict[str, np.ndarray]:
         pytest.skip(f"{tck.adapter.name} does not export canonical parameters: {why}")
 
 
-@pytest.mark.spec("0.2")
+@pytest.mark.spec("0.2", "0.5")
 @pytest.mark.components(*WITH_PARAMS)
 def test_round_trip(tck: Harness) -> None:
     """Loading canonical parameters and reading them back gives the same arrays."""

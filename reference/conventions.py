@@ -117,6 +117,11 @@ class Config:
     patch_size: int = 4
     channels: int = 3
     n_classes: int = 10
+    # Bias per part (SPEC.md §0.5); None follows ``bias``. Defaults: today's layout.
+    attention_bias: bool | None = None  # the q, k, v, o projections of §3.3
+    ffn_bias: bool | None = None  # fc1 and fc2 of §6.1
+    norm_bias: bool = True  # the shift of each LayerNorm (§5.1; RMSNorm has none)
+    head_bias: bool = True  # the ViT classifier head (§9.5)
 
     def __post_init__(self) -> None:
         positive = (
@@ -164,8 +169,30 @@ class Config:
         return self.d_v if self.d_v is not None else self.d_model // self.n_heads
 
     @property
+    def has_attention_bias(self) -> bool:
+        return self.bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def has_ffn_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    @property
     def n_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for name, default in _PER_PART_DEFAULTS.items():  # at their defaults: as before §0.5
+            if out[name] == default:
+                del out[name]
+        return out
+
+
+# Config's bias-per-part fields (SPEC.md §0.5) and their defaults: left out of to_dict at
+# these values, so that what was written before them (fixture manifests) reads the same.
+_PER_PART_DEFAULTS: dict[str, Any] = {
+    "attention_bias": None,
+    "ffn_bias": None,
+    "norm_bias": True,
+    "head_bias": True,
+}
