@@ -13,7 +13,7 @@ import os
 import sys
 
 from .base import INPUTS, OUTPUTS, Adapter, AdapterFailure, Arrays, Subject, Unsupported
-from .torch_module import Chunk, TorchEntry, TorchHandle, TorchModuleAdapter
+from .torch_module import ABSENT, Absent, Chunk, Param, TorchEntry, TorchHandle, TorchModuleAdapter
 
 BUILTIN: dict[str, str] = {
     "reference": "tck.adapters.reference:adapter",
@@ -89,15 +89,18 @@ def load_adapter(spec: str | None = None) -> Adapter:
 
 
 __all__ = [
+    "ABSENT",
     "BUILTIN",
     "DEFAULT_ADAPTER",
     "INPUTS",
     "OUTPUTS",
+    "Absent",
     "Adapter",
     "AdapterError",
     "AdapterFailure",
     "Arrays",
     "Chunk",
+    "Param",
     "Subject",
     "TorchEntry",
     "TorchHandle",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import unittest
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -124,6 +124,9 @@ class Subject:
     component: str  # a SPEC component: one of tck.reference.COMPONENTS
     conventions: Conventions = None  # type: ignore[assignment]  # default: canonical
     notes: tuple[str, ...] = ()  # plain-words facts for the report
+    # Config fields this subject fixes, e.g. {"attention_bias": False}: the suite builds it
+    # with them (SPEC.md §0.5); not part of its identity.
+    config: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:

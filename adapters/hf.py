@@ -356,6 +356,10 @@ def _bert_entries() -> list[TorchEntry]:
                 name=f"mha[{impl}]",
                 make=bert(impl),
                 forward=_bert_mha,
+                holds=lambda m: (
+                    m.encoder.layer[0].attention.self,
+                    m.encoder.layer[0].attention.output.dense,
+                ),
                 param_map=_bert_attention_map("", "encoder.layer.0."),
                 conventions=Conventions(fully_masked_rows=ROWS[impl]),
                 notes=(
@@ -370,6 +374,7 @@ def _bert_entries() -> list[TorchEntry]:
                 name=f"encoder_layer[{impl}]",
                 make=bert(impl),
                 forward=_bert_layer,
+                holds=lambda m: m.encoder.layer[0],
                 param_map=_bert_layer_map("", "encoder.layer.0."),
                 conventions=layer,
                 notes=("BertLayer: post-LN.", BERT_EPS_NOTE, *notes),
@@ -379,6 +384,7 @@ def _bert_entries() -> list[TorchEntry]:
                 name=f"encoder[{impl}]",
                 make=lambda c, impl=impl: _bert(c, impl),
                 forward=_bert_encoder,
+                holds=lambda m: m.encoder,
                 param_map=_bert_encoder_map,
                 conventions=layer,
                 notes=("BertEncoder: post-LN, no final norm.", BERT_EPS_NOTE, *notes),
@@ -389,6 +395,7 @@ def _bert_entries() -> list[TorchEntry]:
             "embedding",
             make=lambda c: _bert(c, "eager"),
             forward=lambda m, ids: m.embeddings.word_embeddings(ids),
+            holds=lambda m: m.embeddings.word_embeddings,
             param_map={"weight": "embeddings.word_embeddings.weight"},
             notes=(
                 "BertEmbeddings.word_embeddings, an nn.Embedding with padding_idx = "
@@ -526,6 +533,7 @@ def _vit_entries() -> list[TorchEntry]:
                 dtypes=dtypes,
                 make=vit(impl),
                 forward=_vit_mha,
+                holds=lambda m: m.vit.layers[0].attention,
                 param_map={
                     f"{ours}.{leaf}": f"vit.layers.0.attention.{ours}_proj.{leaf}"
                     for ours in "qkvo"
@@ -540,6 +548,7 @@ def _vit_entries() -> list[TorchEntry]:
                 dtypes=dtypes,
                 make=vit(impl),
                 forward=_vit_layer,
+                holds=lambda m: m.vit.layers[0],
                 param_map=_vit_layer_map("", "vit.layers.0."),
                 conventions=layer,
                 notes=("ViTLayer: pre-LN.", VIT_EPS_NOTE, *notes),
@@ -550,6 +559,7 @@ def _vit_entries() -> list[TorchEntry]:
                 dtypes=dtypes,
                 make=lambda c, impl=impl: _vit(c, impl),
                 forward=_vit_encoder,
+                holds=lambda m: (m.vit.layers, m.vit.layernorm),
                 param_map=_vit_encoder_map,
                 conventions=layer,
                 notes=(VIT_ENCODER_NOTE, VIT_EPS_NOTE, *notes),

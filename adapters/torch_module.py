@@ -37,7 +37,7 @@ on its inputs' device (``device=q.device``).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +84,35 @@ class Chunk:
         return part.T if self.transposed else part
 
 
-ParamRef = str | Chunk
+@dataclass(frozen=True)
+class Param:
+    """A canonical parameter stored in another layout in the module tensor ``name``. From the
+    module's tensor to the canonical one: ``slice`` = (dim, start, stop) of a fused tensor,
+    then ``permute`` (a dims order; ``(1, 0)`` transposes), then a reshape to ``shape``
+    (default: the canonical shape the spec gives). The inverse is applied on ``load``, the same
+    on ``params`` and on ``grad``. A fused qkv weight [3D, D]:
+    ``{"q.weight": Param("qkv.weight", slice=(0, 0, D)), "k.weight": Param(..., (0, D, 2*D))}``;
+    a weight stored [in, out] (``x @ w``): ``Param("w", permute=(1, 0))``; a class token stored
+    [1, D]: ``Param("cls", shape=(1, 1, D))``.
+    """
+
+    name: str
+    slice: tuple[int, int, int] | None = None
+    permute: tuple[int, ...] | None = None
+    shape: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Absent:
+    """A canonical parameter the module does not have (a bias it was built without): it reads
+    as zeros, loads only as zeros (any other value is ``Unsupported``, and the suite checks the
+    module with its own parameters instead), and has no gradient (gradient checks skip).
+    Declaring the part without bias (``Config.attention_bias=False``, ...) is the exact way."""
+
+
+ABSENT = Absent()
+
+ParamRef = str | Chunk | Param | Absent
 
 ParamMap = dict[str, ParamRef]
 
@@ -115,6 +143,12 @@ class TorchEntry:
     step: Callable[..., Any] | None = None
     devices: tuple[str, ...] | None = None  # device kinds; default: the adapter's
     devices_note: str | None = None  # why a device is not offered (the skip's reason)
+    # The part(s) of the built module that are the subject, when ``make`` builds more (a whole
+    # model for one of its layers); default: the module. ``params.count`` counts their
+    # parameters (SPEC.md §10.3).
+    holds: Callable[[nn.Module], nn.Module | Iterable[nn.Module]] | None = None
+    # Config fields the subject fixes (Subject.config), e.g. {"attention_bias": False}
+    config: Mapping[str, Any] | None = None
 
     def subject(self) -> Subject:
         return Subject(
@@ -122,6 +156,7 @@ class TorchEntry:
             component=self.component,
             conventions=self.conventions,  # type: ignore[arg-type]
             notes=self.notes,
+            config=self.config,
         )
 
 
@@ -133,6 +168,10 @@ class TorchHandle:
     config: Config
     dtype: torch.dtype = torch.float64
     device: torch.device = CPU
+
+    def canonical_shape(self, name: str) -> tuple[int, ...]:
+        shapes = param_shapes(self.subject.component, self.config, self.subject.conventions)
+        return tuple(shapes.get(name, ()))
 
     def param_map(self) -> Mapping[str, ParamRef]:
         mapping = self.entry.param_map
@@ -267,9 +306,16 @@ class TorchModuleAdapter(Adapter):
         }
         named = dict(handle.module.named_parameters())
         mapping = handle.param_map()
-        # Several canonical parameters may live in one tensor (Chunk): differentiate each
-        # module parameter once, then slice.
-        owners = sorted({ref.name if isinstance(ref, Chunk) else ref for ref in mapping.values()})
+        absent = sorted(k for k, ref in mapping.items() if isinstance(ref, Absent))
+        if absent:
+            raise Unsupported(
+                f"{self.name}:{handle.subject.name} has no {', '.join(absent)} (param_map: "
+                "Absent), so it has no gradient for them; declare the part without bias "
+                "(Config.attention_bias / ffn_bias / norm_bias / head_bias) to check gradients"
+            )
+        # Several canonical parameters may live in one tensor (Chunk, Param slice):
+        # differentiate each module parameter once, then slice.
+        owners = sorted({_owner(ref) for ref in mapping.values()})
         for owner in owners:
             self._lookup(handle, named, owner).requires_grad_(True)
         targets = [*leaves.values(), *(named[o] for o in owners)]
@@ -289,10 +335,7 @@ class TorchModuleAdapter(Adapter):
         result = {k: _numpy(g) for k, g in zip(leaves, by_target, strict=False)}
         of_owner = dict(zip(owners, by_target[len(leaves) :], strict=True))
         for canonical, ref in mapping.items():
-            if isinstance(ref, Chunk):
-                g = ref.of(of_owner[ref.name])
-            else:
-                g = of_owner[ref]
+            g = _to_canonical(of_owner[_owner(ref)], ref, handle.canonical_shape(canonical))
             result[f"params.{canonical}"] = _numpy(g)
         return result
 
@@ -354,9 +397,21 @@ class TorchModuleAdapter(Adapter):
         named = dict(handle.module.named_parameters())
         out = {}
         for canonical, ref in handle.param_map().items():
-            tensor = self._lookup(handle, named, ref)
+            if isinstance(ref, Absent):
+                out[canonical] = np.zeros(handle.canonical_shape(canonical))
+                continue
+            tensor = self._lookup(handle, named, _owner(ref))  # whole, then its layout
+            tensor = _to_canonical(tensor, ref, handle.canonical_shape(canonical))
             out[canonical] = tensor.detach().to(torch.float64).cpu().numpy().copy()
         return out
+
+    def param_count(self, handle: TorchHandle) -> int:
+        """The scalars the module itself holds (``module.parameters()``, a shared tensor once),
+        whatever ``param_map`` shows: an extra LayerNorm counts (SPEC.md §10.3)."""
+        held = handle.entry.holds(handle.module) if handle.entry.holds else handle.module
+        parts = [held] if isinstance(held, nn.Module) else list(held)
+        unique = {id(p): p for part in parts for p in part.parameters()}
+        return sum(p.numel() for p in unique.values())
 
     def load(self, handle: TorchHandle, params: Arrays) -> None:
         named = dict(handle.module.named_parameters())
@@ -364,12 +419,23 @@ class TorchModuleAdapter(Adapter):
         unknown = sorted(set(params) - set(mapping))
         if unknown:
             raise ValueError(f"{self.name}: no mapping for canonical parameters {unknown}")
+        missing = sorted(set(mapping) - set(params))
+        if missing:
+            raise ValueError(f"{self.name}: canonical parameter {missing[0]} is missing")
+        for canonical, ref in mapping.items():  # before anything is written
+            if isinstance(ref, Absent) and np.any(np.asarray(params[canonical]) != 0):
+                raise Unsupported(
+                    f"{self.name}:{handle.subject.name} has no {canonical} (param_map: Absent) "
+                    "and can hold only zeros there"
+                )
         with torch.no_grad():
             for canonical, ref in mapping.items():
-                if canonical not in params:
-                    raise ValueError(f"{self.name}: canonical parameter {canonical} is missing")
+                if isinstance(ref, Absent):
+                    continue
                 target = self._lookup(handle, named, ref)
                 value = torch.from_numpy(np.asarray(params[canonical], dtype=np.float64))
+                if isinstance(ref, Param):
+                    value = _from_canonical(value, ref, target)
                 if tuple(target.shape) != tuple(value.shape):
                     raise ValueError(
                         f"{self.name}: {canonical} has shape {tuple(value.shape)}, the module's "
@@ -378,7 +444,8 @@ class TorchModuleAdapter(Adapter):
                 target.copy_(value.to(device=target.device, dtype=target.dtype))
 
     def _lookup(self, handle: TorchHandle, named: Mapping[str, Any], ref: ParamRef) -> torch.Tensor:
-        name = ref.name if isinstance(ref, Chunk) else ref
+        """The module's tensor of ``ref``: a Chunk's or a Param's slice, as a view."""
+        name = _owner(ref)
         if name not in named:
             raise ValueError(
                 f"{self.name}:{handle.subject.name}: the module has no parameter {name!r} "
@@ -387,4 +454,43 @@ class TorchModuleAdapter(Adapter):
         tensor = named[name]
         if isinstance(ref, Chunk):
             return ref.of(tensor)
+        if isinstance(ref, Param) and ref.slice is not None:
+            dim, start, stop = ref.slice
+            return tensor.narrow(dim, start, stop - start)
         return tensor
+
+
+def _owner(ref: ParamRef) -> str:
+    """The module parameter a reference reads."""
+    if isinstance(ref, Absent):
+        return ""
+    return ref if isinstance(ref, str) else ref.name
+
+
+def _to_canonical(tensor: torch.Tensor, ref: ParamRef, shape: tuple[int, ...]) -> torch.Tensor:
+    """A module tensor (or its gradient), whole, in the canonical layout of ``ref``."""
+    if isinstance(ref, Chunk):
+        return ref.of(tensor)
+    if not isinstance(ref, Param):
+        return tensor
+    if ref.slice is not None:
+        dim, start, stop = ref.slice
+        tensor = tensor.narrow(dim, start, stop - start)
+    if ref.permute is not None:
+        tensor = tensor.permute(*ref.permute)
+    target = ref.shape or shape
+    return tensor.reshape(target) if target else tensor
+
+
+def _from_canonical(value: torch.Tensor, ref: Param, slot: torch.Tensor) -> torch.Tensor:
+    """A canonical value in the layout of the module's ``slot`` (the inverse of
+    ``_to_canonical`` after the slice)."""
+    if ref.permute is None:
+        return value.reshape(slot.shape) if value.numel() == slot.numel() else value
+    permuted = tuple(slot.shape[d] for d in ref.permute)
+    if value.numel() != slot.numel():
+        return value  # the shape check below names the mismatch
+    inverse = [0] * len(ref.permute)
+    for i, d in enumerate(ref.permute):
+        inverse[d] = i
+    return value.reshape(permuted).permute(*inverse)

@@ -267,8 +267,68 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return stat.st_ino, stat.st_mtime_ns
 
 
+# --model DIR: the adapters that check a local save_pretrained folder as it is
+PRETRAINED = {"hf.bert": "tck.adapters.pretrained:bert", "hf.vit": "tck.adapters.pretrained:vit"}
+
+
+def _pretrained(args: argparse.Namespace) -> str | None:
+    """The adapter spec of ``--adapter NAME --model DIR`` (DIR passed on in $TCK_MODEL)."""
+    if args.model is None:
+        return None
+    if args.adapter not in PRETRAINED:
+        raise UsageError(
+            f"--model works with --adapter {' or '.join(PRETRAINED)}, not {args.adapter!r}"
+        )
+    import os
+
+    from tck.adapters.pretrained import ENV, ModelError, _folder
+
+    try:
+        os.environ[ENV] = str(_folder(args.model).resolve())
+    except ModelError as err:
+        raise UsageError(str(err)) from None
+    return PRETRAINED[args.adapter]
+
+
+def _onnx_file(args: argparse.Namespace) -> str | None:
+    """The adapter spec of ``--adapter onnx:FILE --component C [--map M]`` (passed on in the
+    environment, for the worker processes)."""
+    if not (args.adapter or "").startswith("onnx:"):
+        if args.component or args.map:
+            raise UsageError("--component and --map apply to --adapter onnx:FILE")
+        return None
+    if not args.component:
+        raise UsageError("--adapter onnx:FILE needs --component (e.g. --component encoder_layer)")
+    import os
+
+    from tck.adapters import onnx_file
+
+    os.environ[onnx_file.ENV_FILE] = str(Path(args.adapter.removeprefix("onnx:")).resolve())
+    os.environ[onnx_file.ENV_COMPONENT] = args.component
+    os.environ.pop(onnx_file.ENV_MAP, None)
+    if args.map:
+        os.environ[onnx_file.ENV_MAP] = str(Path(args.map).resolve())
+    return "tck.adapters.onnx_file:from_env"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
+    pretrained = _pretrained(args) or _onnx_file(args)
+    if pretrained is not None and pretrained.endswith(":from_env"):
+        from tck.adapters import onnx_file
+
+        try:
+            adapter = onnx_file.from_env()
+        except (ImportError, onnx_file.OnnxFileError) as err:
+            raise UsageError(str(err)) from None
+    elif pretrained is not None:
+        from tck.adapters import pretrained as module
+
+        try:  # called here, not through load_adapter: its own one-line message
+            adapter = getattr(module, pretrained.rpartition(":")[2])()
+        except (ImportError, module.ModelError) as err:
+            raise UsageError(str(err)) from None
+    else:
+        adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
     only = _parse_only(args.only)
     require_components(adapter, only)
     if args.opset is not None and args.export is None:
@@ -279,7 +339,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_exportable(adapter)
     device = require_device(adapter, args.device, only, export=args.export)
     baseline = load_baseline(args.baseline) if args.baseline else None
-    out = _writable_dir(Path(args.out) if args.out else default_out(args.adapter or adapter.name))
+    name = adapter.name if pretrained else args.adapter or adapter.name
+    out = _writable_dir(Path(args.out) if args.out else default_out(name))
     with out_lock(out):
         foreign = foreign_files(out) + foreign_files(out / "interrupted")
         if foreign:
@@ -290,7 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         results = run_checks(
             ["--pyargs", "tck.conformance"],
-            adapter_spec=args.adapter or DEFAULT_ADAPTER,
+            adapter_spec=pretrained or args.adapter or DEFAULT_ADAPTER,
             out=out,
             profile=args.profile,
             seed=args.seed,
@@ -389,6 +450,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--adapter",
         default=None,
         help=f"built-in ({', '.join(BUILTIN)}) or module:attr; default $TCK_ADAPTER or reference",
+    )
+    run.add_argument(
+        "--model",
+        default=None,
+        metavar="DIR",
+        help="with --adapter hf.bert or hf.vit: check the save_pretrained folder DIR as it "
+        "is, at its own sizes with its own weights (local files and safetensors only)",
+    )
+    run.add_argument(
+        "--component",
+        default=None,
+        help="with --adapter onnx:FILE: the component the graph computes (e.g. encoder_layer)",
+    )
+    run.add_argument(
+        "--map",
+        default=None,
+        metavar="MAP.json",
+        help="with --adapter onnx:FILE: the graph's initializers as canonical parameters "
+        "(and its config, conventions, input names); without it the oracle checks skip",
     )
     run.add_argument("--profile", default="ci", choices=PROFILES, help="hypothesis profile")
     run.add_argument("--out", default=None, help="results folder (default reports/out/ADAPTER)")

@@ -23,6 +23,7 @@ STYLE = {
     "error": "bold magenta",
     "convention": "yellow",
     "skip": "dim",
+    "unverified": "cyan",
 }
 
 
@@ -120,7 +121,7 @@ def _print_causes(console: Console, document: dict[str, Any], bad: list[dict[str
 def print_summary(console: Console, document: dict[str, Any], out: Path, reports: dict) -> None:
     """The end of a run: counts per component, then every failure, then where things are."""
     s = document["summary"]
-    statuses = ("pass", "fail", "error", "convention", "skip")
+    statuses = ("pass", "fail", "error", "convention", "unverified", "skip")
     table = Table(title=Text(visible(f"tck {document['adapter']['name']}")), title_justify="left")
     table.add_column("component")
     for status in statuses:
@@ -153,6 +154,7 @@ def print_summary(console: Console, document: dict[str, Any], out: Path, reports
     if document.get("not_run"):
         verdict += f"{len(document['not_run'])} of them not run, "
     verdict += f"{s['skipped']} skipped, {s['conventions']} conventions"
+    verdict += f", {s.get('unverified', 0)} unverified"
     if baseline is not None:
         verdict += (
             f"; baseline: {len(baseline['new'])} new, {len(baseline['known'])} known, "

@@ -84,7 +84,7 @@ def expected(
         return oracle.layer_norm(
             inputs["x"],
             p["weight"],
-            p["bias"],
+            p.get("bias"),  # absent: Config.norm_bias=False
             eps=conv.eps,
             eps_placement=conv.eps_placement,
             variance=conv.variance,

@@ -42,6 +42,7 @@ from .expected import expected
 from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from .results import CheckFailure
 from .tolerance import Comparison, compare, k_forward, reference_error, round_to
+from .verified import call_facts
 
 # Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
 # lengths that are not multiples of 8.
@@ -304,7 +305,8 @@ class Harness:
         return self.subject.component
 
     def config(self, **overrides: Any) -> Config:
-        return dataclasses.replace(DEFAULT_CONFIG, **overrides)
+        fixed = getattr(self.subject, "config", None) or {}  # what the subject fixes wins
+        return dataclasses.replace(DEFAULT_CONFIG, **{**overrides, **fixed})
 
     def dtypes(self) -> tuple[str, ...]:
         """The dtypes the adapter offers for this subject (float64 unless it says more)."""
@@ -615,6 +617,7 @@ class Harness:
                 "max_abs_err": result.max_abs_err,
                 "ratio": result.ratio,
                 "passed": result.passed,
+                **call_facts(self.component, inputs, inst.config),  # SPEC.md §10.11
             }
         )
         if not result.passed:

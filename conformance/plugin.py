@@ -49,6 +49,7 @@ from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .results import SCHEMA, CheckFailure, Result, summarize, write_results
+from .verified import ORACLE_CHECKS, unverified_reason
 
 _STATE = pytest.StashKey[dict[str, Any]]()
 _HARNESS = pytest.StashKey["Harness"]()
@@ -656,6 +657,11 @@ def _result(
             result.repro = _repro(item, subject, excinfo)
         else:
             result.diagnosis["message"] += f" (also: {words})"
+    if result.status == "pass" and result.check in ORACLE_CHECKS and harness:
+        reason = unverified_reason(subject.component, harness.calls)  # SPEC.md §10.11
+        if reason:
+            result.status = "unverified"
+            result.diagnosis = {"code": "verify.unmeasured", "message": reason}
     if result.status in ("fail", "error") and excinfo is not None:
         result.counterexample = repro.counterexample(getattr(excinfo.value, "__notes__", []))
     return result

@@ -14,7 +14,7 @@ from typing import Any
 from tck.reports.files import atomic_write
 from tck.reports.text import visible
 
-STATUSES = ("pass", "fail", "skip", "error", "convention")
+STATUSES = ("pass", "fail", "skip", "error", "convention", "unverified")
 SCHEMA = 1
 
 
@@ -64,12 +64,14 @@ def _jsonable(value: Any) -> Any:
 
 def summarize(results: list[Result]) -> dict[str, int]:
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "conventions": 0}
+    counts["unverified"] = 0  # ran and agreed, but measured nothing (SPEC.md §10.11)
     key = {
         "pass": "passed",
         "fail": "failed",
         "skip": "skipped",
         "error": "errors",
         "convention": "conventions",
+        "unverified": "unverified",
     }
     for r in results:
         counts[key[r.status]] += 1

@@ -41,6 +41,13 @@ def run_fixture(tck: Harness, name: str) -> None:
             + ", ".join(f"{f}={d!r}" for f, (_, d) in differ.items())
         )
     config = Config(**entry["config"])
+    fixed = getattr(tck.subject, "config", None) or {}  # SPEC.md §0.5: e.g. no attention bias
+    clash = {f: v for f, v in fixed.items() if getattr(config, f) != v}
+    if clash:
+        pytest.skip(
+            f"fixture {name} has {', '.join(f'{f}={getattr(config, f)!r}' for f in clash)}; "
+            f"the subject fixes {', '.join(f'{f}={v!r}' for f, v in clash.items())}"
+        )
     handle = tck.build(config)  # on tck run's --device; Unsupported: a skip
     if fixture.params:
         try:

@@ -137,6 +137,11 @@ class Config:
     # §11.2: key/value heads of a causal self-attention (grouped-query attention); default
     # n_heads (multi-head attention), 1 is multi-query attention. No other component reads it.
     n_kv_heads: int | None = None
+    # Bias per part (SPEC.md §0.5); None follows ``bias``. Defaults: today's layout.
+    attention_bias: bool | None = None  # the q, k, v, o projections of §3.3
+    ffn_bias: bool | None = None  # fc1 and fc2 of §6.1
+    norm_bias: bool = True  # the shift of each LayerNorm (§5.1; RMSNorm has none)
+    head_bias: bool = True  # the ViT classifier head (§9.5)
 
     def __post_init__(self) -> None:
         positive = (
@@ -194,13 +199,35 @@ class Config:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
+    def has_attention_bias(self) -> bool:
+        return self.bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def has_ffn_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    @property
     def n_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
     def to_dict(self) -> dict[str, Any]:
-        """The sizes by name; n_kv_heads only when set (absent means n_heads, §11.2), so
-        configs written before it existed (fixture manifests, results) read the same."""
-        sizes = asdict(self)
-        if sizes["n_kv_heads"] is None:
-            del sizes["n_kv_heads"]
-        return sizes
+        """The sizes by name; fields added after configs were first written (n_kv_heads, §11.2;
+        the bias per part, §0.5) only when not at their defaults, so that configs written
+        before them (fixture manifests, results) read the same."""
+        out = asdict(self)
+        for name, default in _ADDED_DEFAULTS.items():
+            if out[name] == default:
+                del out[name]
+        return out
+
+
+# Config's fields added after configs were first written, with their defaults: left out of
+# to_dict at these values, so that what was written before them (fixture manifests) reads
+# the same. n_kv_heads None means n_heads (§11.2); the bias per part (§0.5) None follows bias.
+_ADDED_DEFAULTS: dict[str, Any] = {
+    "n_kv_heads": None,
+    "attention_bias": None,
+    "ffn_bias": None,
+    "norm_bias": True,
+    "head_bias": True,
+}

@@ -271,6 +271,7 @@ class LayerNorm(nn.Module):
         eps: float = 1e-5,
         eps_placement: str = "inside_sqrt",
         variance: str = "biased",
+        bias: bool = True,
     ):
         super().__init__()
         if eps_placement not in ("inside_sqrt", "outside_sqrt"):
@@ -279,7 +280,7 @@ class LayerNorm(nn.Module):
             raise ValueError(f"unknown variance {variance!r}: 'biased' or 'unbiased'")
         self.eps, self.eps_placement, self.variance = eps, eps_placement, variance
         self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         d, xs = x.shape[-1], _working(x, "norm_statistics")  # §10.10: float32 for half x
@@ -290,7 +291,8 @@ class LayerNorm(nn.Module):
             y = centred / torch.sqrt(var + self.eps)
         else:
             y = centred / (torch.sqrt(var) + self.eps)
-        return y.to(x.dtype) * self.weight + self.bias
+        y = y.to(x.dtype) * self.weight
+        return y if self.bias is None else y + self.bias
 
 
 class RMSNorm(nn.Module):
@@ -307,11 +309,11 @@ class RMSNorm(nn.Module):
         return y.to(x.dtype) * self.weight
 
 
-def make_norm(d: int, conventions: Conventions) -> LayerNorm | RMSNorm:
-    """The norm a layer declares (§5.1-§5.3)."""
+def make_norm(d: int, conventions: Conventions, bias: bool = True) -> LayerNorm | RMSNorm:
+    """The norm a layer declares (§5.1-§5.3); ``bias``: a LayerNorm with a shift."""
     if conventions.norm_kind == "rms_norm":
         return RMSNorm(d, conventions.eps)
-    return LayerNorm(d, conventions.eps, conventions.eps_placement, conventions.variance)
+    return LayerNorm(d, conventions.eps, conventions.eps_placement, conventions.variance, bias)
 
 
 class MultiHeadAttention(nn.Module):
@@ -325,10 +327,10 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.d_k, self.d_v = config.n_heads, config.head_dim_k, config.head_dim_v
         self.fully_masked_rows = conventions.fully_masked_rows
         d, hk, hv = config.d_model, config.n_heads * self.d_k, config.n_heads * self.d_v
-        self.q = nn.Linear(d, hk, bias=config.bias)
-        self.k = nn.Linear(d, hk, bias=config.bias)
-        self.v = nn.Linear(d, hv, bias=config.bias)
-        self.o = nn.Linear(hv, d, bias=config.bias)
+        self.q = nn.Linear(d, hk, bias=config.has_attention_bias)
+        self.k = nn.Linear(d, hk, bias=config.has_attention_bias)
+        self.v = nn.Linear(d, hv, bias=config.has_attention_bias)
+        self.o = nn.Linear(hv, d, bias=config.has_attention_bias)
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, keep_mask: Tensor | None = None
@@ -358,8 +360,8 @@ class FeedForward(nn.Module):
     def __init__(self, config: Config, conventions: Conventions):
         super().__init__()
         self.activation = ACTIVATIONS[conventions.activation]
-        self.fc1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.fc2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.fc1 = nn.Linear(config.d_model, config.d_ff, bias=config.has_ffn_bias)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model, bias=config.has_ffn_bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.activation(self.fc1(x)))  # (B, L, F) -> (B, L, D)
@@ -385,9 +387,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.placement = conventions.norm_placement
         self.self_attn = MultiHeadAttention(config, conventions)
-        self.norm1 = make_norm(config.d_model, conventions)
+        self.norm1 = make_norm(config.d_model, conventions, config.norm_bias)
         self.ffn = FeedForward(config, conventions)
-        self.norm2 = make_norm(config.d_model, conventions)
+        self.norm2 = make_norm(config.d_model, conventions, config.norm_bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, keep_mask: Tensor | None = None) -> Tensor:
@@ -405,11 +407,11 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.placement = conventions.norm_placement
         self.self_attn = MultiHeadAttention(config, conventions)
-        self.norm1 = make_norm(config.d_model, conventions)
+        self.norm1 = make_norm(config.d_model, conventions, config.norm_bias)
         self.cross_attn = MultiHeadAttention(config, conventions)
-        self.norm2 = make_norm(config.d_model, conventions)
+        self.norm2 = make_norm(config.d_model, conventions, config.norm_bias)
         self.ffn = FeedForward(config, conventions)
-        self.norm3 = make_norm(config.d_model, conventions)
+        self.norm3 = make_norm(config.d_model, conventions, config.norm_bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -440,7 +442,9 @@ class Encoder(nn.Module):
             EncoderLayer(config, conventions, dropout) for _ in range(config.n_layers)
         )
         final = has_final_norm(conventions)
-        self.norm = make_norm(config.d_model, conventions) if final else nn.Identity()
+        self.norm = (
+            make_norm(config.d_model, conventions, config.norm_bias) if final else nn.Identity()
+        )
 
     def forward(self, x: Tensor, keep_mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
@@ -457,7 +461,9 @@ class Decoder(nn.Module):
             DecoderLayer(config, conventions, dropout) for _ in range(config.n_decoder_layers)
         )
         final = has_final_norm(conventions)
-        self.norm = make_norm(config.d_model, conventions) if final else nn.Identity()
+        self.norm = (
+            make_norm(config.d_model, conventions, config.norm_bias) if final else nn.Identity()
+        )
 
     def forward(
         self,
@@ -565,7 +571,7 @@ class ViT(nn.Module):
         self.pos_embed = nn.Parameter(0.02 * torch.randn(1, config.n_patches + 1, d))  # §9.3
         self.dropout = nn.Dropout(dropout)
         self.encoder = Encoder(config, conventions, dropout)  # §9.4
-        self.head = nn.Linear(d, config.n_classes)  # §9.5
+        self.head = nn.Linear(d, config.n_classes, bias=config.head_bias)  # §9.5
 
     def forward(self, images: Tensor) -> Tensor:
         c = self.config
@@ -844,7 +850,7 @@ def build(
     elif component == "mha":
         module = MultiHeadAttention(c, conv)
     elif component == "layer_norm":
-        module = LayerNorm(c.d_model, conv.eps, conv.eps_placement, conv.variance)
+        module = LayerNorm(c.d_model, conv.eps, conv.eps_placement, conv.variance, c.norm_bias)
     elif component == "rms_norm":
         module = RMSNorm(c.d_model, conv.eps)
     elif component == "ffn":

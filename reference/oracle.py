@@ -387,7 +387,7 @@ def norm(x, params: Params, prefix: str, conventions: Conventions) -> Array:
     return layer_norm(
         x,
         params[f"{prefix}weight"],
-        params[f"{prefix}bias"],
+        params.get(f"{prefix}bias"),  # absent: Config.norm_bias=False
         eps=conventions.eps,
         eps_placement=conventions.eps_placement,
         variance=conventions.variance,

@@ -73,9 +73,9 @@ def _linear(prefix: str, n_out: int, n_in: int, bias: bool) -> Shapes:
     return shapes
 
 
-def _norm(prefix: str, d: int, conventions: Conventions) -> Shapes:
+def _norm(prefix: str, d: int, conventions: Conventions, bias: bool = True) -> Shapes:
     shapes: Shapes = {f"{prefix}weight": (d,)}
-    if conventions.norm_kind == "layer_norm":
+    if conventions.norm_kind == "layer_norm" and bias:
         shapes[f"{prefix}bias"] = (d,)
     return shapes
 
@@ -83,17 +83,17 @@ def _norm(prefix: str, d: int, conventions: Conventions) -> Shapes:
 def _mha(prefix: str, c: Config) -> Shapes:
     hk, hv = c.n_heads * c.head_dim_k, c.n_heads * c.head_dim_v
     return {
-        **_linear(f"{prefix}q.", hk, c.d_model, c.bias),
-        **_linear(f"{prefix}k.", hk, c.d_model, c.bias),
-        **_linear(f"{prefix}v.", hv, c.d_model, c.bias),
-        **_linear(f"{prefix}o.", c.d_model, hv, c.bias),
+        **_linear(f"{prefix}q.", hk, c.d_model, c.has_attention_bias),
+        **_linear(f"{prefix}k.", hk, c.d_model, c.has_attention_bias),
+        **_linear(f"{prefix}v.", hv, c.d_model, c.has_attention_bias),
+        **_linear(f"{prefix}o.", c.d_model, hv, c.has_attention_bias),
     }
 
 
 def _ffn(prefix: str, c: Config) -> Shapes:
     return {
-        **_linear(f"{prefix}fc1.", c.d_ff, c.d_model, c.bias),
-        **_linear(f"{prefix}fc2.", c.d_model, c.d_ff, c.bias),
+        **_linear(f"{prefix}fc1.", c.d_ff, c.d_model, c.has_ffn_bias),
+        **_linear(f"{prefix}fc2.", c.d_model, c.d_ff, c.has_ffn_bias),
     }
 
 
@@ -142,20 +142,20 @@ def _causal_lm(c: Config, conv: Conventions) -> Shapes:
 def _encoder_layer(prefix: str, c: Config, conv: Conventions) -> Shapes:
     return {
         **_mha(f"{prefix}self_attn.", c),
-        **_norm(f"{prefix}norm1.", c.d_model, conv),
+        **_norm(f"{prefix}norm1.", c.d_model, conv, c.norm_bias),
         **_ffn(f"{prefix}ffn.", c),
-        **_norm(f"{prefix}norm2.", c.d_model, conv),
+        **_norm(f"{prefix}norm2.", c.d_model, conv, c.norm_bias),
     }
 
 
 def _decoder_layer(prefix: str, c: Config, conv: Conventions) -> Shapes:
     return {
         **_mha(f"{prefix}self_attn.", c),
-        **_norm(f"{prefix}norm1.", c.d_model, conv),
+        **_norm(f"{prefix}norm1.", c.d_model, conv, c.norm_bias),
         **_mha(f"{prefix}cross_attn.", c),
-        **_norm(f"{prefix}norm2.", c.d_model, conv),
+        **_norm(f"{prefix}norm2.", c.d_model, conv, c.norm_bias),
         **_ffn(f"{prefix}ffn.", c),
-        **_norm(f"{prefix}norm3.", c.d_model, conv),
+        **_norm(f"{prefix}norm3.", c.d_model, conv, c.norm_bias),
     }
 
 
@@ -172,7 +172,7 @@ def _stack(prefix: str, c: Config, conv: Conventions, n_layers: int, layer) -> S
     for i in range(n_layers):
         shapes.update(layer(f"{prefix}layers.{i}.", c, conv))
     if has_final_norm(conv):
-        shapes.update(_norm(f"{prefix}norm.", c.d_model, conv))
+        shapes.update(_norm(f"{prefix}norm.", c.d_model, conv, c.norm_bias))
     return shapes
 
 
@@ -188,7 +188,7 @@ def param_shapes(component: str, config: Config, conventions: Conventions | None
     if component == "mha":
         return _mha("", c)
     if component == "layer_norm":
-        return {"weight": (d,), "bias": (d,)}
+        return {"weight": (d,), "bias": (d,)} if c.norm_bias else {"weight": (d,)}
     if component == "rms_norm":
         return {"weight": (d,)}
     if component == "ffn":
@@ -236,7 +236,7 @@ def param_shapes(component: str, config: Config, conventions: Conventions | None
         "pos_embed": (1, c.n_patches + 1, d),
         **_stack("encoder.", c, conv, c.n_layers, _encoder_layer),
         "head.weight": (c.n_classes, d),
-        "head.bias": (c.n_classes,),
+        **({"head.bias": (c.n_classes,)} if c.head_bias else {}),
     }
 
 

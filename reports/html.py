@@ -24,7 +24,7 @@ from . import plots
 from .text import visible
 
 # Worst first: the colour and the order a cell or a group takes.
-STATUS_ORDER = ("fail", "error", "convention", "pass", "skip")
+STATUS_ORDER = ("fail", "error", "convention", "unverified", "pass", "skip")
 _SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 

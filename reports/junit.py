@@ -36,7 +36,7 @@ def junit_xml(document: dict[str, Any]) -> str:
         tests=str(len(document["results"])),
         failures=str(kinds.count("fail")),
         errors=str(kinds.count("error")),
-        skipped=str(kinds.count("skip")),
+        skipped=str(kinds.count("skip") + kinds.count("unverified")),
         time=f"{document.get('duration_s', 0.0):.3f}",
     )
     by_index = {
@@ -54,7 +54,7 @@ def junit_xml(document: dict[str, Any]) -> str:
             tests=str(len(results)),
             failures=str(statuses.count("fail")),
             errors=str(statuses.count("error")),
-            skipped=str(statuses.count("skip")),
+            skipped=str(statuses.count("skip") + statuses.count("unverified")),
             time=f"{sum(r.get('duration_s', 0.0) for r in results):.3f}",
         )
         for result in results:
@@ -123,6 +123,8 @@ def _testcase(
         element.text = body
     elif status == "skip":
         ET.SubElement(case, "skipped", message=diagnosis["message"])
+    elif status == "unverified":  # ran, measured nothing: not a pass (SPEC.md §10.11)
+        ET.SubElement(case, "skipped", message=f"unverified: {diagnosis['message']}")
     elif status == "convention":
         out = ET.SubElement(case, "system-out")
         out.text = f"convention {diagnosis['code']}: {diagnosis['message']}"

@@ -50,8 +50,9 @@ def test_results_json_schema(run):
     assert SCHEMA_KEYS <= set(document)
     assert document["schema"] == 1 and document["adapter"]["name"] == name
     assert {"python", "torch", "numpy", "device"} <= set(document["environment"])
-    assert set(document["summary"]) == {"passed", "failed", "skipped", "errors", "conventions"}
-    statuses = {"pass", "fail", "skip", "error", "convention"}
+    summary_keys = {"passed", "failed", "skipped", "errors", "conventions", "unverified"}
+    assert set(document["summary"]) == summary_keys
+    statuses = {"pass", "fail", "skip", "error", "convention", "unverified"}
     for result in document["results"]:
         assert RESULT_KEYS <= set(result)
         assert result["status"] in statuses

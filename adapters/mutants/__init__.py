@@ -90,6 +90,7 @@ NAMES: tuple[str, ...] = (
     "vit_gap_pool",
     "mha_key_padding_keep",
     "vit_mean_with_cls",
+    "extra_norm",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -1,0 +1,208 @@
+"""The instance as it is: a local ``save_pretrained`` folder, checked with its own weights.
+
+    tck run --adapter hf.bert --model DIR      (and hf.vit)
+
+The folder is read with ``local_files_only=True`` and ``use_safetensors=True``: never a
+download, never a pickle. The subjects are those of ``tck.adapters.hf`` at the checkpoint's
+own sizes (``Subject.config`` fixes d_model, heads, d_ff, layers, ...; SPEC.md §0.5), with
+the conventions its config states (LayerNorm eps, activation). The suite reads the
+checkpoint's canonical parameters (``params``) and never writes them: ``load`` is
+``Unsupported``, so the oracle checks compare with the checkpoint's own weights, and checks
+that need other parameters (the shipped fixtures) skip with that reason. Every build is a
+copy of the loaded model, so a check that converts it (float16) leaves the original alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tck.reference import Config
+
+from .base import Arrays, Subject, Unsupported
+from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
+
+ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck run --model)
+ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
+ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
+LAYERED = ("encoder_layer", "encoder", "vit")  # the subjects eps and activation apply to
+
+
+class ModelError(Exception):
+    """The checkpoint folder cannot be used; the message says why and what to do."""
+
+
+def _folder(folder: str | os.PathLike[str] | None) -> Path:
+    folder = folder or os.environ.get(ENV)
+    if not folder:
+        raise ModelError(f"no checkpoint folder: pass --model DIR (or set ${ENV})")
+    path = Path(folder)
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ModelError(
+            f"--model {str(path)!r} is not a save_pretrained folder (it needs config.json and "
+            "model.safetensors); save one with model.save_pretrained(DIR)"
+        )
+    if not any(path.glob("*.safetensors")):
+        raise ModelError(
+            f"--model {str(path)!r} has no *.safetensors file; tck never loads pickles "
+            "(pytorch_model.bin): save it again with save_pretrained(DIR, safe_serialization=True)"
+        )
+    return path
+
+
+def _load(cls: Any, path: Path, implementation: str, **kwargs: Any) -> nn.Module:
+    from transformers.utils import logging
+
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()  # its load report and progress bars are not ours to print
+    logging.disable_progress_bar()
+    try:
+        model = cls.from_pretrained(
+            path,
+            local_files_only=True,
+            use_safetensors=True,
+            attn_implementation=implementation,
+            **kwargs,
+        )
+    except Exception as err:  # transformers raises many kinds: one line for the user
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelError(f"cannot load {str(path)!r} as {cls.__name__}: {first}") from None
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+    return model.to(torch.float64).eval()
+
+
+def _activation(hidden_act: Any, path: Path) -> str:
+    if not isinstance(hidden_act, str) or hidden_act not in ACTIVATIONS:
+        raise ModelError(
+            f"{str(path)!r}: hidden_act={hidden_act!r} is not one tck checks "
+            f"({', '.join(ACTIVATIONS)})"
+        )
+    return ACTIVATIONS[hidden_act]
+
+
+class _AsIs:
+    """What makes an adapter check the checkpoint as it is (mixed into a TorchModuleAdapter)."""
+
+    fixed: dict[str, Any]
+    folder: Path
+
+    def build(
+        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
+    ) -> TorchHandle:
+        differ = {f: v for f, v in self.fixed.items() if getattr(config, f) != v}
+        if differ:
+            raise Unsupported(
+                f"the checkpoint {self.folder.name} has "
+                + ", ".join(f"{f}={v!r}" for f, v in differ.items())
+                + f", not {', '.join(f'{f}={getattr(config, f)!r}' for f in differ)}"
+            )
+        return super().build(subject, config, seed=seed, dtype=dtype)  # type: ignore[misc]
+
+    def load(self, handle: TorchHandle, params: Arrays) -> None:
+        raise Unsupported(
+            f"the checkpoint {self.folder.name} is checked with its own weights, which tck "
+            "never overwrites; this check needs other parameters"
+        )
+
+
+def _entries(
+    base: TorchModuleAdapter, models: dict[str, nn.Module], fixed: dict[str, Any], **conv: Any
+) -> list[TorchEntry]:
+    out = []
+    for entry in base._entries.values():
+        name = entry.name or entry.component
+        if entry.param_map is None:  # attention: no parameters, nothing of the checkpoint
+            continue
+        impl = name.partition("[")[2].rstrip("]") or "eager"
+        model = models[impl]
+        conventions = entry.conventions
+        if conventions is not None and entry.component in LAYERED:
+            conventions = dataclasses.replace(conventions, **conv)
+        out.append(
+            dataclasses.replace(
+                entry,
+                make=lambda c, model=model: copy.deepcopy(model),
+                conventions=conventions,
+                config=fixed,
+                notes=(*entry.notes, _describe(fixed)),
+            )
+        )
+    return out
+
+
+def _describe(fixed: dict[str, Any]) -> str:
+    sizes = ", ".join(f"{k}={v}" for k, v in fixed.items())
+    return f"the checkpoint as saved, with its own weights: {sizes}"
+
+
+class _PretrainedBert(_AsIs, TorchModuleAdapter):
+    pass
+
+
+def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.bert on the BertModel saved in ``folder`` (default: $TCK_MODEL)."""
+    from transformers import BertModel
+
+    from . import hf
+
+    path = _folder(folder)
+    models = {
+        impl: _load(BertModel, path, impl, add_pooling_layer=False) for impl in hf.IMPLEMENTATIONS
+    }
+    c = models["eager"].config
+    fixed = {
+        "d_model": c.hidden_size,
+        "n_heads": c.num_attention_heads,
+        "d_ff": c.intermediate_size,
+        "n_layers": c.num_hidden_layers,
+        "vocab_size": c.vocab_size,
+        "padding_idx": c.pad_token_id,
+        "max_len": c.max_position_embeddings,
+    }
+    conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
+    adapter = _PretrainedBert(f"hf.bert:{path.name}", _entries(hf.bert, models, fixed, **conv))
+    adapter.fixed, adapter.folder = fixed, path
+    return adapter
+
+
+def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.vit on the ViTForImageClassification saved in ``folder`` (default: $TCK_MODEL)."""
+    from transformers import ViTForImageClassification
+
+    from . import hf
+
+    path = _folder(folder)
+    models = {impl: _load(ViTForImageClassification, path, impl) for impl in hf.IMPLEMENTATIONS}
+    c = models["eager"].config
+    if not getattr(c, "qkv_bias", True):
+        raise ModelError(
+            f"{str(path)!r}: qkv_bias=False with a biased output projection; hf.vit maps the "
+            "canonical layout with every attention bias"
+        )
+    fixed = {
+        "d_model": c.hidden_size,
+        "n_heads": c.num_attention_heads,
+        "d_ff": c.intermediate_size,
+        "n_layers": c.num_hidden_layers,
+        "image_size": c.image_size,
+        "patch_size": c.patch_size,
+        "channels": c.num_channels,
+        "n_classes": models["eager"].classifier.out_features,
+    }
+    conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
+    adapter = _PretrainedViT(f"hf.vit:{path.name}", _entries(hf.vit, models, fixed, **conv))
+    adapter.fixed, adapter.folder = fixed, path
+    return adapter
+
+
+class _PretrainedViT(_AsIs, TorchModuleAdapter):
+    """hf.vit's eager subjects keep their dtypes (float32 and below: a float32 softmax)."""

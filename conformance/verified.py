@@ -1,0 +1,64 @@
+"""Nothing unmeasured passes (SPEC.md §10.11): when an oracle check counts as a measurement.
+
+An oracle-equality check that compared no call of more than one token (a length-1 call
+cannot show a wrong mask, a wrong scale across positions or a causal leak), or, on a causal
+subject, no causal call without padding, did not measure the subject: it is reported as
+``unverified``, not as a pass.
+
+The facts of each comparison are recorded with it (``Harness.calls``): ``call_facts`` says
+whether a call was causal and whether it carried padding, ``unverified_reason`` judges a
+check's calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tck.reference import Config
+
+# The checks whose pass vouches for oracle equality.
+ORACLE_CHECKS = ("equality.oracle",)
+# Components causal in every call (the target side of a decoder).
+ALWAYS_CAUSAL = ("decoder_layer", "decoder", "seq2seq")
+_MASKS = ("keep_mask", "key_padding", "attn_mask", "memory_key_padding")
+
+
+def call_facts(
+    component: str, inputs: Mapping[str, np.ndarray], config: Config | None = None
+) -> dict[str, bool]:
+    """``causal``: the call applied a causal mask; ``padded``: some position was masked out
+    (a keep-mask with a False, or a padding id in a seq2seq call)."""
+    causal = component in ALWAYS_CAUSAL or bool(np.asarray(inputs.get("causal", False)))
+    padded = any(k in inputs and not np.asarray(inputs[k]).all() for k in _MASKS)
+    pad = getattr(config, "padding_idx", None)
+    if component == "seq2seq" and pad is not None:
+        padded = padded or any(
+            bool((np.asarray(inputs[k]) == pad).any())
+            for k in ("src_ids", "tgt_ids")
+            if k in inputs
+        )
+    return {"causal": causal, "padded": padded}
+
+
+def unverified_reason(component: str, calls: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why the passed comparisons ``calls`` measured nothing, or None when they did."""
+    passed = [c for c in calls if c.get("passed")]
+    multi = [c for c in passed if c.get("seq_len") is None or c["seq_len"] > 1]
+    if not multi:
+        lengths = sorted({c.get("seq_len") for c in passed}, key=str)
+        return (
+            "no oracle comparison ran with more than one token "
+            f"({len(passed)} call(s), lengths {lengths or 'none'}): a mask, a scale across "
+            "positions or a causal leak cannot show at length 1 (SPEC.md §10.11)"
+        )
+    causal = component in ALWAYS_CAUSAL or any(c.get("causal") for c in passed)
+    if causal and not any(c.get("causal") and not c.get("padded") for c in multi):
+        return (
+            "the subject is causal, and no causal call of more than one token ran without "
+            "padding: a causal mask that only works together with a padding mask is not "
+            "measured (SPEC.md §10.11)"
+        )
+    return None

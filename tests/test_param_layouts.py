@@ -1,0 +1,210 @@
+"""Parameter maps that describe real layouts (Param: slice, permute, reshape; ABSENT), bias
+per part (Config.attention_bias, ffn_bias, norm_bias, head_bias: SPEC.md §0.5), and the
+README's "A model with its own layout" adapter, run verbatim with no failure."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tck.adapters import ABSENT, Param, TorchEntry, TorchModuleAdapter, Unsupported
+from tck.adapters.reference import entry as reference_entry
+from tck.conformance.expected import expected
+from tck.conformance.inputs import Shape, make_inputs
+from tck.reference import Config, canonical_conventions, init_params, param_count, param_shapes
+
+pytestmark = pytest.mark.spec("0.2", "0.5", "10.3")
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+SECTION = "## A model with its own layout"
+MAX_ADAPTER_LINES = 30
+
+
+class Stored(nn.Module):
+    """An FFN stored its own way: fc1 as [in, out], fc2 fused into w2 (its second half), no
+    fc2 bias. The adapter's forward computes with it."""
+
+    def __init__(self, d: int, f: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, f, dtype=torch.float64))  # [in, out]
+        self.b = nn.Parameter(torch.randn(f, dtype=torch.float64))
+        self.w2 = nn.Parameter(torch.randn(2 * d, f, dtype=torch.float64))  # fused [in, out]s
+
+
+def _ffn_adapter() -> TorchModuleAdapter:
+    def forward(m, x):  # fc2(relu(fc1 x)): fc1 = (w, b), fc2 = the first half of w2, no bias
+        d = x.shape[-1]
+        return torch.relu(x @ m.w + m.b) @ m.w2[d:].T
+
+    return TorchModuleAdapter(
+        "stored",
+        [
+            TorchEntry(
+                "ffn",
+                make=lambda c: Stored(c.d_model, c.d_ff),
+                forward=forward,
+                param_map=lambda c: {
+                    "fc1.weight": Param("w", permute=(1, 0)),
+                    "fc1.bias": "b",
+                    "fc2.weight": Param("w2", slice=(0, c.d_model, 2 * c.d_model)),
+                    "fc2.bias": ABSENT,
+                },
+            )
+        ],
+    )
+
+
+def test_param_transforms_round_trip_and_compute() -> None:
+    adapter = _ffn_adapter()
+    subject = adapter.subjects()[0]
+    config = Config(d_model=6, d_ff=10, n_heads=2)
+    handle = adapter.build(subject, config, seed=0)
+    params = init_params("ffn", config, subject.conventions, seed=1)
+    params["fc2.bias"] = np.zeros_like(params["fc2.bias"])  # the module has none
+    adapter.load(handle, params)
+    back = adapter.params(handle)
+    assert set(back) == set(params)
+    for name, value in params.items():
+        assert back[name].shape == value.shape
+        np.testing.assert_allclose(back[name], value, rtol=0, atol=1e-14)  # a copy, float64
+    # the module computes the canonical FFN with these parameters (float64 on both sides)
+    x = make_inputs("ffn", config, np.random.default_rng(0), Shape())
+    gold = expected("ffn", x, params, config, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, x), gold, rtol=0, atol=1e-12)
+    # a non-zero value for an absent bias cannot be held: Unsupported, nothing written
+    before = adapter.params(handle)
+    with pytest.raises(Unsupported, match=r"fc2\.bias"):
+        adapter.load(handle, init_params("ffn", config, subject.conventions, seed=2))
+    after = adapter.params(handle)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    with pytest.raises(Unsupported, match="no gradient"):
+        adapter.grad(handle, x, np.ones_like(gold))
+
+
+def test_param_gradients_follow_the_layout() -> None:
+    adapter = _ffn_adapter()
+    entry = adapter._entries["ffn"]
+    adapter._entries["ffn"] = TorchEntry(  # the same, with fc2.bias dropped from the map
+        "ffn",
+        make=entry.make,
+        forward=entry.forward,
+        param_map=lambda c: {k: v for k, v in entry.param_map(c).items() if k != "fc2.bias"},
+    )
+    config = Config(d_model=6, d_ff=10, n_heads=2)
+    handle = adapter.build(adapter.subjects()[0], config, seed=0)
+    x = make_inputs("ffn", config, np.random.default_rng(0), Shape())
+    out = adapter.run(handle, x)
+    cot = np.random.default_rng(1).standard_normal(out.shape)
+    grads = adapter.grad(handle, x, cot)
+    assert grads["params.fc1.weight"].shape == (10, 6)  # canonical [out, in]
+    assert grads["params.fc2.weight"].shape == (6, 10)
+    # against finite differences of the canonical parameter, through load
+    params = adapter.params(handle)
+    eps, (i, j) = 1e-6, (2, 3)
+    for sign in (1, -1):
+        p = {k: v.copy() for k, v in params.items()}
+        p["fc1.weight"][i, j] += sign * eps
+        adapter.load(handle, p)
+        value = float(np.sum(adapter.run(handle, x) * cot))
+        if sign == 1:
+            plus = value
+        else:
+            minus = value
+    numeric = (plus - minus) / (2 * eps)
+    assert abs(numeric - grads["params.fc1.weight"][i, j]) < 1e-6 * max(1.0, abs(numeric))
+
+
+@pytest.mark.parametrize(
+    "component", ["mha", "ffn", "layer_norm", "encoder_layer", "encoder", "vit", "seq2seq"]
+)
+def test_bias_per_part(component: str) -> None:
+    """The reference model, the oracle and the parameter shapes agree on each bias layout."""
+    conventions = canonical_conventions(component)
+    base = Config(d_model=8, n_heads=2, d_ff=12, vocab_size=11, image_size=8, n_classes=3)
+    default = param_count(component, base, conventions)
+    for fields in (
+        {"attention_bias": False},
+        {"ffn_bias": False},
+        {"norm_bias": False},
+        {"head_bias": False},
+        {"bias": False, "ffn_bias": True},
+    ):
+        config = Config(**{**base.to_dict(), **fields})
+        shapes = param_shapes(component, config, conventions)
+        assert all(
+            not name.endswith("bias") or _keeps(name, component, config) for name in shapes
+        ), (fields, sorted(shapes))
+        adapter = TorchModuleAdapter("ref", [reference_entry(component, conventions)])
+        handle = adapter.build(adapter.subjects()[0], config, seed=0)
+        params = init_params(component, config, conventions, seed=0)
+        adapter.load(handle, params)  # the model holds exactly these names and shapes
+        assert adapter.param_count(handle) == param_count(component, config, conventions)
+        x = make_inputs(component, config, np.random.default_rng(0), Shape())
+        gold = expected(component, x, params, config, conventions)
+        np.testing.assert_allclose(adapter.run(handle, x), gold, rtol=0, atol=1e-10)
+    assert param_count(component, Config(**base.to_dict()), conventions) == default
+
+
+def _keeps(name: str, component: str, c: Config) -> bool:
+    leaf = name.rsplit(".", 2)[-2] if "." in name else ""
+    if leaf in ("q", "k", "v", "o"):
+        return c.has_attention_bias
+    if leaf in ("fc1", "fc2"):
+        return c.has_ffn_bias
+    if name == "head.bias":
+        return c.head_bias
+    if leaf.startswith("norm") or component == "layer_norm":
+        return c.norm_bias
+    return True
+
+
+def _section() -> str:
+    text = README.read_text(encoding="utf-8")
+    assert SECTION in text, f"README.md has no section {SECTION!r}"
+    return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_layout_adapter_is_about_30_lines() -> None:
+    [snippet] = re.findall(r"```python\n(.*?)```", _section(), flags=re.DOTALL)
+    adapter = snippet.split("# ---- the adapter", 1)[1].splitlines()[1:]
+    code = [line for line in adapter if line.strip() and not line.strip().startswith("#")]
+    assert len(code) <= MAX_ADAPTER_LINES, "\n".join(code)
+    assert "Param(" in snippet and "attention_bias" in snippet
+
+
+def test_readme_layout_adapter_runs_with_no_failure(tmp_path: Path) -> None:
+    section = _section()
+    [snippet] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    (tmp_path / "my_block.py").write_text(snippet, encoding="utf-8")
+    [command] = [
+        line.strip()
+        for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+        for line in block.splitlines()
+        if line.strip().startswith("python -m tck run ")
+    ]
+    argv = shlex.split(command)[1:]
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, *argv, "-n", "0", "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads((out / "results.json").read_text())
+    summary = document["summary"]
+    assert summary["failed"] == 0 and summary["errors"] == 0, summary
+    assert summary["unverified"] == 0, summary
+    passed = {r["check"] for r in document["results"] if r["status"] == "pass"}
+    assert {"equality.oracle", "params.count", "params.round_trip"} <= passed, passed
+    assert any(c.startswith("gradients.") for c in passed), passed
