@@ -277,23 +277,24 @@ _CACHE_SIZE = 64
 
 @dataclass
 class Template:
-    """One export of a subject *structure* (subject, config, dtype, opset, input structure),
-    taken before the exporter's last step, onnxscript's optimiser (which folds constants,
-    parameters among them: ``nn.MultiheadAttention``'s ``in_proj_weight`` becomes three
-    folded slices). ``tensors`` maps each tensor of the module (parameters and buffers) to
-    the initialiser that holds it, checked by value at export; ``None`` where one does not
-    map (the exporter transformed it, or dropped it): then ``why`` says which, and each
-    parameter set is exported afresh.
+    """One export of a subject *structure* (subject, config, dtype, opset, input structure)
+    at some input sizes, taken before the exporter's last step, onnxscript's optimiser
+    (which folds constants, parameters among them: ``nn.MultiheadAttention``'s
+    ``in_proj_weight`` becomes three folded slices). ``tensors`` maps each tensor of the
+    module (parameters and buffers) to the initialiser that holds it, checked by value at
+    export; ``None`` where one does not map (the exporter transformed it, or dropped it):
+    then ``why`` says which, and each parameter set is exported afresh.
 
     The graph for other parameter values is this one with those initialisers replaced, then
     optimised as ``torch.onnx.export`` does (``ONNXProgram.optimize``): the same model the
-    exporter gives for them, without tracing the module again."""
+    exporter gives for them, without tracing the module again. A template serves calls of
+    its own sizes only: export may bake a size into the graph where its inputs still look
+    dynamic (``int(x.shape[0])`` becomes a ``Reshape`` to a constant)."""
 
     proto: Any  # onnx.ModelProto, unoptimised
     tensors: dict[str, str] | None  # module tensor -> initialiser name
     why: str
     shapes: dict[str, tuple[int, ...]]  # the inputs' shapes at export
-    fixed: bool  # an axis asked to be dynamic came out fixed: reused at these sizes only
     counters: dict[str, int] = field(default_factory=dict)  # see _name_counters
 
     @classmethod
@@ -305,12 +306,6 @@ class Template:
         program = _export_program(handle, inputs, opset=opset, optimize=False)
         proto = program.model_proto
         shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
-        graph_inputs = GraphInfo.of(proto).inputs
-        fixed = any(
-            not isinstance(graph_inputs.get(name, [None] * len(shape))[axis], str)
-            for name, shape in shapes.items()
-            for axis in dynamic_axes(name, shape)
-        )
         initialisers = {init.name: init for init in proto.graph.initializer}
         tensors: dict[str, str] = {}
         unmapped = []
@@ -329,14 +324,7 @@ class Template:
         if unmapped:
             why = f"no initialiser holds {', '.join(unmapped)} as the module does"
         counters = _name_counters(program.model.graph)
-        return cls(proto, None if unmapped else tensors, why, shapes, fixed, counters)
-
-    def fits(self, inputs: Mapping[str, Any]) -> bool:
-        """Whether this export stands for one from a call on ``inputs`` (same structure)."""
-        if not self.fixed:
-            return True
-        shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
-        return shapes == self.shapes
+        return cls(proto, None if unmapped else tensors, why, shapes, counters)
 
     def instantiate(self, module: nn.Module | None, *, opset: int | None) -> Any:
         """The optimised ``onnx.ModelProto`` with ``module``'s tensors (None: the values it
@@ -388,10 +376,10 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-# Templates by structure (a list: a graph with a fixed axis has one per size), and the
-# exports that failed, by structure: export traces the module with fake tensors, so its
-# failure (a guard on data, an op without a translation) does not depend on the values.
-_TEMPLATES: OrderedDict[tuple, list[Template]] = OrderedDict()
+# Templates by structure and input sizes, and the exports that failed, by structure: export
+# traces the module with fake tensors, so its failure (a guard on data, an op without a
+# translation) does not depend on the values.
+_TEMPLATES: OrderedDict[tuple, Template] = OrderedDict()
 _TEMPLATES_SIZE = 256
 _FAILED: dict[tuple, tuple[str, str]] = {}
 # How the graphs of this process were made: "exported" (a template traced), "swapped"
@@ -614,13 +602,14 @@ class OnnxRuntimeAdapter(Adapter):
     def _from_template(
         self, th: TorchHandle, kwargs: Mapping[str, Any], key: tuple, opset: int | None
     ) -> Any:
-        """The checked graph of ``th`` for ``kwargs``: its structure's template, swapped to
-        the module's tensors (see ``Template``); exported afresh where that cannot be."""
+        """The checked graph of ``th`` for ``kwargs``: the template of its structure and
+        sizes, swapped to the module's tensors (see ``Template``); exported afresh where
+        that cannot be."""
         if key in _FAILED:
             STATS["failed_cached"] += 1
             raise AdapterFailure(*_FAILED[key])
-        templates = _TEMPLATES.get(key, [])
-        template = next((t for t in templates if t.fits(kwargs)), None)
+        sizes = tuple((n, tuple(v.shape)) for n, v in kwargs.items() if isinstance(v, torch.Tensor))
+        template = _TEMPLATES.get((*key, sizes))
         if template is None:
             try:
                 template = Template.export(th, kwargs, opset=opset)
@@ -628,11 +617,11 @@ class OnnxRuntimeAdapter(Adapter):
                 _FAILED[key] = (failure.code, failure.message)
                 raise
             STATS["exported"] += 1
-            _TEMPLATES[key] = [*templates, template]
-            _TEMPLATES.move_to_end(key)
+            _TEMPLATES[(*key, sizes)] = template
             while len(_TEMPLATES) > _TEMPLATES_SIZE:
                 _TEMPLATES.popitem(last=False)
             return _checked(template.instantiate(None, opset=opset))  # its own values
+        _TEMPLATES.move_to_end((*key, sizes))
         if template.tensors is None:
             STATS["reexported"] += 1
             return export(th, kwargs, opset=opset)

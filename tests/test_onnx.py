@@ -2,6 +2,7 @@
 divergences they must report, and ``tck export-onnx``. Needs the onnx extra (tox -e onnx)."""
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -45,7 +46,9 @@ def tck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def run_checks(adapter: str, out: Path, *extra: str, cwd: Path | None = None) -> dict:
+def run_checks(
+    adapter: str, out: Path, *extra: str, cwd: Path | None = None, env: dict | None = None
+) -> dict:
     proc = subprocess.run(
         [
             sys.executable,
@@ -68,6 +71,7 @@ def run_checks(adapter: str, out: Path, *extra: str, cwd: Path | None = None) ->
         text=True,
         cwd=cwd,
         timeout=900,
+        env=None if env is None else {**os.environ, **env},
     )
     assert (out / "results.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "results.json").read_text())
@@ -381,3 +385,67 @@ def test_a_failed_export_fails_again_without_tracing():
 
     assert _stats_after(two_parameter_sets) == {"failed_cached": 1}
     assert codes == ["onnx.export_failed"] * 2
+
+
+def _verdicts(document: dict) -> list[tuple]:
+    """(check, subject, dtype, opset, status, diagnosis code) of every result, sorted."""
+    return sorted(
+        (
+            r["check"],
+            r["subject"],
+            str(r["metrics"].get("dtype")),
+            str(r["metrics"].get("opset")),
+            r["status"],
+            str((r.get("diagnosis") or {}).get("code")),
+        )
+        for r in document["results"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("adapter", "only", "checks"),
+    [
+        (
+            "torch.nn",
+            "attention,mha,layer_norm,encoder_layer",
+            "oracle or padding_invariance or dynamic_axes or opt_levels or shift_invariance",
+        ),
+        ("reference", "ffn", "oracle or ffn or dynamic_axes or opt_levels"),
+    ],
+)
+def test_templates_keep_the_verdicts_of_fresh_exports(tmp_path, adapter, only, checks):
+    """The same checks, once with templates (the default) and once exporting every
+    parameter set afresh (TCK_ONNX_REEXPORT=1, as before templates): the same status and
+    diagnosis code for every check, subject, dtype and opset."""
+    args = (f"--tck-only={only}", "-k", checks)
+    reused = run_checks(adapter, tmp_path / "reused", *args)
+    fresh = run_checks(adapter, tmp_path / "fresh", *args, env={"TCK_ONNX_REEXPORT": "1"})
+    assert any("@ort." in row[1] and row[4] == "pass" for row in _verdicts(reused))
+    assert _verdicts(reused) == _verdicts(fresh)
+
+
+def test_a_template_serves_calls_of_its_own_sizes():
+    """Export may bake a size into a graph whose inputs look dynamic (fixed_batch: a
+    Reshape to batch * length rows): a parameter set first called at other sizes gets an
+    export of its own, as before templates; one called at the template's sizes swaps."""
+    sys.path.insert(0, str(HERE))
+    try:
+        from support.onnx_adapters import fixed_batch
+    finally:
+        sys.path.remove(str(HERE))
+    from tck.adapters.onnx_runtime import clear_caches, with_onnx
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.inputs import Shape, make_inputs
+
+    ort = with_onnx(fixed_batch, reuse=True)
+    clear_caches()
+
+    def parameter_sets():
+        for seed, shape in ((11, Shape()), (12, Shape(batch=3, lq=9)), (13, Shape())):
+            handle, _ = _built(ort, "layer_norm@ort.disable_all", seed)
+            inputs = make_inputs("layer_norm", DEFAULT_CONFIG, np.random.default_rng(seed), shape)
+            out = ort.run(handle, inputs)
+            torch_out = ort.base.run(handle.torch, inputs)
+            np.testing.assert_allclose(out, torch_out, rtol=1e-12, atol=1e-12)
+
+    assert _stats_after(parameter_sets) == {"exported": 2, "swapped": 1}
