@@ -8,8 +8,9 @@ at the two ends of ONNX Runtime's graph optimisation levels. ``build``, ``load``
 and sequence axes of every input dynamic (``torch.export.Dim.AUTO``), and later calls of
 other sizes reuse that graph, so a check that varies lengths also tests that the axes
 really are dynamic. One graph is exported per subject *structure* (subject, config, dtype,
-opset, and the input structure: names, ranks, dtypes, size-1 axes, the ``causal`` flag); the
-graph of each further parameter set is that export with its initialisers replaced, then
+opset, and the input structure: names, ranks, dtypes, size-1 axes, the ``causal`` flag) and
+input sizes; the graph of each further parameter set first called at those sizes is that
+export with its initialisers replaced, then
 optimised as the exporter does (``Template``): the model ``torch.onnx.export`` gives for
 those parameters, in a fraction of the time. Where a parameter does not map to an
 initialiser, each parameter set is exported afresh; an export that failed fails again
