@@ -7,8 +7,15 @@ at the two ends of ONNX Runtime's graph optimisation levels. ``build``, ``load``
 ``params`` act on the torch module; the first ``run`` after them exports it, with the batch
 and sequence axes of every input dynamic (``torch.export.Dim.AUTO``), and later calls of
 other sizes reuse that graph, so a check that varies lengths also tests that the axes
-really are dynamic. One graph is exported per input *structure* (names, ranks, dtypes,
-size-1 axes, the ``causal`` flag) and per parameter values, and cached.
+really are dynamic. One graph is exported per subject *structure* (subject, config, dtype,
+opset, and the input structure: names, ranks, dtypes, size-1 axes, the ``causal`` flag) and
+input sizes; the graph of each further parameter set first called at those sizes is that
+export with its initialisers replaced, then
+optimised as the exporter does (``Template``): the model ``torch.onnx.export`` gives for
+those parameters, in a fraction of the time. Where a parameter does not map to an
+initialiser, each parameter set is exported afresh; an export that failed fails again
+without tracing (the exporter traces with fake tensors: its failures do not depend on
+values).
 
 What the graph cannot do becomes ``Unsupported`` (a skip with the reason): gradients, and a
 dtype ONNX Runtime has no CPU kernel for (e.g. float64 ``Conv`` and ``Erf``). What export
@@ -22,6 +29,7 @@ import dataclasses
 import hashlib
 import io
 import logging
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -136,8 +144,20 @@ def export(
     as ``TorchModuleAdapter`` passes them) to an ``onnx.ModelProto``, and check it with
     ``onnx.checker.check_model(full_check=True)``. ``dynamic``: the axis kinds to keep
     dynamic ("batch", "seq"). Raises ``AdapterFailure`` when export or the checker fails."""
-    import onnx
+    program = _export_program(handle, inputs, opset=opset, dynamic=dynamic, optimize=True)
+    return _checked(program.model_proto)
 
+
+def _export_program(
+    handle: TorchHandle,
+    inputs: Mapping[str, Any],
+    *,
+    opset: int | None,
+    dynamic: Iterable[str] = AXIS_KINDS,
+    optimize: bool,
+) -> Any:
+    """``torch.onnx.export(dynamo=True)``'s ``ONNXProgram``; with ``optimize=False``, before
+    the exporter's last step (onnxscript's optimiser, which folds constants: parameters too)."""
     names = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)]
     constants = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
     args = tuple(inputs[n] for n in names)
@@ -149,7 +169,7 @@ def export(
     graph = _Graph(handle, names, constants).eval()
     try:
         with _quiet(), torch.no_grad():
-            program = torch.onnx.export(
+            return torch.onnx.export(
                 graph,
                 args,
                 dynamo=True,
@@ -158,13 +178,23 @@ def export(
                 input_names=names,
                 output_names=["output"],
                 verbose=False,
+                optimize=optimize,
             )
     except Exception as err:  # the exporter raises many types; all mean "did not export"
-        raise AdapterFailure(
-            "onnx.export_failed",
-            f"torch.onnx.export(dynamo=True, opset_version={opset}) failed: {_first_line(err)}",
-        ) from err
-    model = program.model_proto
+        raise _export_failed(opset, err) from err
+
+
+def _export_failed(opset: int | None, err: BaseException) -> AdapterFailure:
+    return AdapterFailure(
+        "onnx.export_failed",
+        f"torch.onnx.export(dynamo=True, opset_version={opset}) failed: {_first_line(err)}",
+    )
+
+
+def _checked(model: Any) -> Any:
+    """``model``, once ``onnx.checker.check_model(full_check=True)`` passed it."""
+    import onnx
+
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as err:  # onnx.checker.ValidationError, or shape inference errors
@@ -246,6 +276,131 @@ _CACHE: OrderedDict[tuple, Exported] = OrderedDict()
 _CACHE_SIZE = 64
 
 
+@dataclass
+class Template:
+    """One export of a subject *structure* (subject, config, dtype, opset, input structure)
+    at some input sizes, taken before the exporter's last step, onnxscript's optimiser
+    (which folds constants, parameters among them: ``nn.MultiheadAttention``'s
+    ``in_proj_weight`` becomes three folded slices). ``tensors`` maps each tensor of the
+    module (parameters and buffers) to the initialiser that holds it, checked by value at
+    export; ``None`` where one does not map (the exporter transformed it, or dropped it):
+    then ``why`` says which, and each parameter set is exported afresh.
+
+    The graph for other parameter values is this one with those initialisers replaced, then
+    optimised as ``torch.onnx.export`` does (``ONNXProgram.optimize``): the same model the
+    exporter gives for them, without tracing the module again. A template serves calls of
+    its own sizes only: export may bake a size into the graph where its inputs still look
+    dynamic (``int(x.shape[0])`` becomes a ``Reshape`` to a constant)."""
+
+    proto: Any  # onnx.ModelProto, unoptimised
+    tensors: dict[str, str] | None  # module tensor -> initialiser name
+    why: str
+    shapes: dict[str, tuple[int, ...]]  # the inputs' shapes at export
+    counters: dict[str, int] = field(default_factory=dict)  # see _name_counters
+
+    @classmethod
+    def export(
+        cls, handle: TorchHandle, inputs: Mapping[str, Any], *, opset: int | None
+    ) -> Template:
+        from onnx import numpy_helper
+
+        program = _export_program(handle, inputs, opset=opset, optimize=False)
+        proto = program.model_proto
+        shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+        initialisers = {init.name: init for init in proto.graph.initializer}
+        tensors: dict[str, str] = {}
+        unmapped = []
+        for name, tensor in _module_tensors(handle.module).items():
+            init = initialisers.get(f"module.{name}")  # _Graph holds the module as "module"
+            value = tensor.detach().cpu().numpy()
+            if (
+                init is None
+                or not init.HasField("raw_data")
+                or not _same(numpy_helper.to_array(init), value)
+            ):
+                unmapped.append(name)
+            else:
+                tensors[name] = init.name
+        why = ""
+        if unmapped:
+            why = f"no initialiser holds {', '.join(unmapped)} as the module does"
+        counters = _name_counters(program.model.graph)
+        return cls(proto, None if unmapped else tensors, why, shapes, counters)
+
+    def instantiate(self, module: nn.Module | None, *, opset: int | None) -> Any:
+        """The optimised ``onnx.ModelProto`` with ``module``'s tensors (None: the values it
+        was exported with), as ``torch.onnx.export`` would give it."""
+        import onnx
+        import onnx_ir as ir
+
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.proto)
+        if module is not None:
+            if self.tensors is None:
+                raise ValueError(f"this export cannot take other parameters: {self.why}")
+            by_name = {init.name: init for init in proto.graph.initializer}
+            for name, tensor in _module_tensors(module).items():
+                init = by_name[self.tensors[name]]
+                data = tensor.detach().cpu().numpy().tobytes()
+                if len(data) != len(init.raw_data):
+                    raise ValueError(f"{name} does not fit its initialiser {init.name}")
+                init.raw_data = data
+        model = ir.serde.deserialize_model(proto)
+        authority = getattr(model.graph, "_name_authority", None)
+        for counter, value in self.counters.items():
+            if hasattr(authority, counter):
+                setattr(authority, counter, value)
+        program = torch.onnx.ONNXProgram(model, None)
+        try:
+            with _quiet():
+                program.optimize()  # what torch.onnx.export(optimize=True) does last
+        except Exception as err:  # as an optimiser error inside torch.onnx.export
+            raise _export_failed(opset, err) from err
+        return program.model_proto
+
+
+def _name_counters(graph: Any) -> dict[str, int]:
+    """Where the graph's name authority (onnx_ir) stands after export: the optimiser names
+    the initialisers it folds ``val_<counter>``, so a template read back from its proto
+    resumes there to name them as the exporter does (names show in diagnoses)."""
+    authority = getattr(graph, "_name_authority", None)
+    names = ("_value_counter", "_node_counter")
+    return {n: v for n in names if isinstance(v := getattr(authority, n, None), int)}
+
+
+def _module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A module's parameters and buffers (persistent or not), by name."""
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# Templates by structure and input sizes, and the exports that failed, by structure: export
+# traces the module with fake tensors, so its failure (a guard on data, an op without a
+# translation) does not depend on the values.
+_TEMPLATES: OrderedDict[tuple, Template] = OrderedDict()
+_TEMPLATES_SIZE = 256
+_FAILED: dict[tuple, tuple[str, str]] = {}
+# How the graphs of this process were made: "exported" (a template traced), "swapped"
+# (a template's initialisers replaced), "reexported" (a template that cannot take other
+# parameters, exported afresh), "failed_cached" (a known failure raised again).
+STATS: dict[str, int] = {"exported": 0, "swapped": 0, "reexported": 0, "failed_cached": 0}
+
+
+def clear_caches() -> None:
+    """Forget every graph, template and failed export of this process (for tests)."""
+    _CACHE.clear()
+    _TEMPLATES.clear()
+    _FAILED.clear()
+
+
+# TCK_ONNX_REEXPORT=1: every parameter set exported afresh (no templates), as before the
+# templates: for comparing the two.
+REEXPORT_ENV = "TCK_ONNX_REEXPORT"
+
+
 def run_graph(exported: Exported, level: str, inputs: Mapping[str, Any]) -> np.ndarray:
     """Run an exported graph in ONNX Runtime (CPU) at ``level`` on ``inputs`` (the torch
     forward's: tensors by name, and constants the graph has baked in)."""
@@ -314,6 +469,7 @@ class OnnxRuntimeAdapter(Adapter):
         *,
         opset: int | None = None,
         levels: Iterable[str] = tuple(OPT_LEVELS),
+        reuse: bool | None = None,
     ):
         if not isinstance(base, TorchModuleAdapter):
             raise TypeError(
@@ -326,6 +482,9 @@ class OnnxRuntimeAdapter(Adapter):
                 f"unknown ORT levels {sorted(unknown)}; choose from {list(OPT_LEVELS)}"
             )
         self.base, self.opset, self.levels = base, opset, tuple(levels)
+        # reuse: one export per structure, its initialisers swapped per parameter set
+        # (Template); False (or TCK_ONNX_REEXPORT=1): one export per parameter set.
+        self.reuse = os.environ.get(REEXPORT_ENV, "") in ("", "0") if reuse is None else reuse
         self.name = base.name
         self._exported: dict[str, tuple[Subject, str]] = {}
         for subject in base.subjects():
@@ -416,27 +575,59 @@ class OnnxRuntimeAdapter(Adapter):
             for n, v in kwargs.items()
         )
         digest = hashlib.sha1()
-        for name, tensor in th.module.state_dict().items():
+        for name, tensor in _module_tensors(th.module).items():
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-        key = (
+        shape_key = (
             self.base.name,
             th.subject.name,
             dataclasses.astuple(th.config),
             str(th.dtype),
             handle.opset,
             structure,
-            digest.hexdigest(),
         )
+        key = (*shape_key, digest.hexdigest())
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-        model = export(th, kwargs, opset=handle.opset)
+        if self.reuse:
+            model = self._from_template(th, kwargs, shape_key, handle.opset)
+        else:
+            model = export(th, kwargs, opset=handle.opset)
         exported = Exported.of(model, kwargs)
         _CACHE[key] = exported
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
         return exported
+
+    def _from_template(
+        self, th: TorchHandle, kwargs: Mapping[str, Any], key: tuple, opset: int | None
+    ) -> Any:
+        """The checked graph of ``th`` for ``kwargs``: the template of its structure and
+        sizes, swapped to the module's tensors (see ``Template``); exported afresh where
+        that cannot be."""
+        if key in _FAILED:
+            STATS["failed_cached"] += 1
+            raise AdapterFailure(*_FAILED[key])
+        sizes = tuple((n, tuple(v.shape)) for n, v in kwargs.items() if isinstance(v, torch.Tensor))
+        template = _TEMPLATES.get((*key, sizes))
+        if template is None:
+            try:
+                template = Template.export(th, kwargs, opset=opset)
+            except AdapterFailure as failure:
+                _FAILED[key] = (failure.code, failure.message)
+                raise
+            STATS["exported"] += 1
+            _TEMPLATES[(*key, sizes)] = template
+            while len(_TEMPLATES) > _TEMPLATES_SIZE:
+                _TEMPLATES.popitem(last=False)
+            return _checked(template.instantiate(None, opset=opset))  # its own values
+        _TEMPLATES.move_to_end((*key, sizes))
+        if template.tensors is None:
+            STATS["reexported"] += 1
+            return export(th, kwargs, opset=opset)
+        STATS["swapped"] += 1
+        return _checked(template.instantiate(th.module, opset=opset))
 
     def precision_hint(self, handle: Any) -> str | None:
         """Where a float64 graph of ``handle`` computes in float32, for a diagnosis (the
@@ -499,7 +690,11 @@ def _default_opset() -> int:
 
 
 def with_onnx(
-    base: Adapter, *, opset: int | None = None, levels: Iterable[str] = tuple(OPT_LEVELS)
+    base: Adapter,
+    *,
+    opset: int | None = None,
+    levels: Iterable[str] = tuple(OPT_LEVELS),
+    reuse: bool | None = None,
 ) -> OnnxRuntimeAdapter:
     """``base`` and its subjects exported to ONNX (see the module docstring)."""
-    return OnnxRuntimeAdapter(base, opset=opset, levels=levels)  # type: ignore[arg-type]
+    return OnnxRuntimeAdapter(base, opset=opset, levels=levels, reuse=reuse)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 divergences they must report, and ``tck export-onnx``. Needs the onnx extra (tox -e onnx)."""
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -45,7 +46,9 @@ def tck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def run_checks(adapter: str, out: Path, *extra: str, cwd: Path | None = None) -> dict:
+def run_checks(
+    adapter: str, out: Path, *extra: str, cwd: Path | None = None, env: dict | None = None
+) -> dict:
     proc = subprocess.run(
         [
             sys.executable,
@@ -68,6 +71,7 @@ def run_checks(adapter: str, out: Path, *extra: str, cwd: Path | None = None) ->
         text=True,
         cwd=cwd,
         timeout=900,
+        env=None if env is None else {**os.environ, **env},
     )
     assert (out / "results.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "results.json").read_text())
@@ -278,3 +282,166 @@ def test_repro_of_an_exported_subject_replays_the_failure(sdpa, tmp_path):
     assert proc.returncode == 1 and "max |test - oracle|" in proc.stderr, proc.stderr[-2000:]
     opset = by_key(sdpa)[("onnx.opset", "attention@ort.enable_all", None, 23)]
     assert "--tck-export=onnx" in opset["repro"]  # export checks rerun through pytest
+
+
+# ---------------------------------------------------------------- one export per structure
+
+
+def _built(adapter, name: str, seed: int):
+    """``name`` of ``adapter`` built and given canonical parameters of ``seed``, and inputs."""
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.inputs import Shape, make_inputs
+    from tck.reference import init_params
+
+    subject = next(s for s in adapter.subjects() if s.name == name)
+    handle = adapter.build(subject, DEFAULT_CONFIG, seed=seed)
+    params = init_params(subject.component, DEFAULT_CONFIG, subject.conventions, seed=seed)
+    adapter.load(handle, params)
+    inputs = make_inputs(subject.component, DEFAULT_CONFIG, np.random.default_rng(seed), Shape())
+    return handle, inputs
+
+
+def _stats_after(run) -> dict:
+    from tck.adapters.onnx_runtime import STATS
+
+    before = dict(STATS)
+    run()
+    return {k: STATS[k] - before[k] for k in STATS if STATS[k] != before[k]}
+
+
+@pytest.mark.parametrize(
+    ("adapter", "name"),
+    [
+        ("torch.nn", "mha@ort.disable_all"),  # the exporter folds in_proj_weight's slices
+        ("torch.nn", "layer_norm@ort.enable_all"),
+        ("reference", "ffn@ort.disable_all"),
+    ],
+)
+def test_a_structure_is_exported_once_and_takes_each_parameter_set(adapter, name):
+    """The second parameter set's graph is the first export with its initialisers swapped
+    and optimised: the very model torch.onnx.export gives for those parameters (compared as
+    bytes, in one process), and it computes with them (outputs of the two sets differ)."""
+    from tck.adapters import load_adapter
+    from tck.adapters.onnx_runtime import clear_caches, export, with_onnx
+
+    ort = with_onnx(load_adapter(adapter), reuse=True)
+    clear_caches()
+    outputs = []
+
+    def two_parameter_sets():
+        for seed in (11, 12):
+            handle, inputs = _built(ort, name, seed)
+            outputs.append(ort.run(handle, inputs))
+            fresh = export(handle.torch, ort.base._kwargs(handle.torch, inputs))
+            assert handle.last.model.SerializeToString() == fresh.SerializeToString(), seed
+
+    assert _stats_after(two_parameter_sets) == {"exported": 1, "swapped": 1}
+    assert not np.array_equal(outputs[0], outputs[1])
+
+
+def test_a_parameter_without_initialiser_is_exported_afresh():
+    """A module tensor no initialiser holds (export dropped an unused parameter): the swap
+    cannot be checked, so each parameter set is exported as before."""
+    sys.path.insert(0, str(HERE))
+    try:
+        from support.onnx_adapters import unused_parameter
+    finally:
+        sys.path.remove(str(HERE))
+    from tck.adapters.onnx_runtime import clear_caches, with_onnx
+
+    ort = with_onnx(unused_parameter, reuse=True)
+    clear_caches()
+    outputs = []
+
+    def two_parameter_sets():
+        for seed in (11, 12):
+            handle, inputs = _built(ort, "layer_norm@ort.disable_all", seed)
+            outputs.append(ort.run(handle, inputs))
+            torch_out = ort.base.run(handle.torch, inputs)
+            np.testing.assert_allclose(outputs[-1], torch_out, rtol=1e-12, atol=1e-12)
+
+    assert _stats_after(two_parameter_sets) == {"exported": 1, "reexported": 1}
+
+
+def test_a_failed_export_fails_again_without_tracing():
+    sys.path.insert(0, str(HERE))
+    try:
+        from support.onnx_adapters import data_dependent
+    finally:
+        sys.path.remove(str(HERE))
+    from tck.adapters import AdapterFailure
+    from tck.adapters.onnx_runtime import clear_caches, with_onnx
+
+    ort = with_onnx(data_dependent, reuse=True)
+    clear_caches()
+    codes = []
+
+    def two_parameter_sets():
+        for seed in (11, 12):
+            handle, inputs = _built(ort, "layer_norm@ort.enable_all", seed)
+            with pytest.raises(AdapterFailure) as failure:
+                ort.run(handle, inputs)
+            codes.append(failure.value.code)
+
+    assert _stats_after(two_parameter_sets) == {"failed_cached": 1}
+    assert codes == ["onnx.export_failed"] * 2
+
+
+def _verdicts(document: dict) -> list[tuple]:
+    """(check, subject, dtype, opset, status, diagnosis code) of every result, sorted."""
+    return sorted(
+        (
+            r["check"],
+            r["subject"],
+            str(r["metrics"].get("dtype")),
+            str(r["metrics"].get("opset")),
+            r["status"],
+            str((r.get("diagnosis") or {}).get("code")),
+        )
+        for r in document["results"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("adapter", "only", "checks"),
+    [
+        ("torch.nn", "mha,layer_norm", "oracle or dynamic_axes"),
+        ("reference", "ffn", "oracle or dynamic_axes"),
+    ],
+)
+def test_templates_keep_the_verdicts_of_fresh_exports(tmp_path, adapter, only, checks):
+    """The same checks, once with templates (the default) and once exporting every
+    parameter set afresh (TCK_ONNX_REEXPORT=1, as before templates): the same status and
+    diagnosis code for every check, subject, dtype and opset."""
+    args = (f"--tck-only={only}", "-k", checks)
+    reused = run_checks(adapter, tmp_path / "reused", *args)
+    fresh = run_checks(adapter, tmp_path / "fresh", *args, env={"TCK_ONNX_REEXPORT": "1"})
+    assert any("@ort." in row[1] and row[4] == "pass" for row in _verdicts(reused))
+    assert _verdicts(reused) == _verdicts(fresh)
+
+
+def test_a_template_serves_calls_of_its_own_sizes():
+    """Export may bake a size into a graph whose inputs look dynamic (fixed_batch: a
+    Reshape to batch * length rows): a parameter set first called at other sizes gets an
+    export of its own, as before templates; one called at the template's sizes swaps."""
+    sys.path.insert(0, str(HERE))
+    try:
+        from support.onnx_adapters import fixed_batch
+    finally:
+        sys.path.remove(str(HERE))
+    from tck.adapters.onnx_runtime import clear_caches, with_onnx
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.inputs import Shape, make_inputs
+
+    ort = with_onnx(fixed_batch, reuse=True)
+    clear_caches()
+
+    def parameter_sets():
+        for seed, shape in ((11, Shape()), (12, Shape(batch=3, lq=9)), (13, Shape())):
+            handle, _ = _built(ort, "layer_norm@ort.disable_all", seed)
+            inputs = make_inputs("layer_norm", DEFAULT_CONFIG, np.random.default_rng(seed), shape)
+            out = ort.run(handle, inputs)
+            torch_out = ort.base.run(handle.torch, inputs)
+            np.testing.assert_allclose(out, torch_out, rtol=1e-12, atol=1e-12)
+
+    assert _stats_after(parameter_sets) == {"exported": 2, "swapped": 1}

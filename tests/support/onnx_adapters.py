@@ -68,3 +68,30 @@ float_mask = TorchModuleAdapter(
         )
     ],
 )
+
+
+class _NormWithSpare(nn.Module):
+    """nn.LayerNorm beside a parameter the forward never reads: export drops it, so no
+    initialiser holds it and each parameter set is exported afresh."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=1e-5)
+        self.spare = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
+
+
+unused_parameter = TorchModuleAdapter(
+    "unused-parameter",
+    [
+        TorchEntry(
+            "layer_norm",
+            make=lambda config: _NormWithSpare(config.d_model),
+            forward=lambda m, x: m(x),
+            param_map={"weight": "norm.weight", "bias": "norm.bias"},
+            conventions=Conventions(),
+        )
+    ],
+)
