@@ -325,6 +325,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 forward=attention_forward,
                 step=attention_step,
                 param_map=_gpt2_attention_map("", "transformer.h.0.attn."),
+                holds=lambda m: m.transformer.h[0].attn,
                 conventions=conv,
                 notes=("GPT2Attention of layer 0 (fused c_attn, c_proj).", *notes),
             ),
@@ -335,6 +336,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 forward=block_forward,
                 step=block_step,
                 param_map=_gpt2_block_map("", "transformer.h.0."),
+                holds=lambda m: m.transformer.h[0],
                 conventions=conv,
                 notes=("GPT2Block of layer 0: pre-LN, gelu_new (tanh GELU).", *notes),
             ),
@@ -371,6 +373,7 @@ def _llama_entries() -> list[TorchEntry]:
             make=_one_layer(_llama, "eager"),
             forward=lambda m, x: m.model.layers[0].mlp(x),
             param_map=lambda c: _llama_mlp_map("", "model.layers.0.mlp.", c.bias),
+            holds=lambda m: m.model.layers[0].mlp,
             conventions=llama,
             notes=("LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).",),
         )
@@ -390,6 +393,7 @@ def _llama_entries() -> list[TorchEntry]:
                 forward=attention_forward,
                 step=attention_step,
                 param_map=lambda c: _llama_attention_map("", "model.layers.0.self_attn.", c.bias),
+                holds=lambda m: m.model.layers[0].self_attn,
                 conventions=conv,
                 notes=(
                     "LlamaAttention of layer 0, with the model's LlamaRotaryEmbedding (RoPE "
@@ -405,6 +409,7 @@ def _llama_entries() -> list[TorchEntry]:
                 forward=block_forward,
                 step=block_step,
                 param_map=lambda c: _llama_block_map("", "model.layers.0.", c.bias),
+                holds=lambda m: m.model.layers[0],
                 conventions=conv,
                 notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *notes),
             ),

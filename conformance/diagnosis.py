@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tck.reports.text import safe_str
+
 from .harness import convention_code
 
 # Codes that only say *that* something is wrong: a cause only when nothing else fits.
@@ -53,8 +55,8 @@ _OVERFLOW = re.compile(r"value cannot be converted to type (\S+) without overflo
 
 def named_exception(error: BaseException, dtype: str | None = None) -> tuple[str, str] | None:
     """(code, message) for an exception that names an implementation bug, else None."""
-    text = f"{type(error).__name__}: {error}"
-    match = _OVERFLOW.search(str(error))
+    text = f"{type(error).__name__}: {safe_str(error)}"
+    match = _OVERFLOW.search(text)
     if match:
         where = f" in {dtype}" if dtype else ""
         return (
@@ -66,7 +68,7 @@ def named_exception(error: BaseException, dtype: str | None = None) -> tuple[str
         )
     flaky = _flaky(error)
     if flaky is not None:
-        inner = "; ".join(f"{type(e).__name__}: {str(e)[:200]}" for e in flaky) or "-"
+        inner = "; ".join(f"{type(e).__name__}: {safe_str(e)[:200]}" for e in flaky) or "-"
         return (
             "state.leaks_between_calls",
             "the same example failed and then passed when hypothesis replayed it "
