@@ -113,3 +113,10 @@ def test_count_is_what_the_module_holds() -> None:
     assert counts[0][0] == counts[1][0]  # params() cannot see the extra norm
     assert counts[1][1] == counts[0][1] + 2 * config.d_model  # the module's count does
     assert counts[0][1] == counts[0][0]
+
+
+def test_the_results_schema_knows_every_status():
+    from tck.conformance.results import STATUSES
+    from tck.reports.schema import RESULT
+
+    assert set(RESULT["properties"]["status"]["enum"]) == set(STATUSES)
