@@ -725,11 +725,8 @@ class CausalSelfAttention(nn.Module):
 
 key_padding_keep = key_padding  # forward's argument shadows the name
 
-GATE_ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
+# §11.3: SwiGLU's SiLU, or GeGLU with §6.1's exact or tanh GELU
+GATE_ACTIVATIONS = {"silu": F.silu, **{k: ACTIVATIONS[k] for k in ("gelu", "gelu_tanh")}}
 
 
 class GatedFeedForward(nn.Module):
