@@ -36,12 +36,12 @@ from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
 from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
 from tck.reference import Config, Conventions, init_params, param_shapes
 from tck.reference.conventions import CHOICES
+from tck.reference.expected import expected
+from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
+from tck.reference.tolerance import Comparison, compare, k_forward, reference_error, round_to
 
 from .decoding import param_hypotheses
-from .expected import expected
-from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from .results import CheckFailure
-from .tolerance import Comparison, compare, k_forward, reference_error, round_to
 from .verified import call_facts
 
 # Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and

@@ -105,8 +105,8 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     from tck.adapters.onnx_runtime import Exported, export, run_graph
 
     from .harness import DEFAULT_CONFIG
-    from .inputs import make_inputs
-    from .tolerance import round_to
+    from tck.reference.inputs import make_inputs
+    from tck.reference.tolerance import round_to
 
     kinds = _axis_kinds(args.dynamic)
     name = args.subject or args.component

@@ -30,10 +30,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from tck.adapters import Unsupported
+from tck.reference.tolerance import compare, k_forward
 
 from .harness import Harness, Instance
 from .results import CheckFailure
-from .tolerance import compare, k_forward
 
 # The quantities each component forms (SPEC.md §10.10), in the order hypotheses are tried;
 # a component not listed here (a new one) is tried against all of them.

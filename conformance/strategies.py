@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape
-from tck.conformance.tolerance import compare
 from tck.reference import param_shapes
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import compare
 
 # ------------------------------------------------------------------------------ strategies
 

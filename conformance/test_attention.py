@@ -17,7 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import (
     cached_instance,
@@ -27,8 +26,9 @@ from tck.conformance.strategies import (
     seeds,
     zero_params,
 )
-from tck.conformance.tolerance import compare
 from tck.reference import Config, oracle
+from tck.reference.inputs import Inputs
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

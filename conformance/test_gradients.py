@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import DTYPES, compare, k_gradient, reference_error, round_to
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import DTYPES, compare, k_gradient, reference_error, round_to
 
 spec = pytest.mark.spec
 components = pytest.mark.components

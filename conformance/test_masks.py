@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance, convention_code, plain_words
-from tck.conformance.inputs import Inputs, Shape, padding
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import (
     Delta,
@@ -47,7 +46,8 @@ from tck.conformance.strategies import (
     seeds,
     split_points,
 )
-from tck.conformance.tolerance import compare
+from tck.reference.inputs import Inputs, Shape, padding
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tck.conformance.harness import Harness
-from tck.conformance.inputs import Shape
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import (
     cached_instance,
@@ -24,6 +23,7 @@ from tck.conformance.strategies import (
     seeds,
     split_points,
 )
+from tck.reference.inputs import Shape
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -27,9 +27,9 @@ import pytest
 from tck.adapters import Unsupported
 from tck.conformance import precision
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape, padding
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import LOW_PRECISION, round_to
+from tck.reference.inputs import Inputs, Shape, padding
+from tck.reference.tolerance import LOW_PRECISION, round_to
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -76,7 +76,7 @@ def _dtype_specific(
     except (Unsupported, CheckFailure):
         return failure
     gold = tck.gold(exact, inputs)
-    from tck.conformance.tolerance import compare
+    from tck.reference.tolerance import compare
 
     if test.shape == gold.shape and compare(test, gold, ignore=tck.ignore_mask(exact, gold)).passed:
         return precision.name_precision_failure(tck, inst, inputs, failure)

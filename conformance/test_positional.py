@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tck.conformance.harness import Harness, Instance, convention_code
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import cached_instance, delta, rng, seeds
-from tck.conformance.tolerance import compare
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -30,9 +30,9 @@ from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
 from tck.conformance.cli import main
 from tck.conformance.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.inputs import Shape, make_inputs
 from tck.conformance.results import CheckFailure
 from tck.reference import Config
+from tck.reference.inputs import Shape, make_inputs
 
 HERE = Path(__file__).resolve().parent
 CUDA = torch.cuda.is_available()

@@ -13,9 +13,9 @@ from tck.conformance import precision
 from tck.conformance import test_numerics as checks
 from tck.conformance.harness import Harness
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import compare
 from tck.reference import Conventions
 from tck.reference.model import LayerNorm, RMSNorm, computed_in_input_dtype, rope
+from tck.reference.tolerance import compare
 
 REFERENCE = load_adapter("reference")
 HALF = ("float16", "bfloat16")

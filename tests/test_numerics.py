@@ -12,8 +12,9 @@ import torch
 
 from tck.adapters import Adapter, Subject, Unsupported, load_adapter
 from tck.conformance.harness import Harness
-from tck.conformance.inputs import Shape
-from tck.conformance.tolerance import (
+from tck.reference import Config
+from tck.reference.inputs import Shape
+from tck.reference.tolerance import (
     UNIT_ROUNDOFF,
     compare,
     k_forward,
@@ -21,7 +22,6 @@ from tck.conformance.tolerance import (
     reference_error,
     round_to,
 )
-from tck.reference import Config
 
 REFERENCE = load_adapter("reference")
 
