@@ -28,7 +28,7 @@ from tck.adapters.devices import (
 )
 from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
-from tck.conformance.cli import main
+from tck.cli import main
 from tck.conformance.harness import DEFAULT_CONFIG, Harness
 from tck.conformance.results import CheckFailure
 from tck.reference import Config

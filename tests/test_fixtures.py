@@ -22,8 +22,8 @@ import tomllib
 from tck import fixtures
 from tck.adapters import TorchModuleAdapter, Unsupported, load_adapter
 from tck.adapters import reference as reference_adapter
+from tck.cli import main
 from tck.conformance import test_fixtures as fixture_checks
-from tck.conformance.cli import main
 from tck.conformance.harness import Harness
 from tck.conformance.results import CheckFailure
 from tck.conformance.test_fixtures import run_fixture
