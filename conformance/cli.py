@@ -474,7 +474,7 @@ def add_parsers(sub: Any) -> None:
         "--device",
         default="cpu",
         help="where subjects are built and run: cpu (default), cuda or cuda:N; the oracle "
-        "stays float64 on the CPU, the naive reference of the tolerance rule runs on the "
+        "stays float64 on the CPU, the careful run of the tolerance rule runs on the "
         "device. A subject its adapter does not run there is a skip (Adapter.devices)",
     )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")

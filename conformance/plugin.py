@@ -698,7 +698,7 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
     title = f"tck repro: {check_id(item)} on {adapter} [{subject.name}]"
     failed = harness.failed_call if harness else None
     # A float64 comparison replays in full; in other dtypes the check (which rounds the
-    # inputs and bounds by the naive reference in that dtype) reruns instead.
+    # inputs and bounds by the careful run in that dtype) reruns instead.
     replayable = failed is not None and getattr(failed.inst, "dtype", "float64") == "float64"
     # an export check builds at its own opset and ORT level: it reruns instead
     replayable = replayable and item.get_closest_marker("exported") is None

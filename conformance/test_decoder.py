@@ -8,7 +8,7 @@ left-padding invariance.
 
 A subject offered only in float32 and below (transformers' Llama computes RMSNorm, RoPE and
 its eager softmax in float32 whatever the model's dtype) is checked in float32: oracle
-comparisons bound it by the naive reference's float32 error (SPEC.md §10.7), and the
+comparisons bound it by the careful run's float32 error (SPEC.md §10.7), and the
 comparisons of the implementation with itself use float32's floor of the tolerance rule.
 """
 

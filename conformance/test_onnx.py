@@ -147,7 +147,7 @@ def test_opt_levels(tck: Harness) -> None:
             continue
         except AdapterFailure as error:
             raise _failure_of_export(error) from None
-        result = compare(fused, plain, dtype=dtype, ref_err=0.0)
+        result = compare(fused, plain, dtype=dtype, careful_err=0.0)
         tck.note({f"{dtype}_max_abs_delta": result.max_abs_err})
         checked.append(dtype)
         if not result.passed:

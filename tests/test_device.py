@@ -199,7 +199,7 @@ def test_the_naive_reference_runs_on_the_device_and_gold_gradients_on_the_cpu(mo
     inst = harness.instance(params=False)
     inst.params = {"weight": np.ones(24), "bias": np.zeros(24)}
     inputs = harness.inputs(inst)
-    harness.naive(inst, inputs)
+    harness.careful(inst, inputs)
     harness.gold_gradients(inst, inputs, np.ones((2, 5, 24)))
     assert seen == [("float64", "cuda"), ("float64", "cpu")]
 
@@ -295,7 +295,7 @@ def _cpu_backends() -> TorchModuleAdapter:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_pinned_subjects_match_the_oracle_on_the_cpu(name, dtype):
     """The pinning path end to end without a GPU: torch has a math and a flash kernel on the
-    CPU; the comparison is the tolerance rule's, with the naive reference in ``dtype``."""
+    CPU; the comparison is the tolerance rule's, with the careful run in ``dtype``."""
     adapter = _cpu_backends()
     subject = next(s for s in adapter.subjects() if s.name == name)
     harness = Harness(adapter, subject, device="cpu")
