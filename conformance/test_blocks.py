@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
+from tck.conformance.deltas import delta, require_deterministic
 from tck.conformance.harness import Harness, Instance
+from tck.conformance.input_edits import batch_slice, rng
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import batch_slice, delta, require_deterministic, rng
 from tck.reference import COMPONENTS, oracle, param_shapes, subparams
 from tck.reference.expected import memory_keep, self_keep
 from tck.reference.inputs import Inputs, Shape

@@ -22,8 +22,8 @@ import pytest
 from tck.adapters import AdapterFailure, Unsupported
 from tck.conformance.decoding import decode, token_input
 from tck.conformance.harness import Harness, Instance
+from tck.conformance.input_edits import batch_slice
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import batch_slice
 from tck.reference.expected import decoder_only
 from tck.reference.inputs import Inputs, Shape
 from tck.reference.tolerance import Comparison, compare
