@@ -21,7 +21,8 @@ import torch
 from tck.adapters import BUILTIN, load_adapter
 from tck.adapters.devices import DeviceError
 from tck.adapters.devices import check_device as _check_device
-from tck.conformance.cli import UsageError, _writable_dir
+from tck.usage import UsageError, writable_dir
+from tck.usage import default_out as run_out
 
 from .runner import BenchOptions, run_bench
 from .timing import Budget, cpu_memory_supported
@@ -263,7 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     components = check_components(adapter, _items(args.components, "--components"))
     check_dtypes_offered(adapter, components, options.dtypes)
     options = replace(options, components=components)
-    out = _writable_dir(Path(args.out) if args.out else default_out(options.adapter))
+    out = writable_dir(Path(args.out) if args.out else default_out(options.adapter))
 
     def log(line: str) -> None:
         if not args.quiet:
@@ -281,8 +282,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def default_out(adapter: str) -> Path:
-    from tck.conformance.cli import default_out as run_out
-
     return Path("reports") / "out" / "bench" / run_out(adapter).name
 
 

@@ -12,7 +12,7 @@ entered once around all rounds, so that only the call itself is timed.
   included, and its note says so.
 - ``sdpa_call``: ``F.scaled_dot_product_attention`` on [B, H, N, D] inside
   ``sdpa_kernel(SDPBackend.X)``: one baseline per backend the device offers.
-- ``oracle_call``: the numpy float64 oracle (``tck.conformance.expected``), forward only.
+- ``oracle_call``: the numpy float64 oracle (``tck.reference.expected``), forward only.
 - ``matmul_call``: a large square matmul, the measured peak of the run.
 """
 
@@ -34,10 +34,10 @@ from tck.adapters import Adapter, Subject, TorchHandle, TorchModuleAdapter, Unsu
 from tck.adapters.devices import device_kind, offers_device
 from tck.adapters.sdpa import SDPA_BACKENDS  # one table with tck run's backend subjects
 from tck.adapters.torch_module import TORCH_DTYPES
-from tck.conformance.expected import expected
-from tck.conformance.inputs import Shape, make_inputs
 from tck.reference import Config, canonical_conventions, init_params
 from tck.reference.costs import BACKWARD_FACTOR, attention_flops, flops
+from tck.reference.expected import expected
+from tck.reference.inputs import Shape, make_inputs
 
 FORWARD = "forward"
 FORWARD_BACKWARD = "forward+backward"

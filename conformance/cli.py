@@ -1,10 +1,10 @@
-"""The ``tck`` command.
+"""``tck run``, ``tck report`` and ``tck list`` (registered on the ``tck`` command by
+tck.cli).
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
         [--export onnx [--opset N]] [--device cpu|cuda|cuda:N] [--baseline OLD/results.json]
     tck report DIR [DIR ...] [--out DIR]
     tck list
-    tck bench --adapter torch.nn --device cpu [--out DIR]   (tck.bench.cli)
 
 ``tck run`` runs the checks of tck.conformance (as pytest, through the tck plugin) and
 writes DIR/results.json, DIR/index.html and DIR/junit.xml. ``tck report`` renders them
@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import io
 import math
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,55 +35,16 @@ from tck.adapters.devices import (
     require_some_subject_on,
 )
 from tck.reference import COMPONENTS
-from tck.reports import ReportError, load_results, write_reports, write_scoreboard
+from tck.reports import load_results, write_reports, write_scoreboard
 from tck.reports.files import foreign_files
 from tck.reports.text import bounded, safe_str, visible
+from tck.usage import UsageError, default_out, parse_only, writable_dir
 
 from .baseline import apply_baseline, load_baseline, red
 from .console import ProgressPlugin, print_summary
 from .plugin import results_path
 from .profiles import PROFILES
 from .results import write_results
-
-
-class UsageError(Exception):
-    """Bad input on the command line: reported in one line, exit status 2."""
-
-
-def default_out(adapter: str) -> Path:
-    return Path("reports") / "out" / re.sub(r"[^A-Za-z0-9_.-]+", "_", adapter)
-
-
-def _parse_only(only: str | None) -> list[str] | None:
-    if only is None:
-        return None
-    names = [n.strip() for n in only.split(",") if n.strip()]
-    if not names:
-        raise UsageError(
-            f"--only {only!r} names no component; name some ({', '.join(COMPONENTS)}) "
-            "or leave --only out to run them all"
-        )
-    unknown = [n for n in names if n not in COMPONENTS]
-    if unknown:
-        raise UsageError(
-            f"unknown component(s) {', '.join(unknown)} in --only; "
-            f"choose from {', '.join(COMPONENTS)}"
-        )
-    return names
-
-
-def _writable_dir(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".tck-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise UsageError(
-            f"cannot write to --out {str(path)!r}: {err.strerror or err}; "
-            "choose a writable directory"
-        ) from None
-    return path
 
 
 def _bounded_int(name: str, low: int, high: int):
@@ -329,7 +289,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(str(err)) from None
     else:
         adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
-    only = _parse_only(args.only)
+    only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
     if args.opset is not None and args.export is None:
         raise UsageError("--opset applies to --export onnx; add --export onnx")
@@ -340,7 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     device = require_device(adapter, args.device, only, export=args.export)
     baseline = load_baseline(args.baseline) if args.baseline else None
     name = adapter.name if pretrained else args.adapter or adapter.name
-    out = _writable_dir(Path(args.out) if args.out else default_out(name))
+    out = writable_dir(Path(args.out) if args.out else default_out(name))
     with out_lock(out):
         foreign = foreign_files(out) + foreign_files(out / "interrupted")
         if foreign:
@@ -410,7 +370,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         paths = write_reports(load_results(folders[0]), folders[0])
         print(f"report: {paths['html']}\njunit:  {paths['junit']}")
         return 0
-    out = _writable_dir(Path(args.out) if args.out else Path("reports") / "out")
+    out = writable_dir(Path(args.out) if args.out else Path("reports") / "out")
     print(f"scoreboard: {write_scoreboard(folders, out)}")
     return 0
 
@@ -434,17 +394,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors in one line naming the problem (the default prints the usage too)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="tck", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_parsers(sub: Any) -> None:
+    """Register ``tck run``, ``tck report`` and ``tck list`` on the ``tck`` command's
+    subparsers (tck.cli)."""
     run = sub.add_parser("run", help="run the conformance checks against an adapter")
     run.add_argument(
         "--adapter",
@@ -522,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--device",
         default="cpu",
         help="where subjects are built and run: cpu (default), cuda or cuda:N; the oracle "
-        "stays float64 on the CPU, the naive reference of the tolerance rule runs on the "
+        "stays float64 on the CPU, the careful run of the tolerance rule runs on the "
         "device. A subject its adapter does not run there is a skip (Adapter.devices)",
     )
     run.add_argument("-v", "--verbose", action="store_true", help="pytest's own report too")
@@ -543,28 +495,3 @@ def build_parser() -> argparse.ArgumentParser:
         help="one line per subject: adapter, subject, device kinds, dtypes",
     )
     lst.set_defaults(func=cmd_list)
-    __import__("tck.fixtures.cli", fromlist=["add_parser"]).add_parser(sub)  # tck fixtures
-    __import__("tck.conformance.fingerprint_cli", fromlist=["add_parser"]).add_parser(sub)
-    __import__("tck.conformance.onnx_cli", fromlist=["add_parser"]).add_parser(sub)
-    __import__("tck.bench.cli", fromlist=["add_parser"]).add_parser(sub)  # tck bench
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help (0) or a usage error, already printed (2)
-        return 0 if exit_.code in (0, None) else 2
-    try:
-        return args.func(args)
-    except (UsageError, AdapterError, ReportError) as err:
-        if args.debug:
-            raise
-        message = visible(safe_str(err)).replace("\n", " ")
-        print(f"tck: error: {message}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

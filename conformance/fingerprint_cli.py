@@ -27,8 +27,10 @@ from rich.table import Table
 from rich.text import Text
 
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, load_adapter
+from tck.reference import COMPONENTS
+from tck.usage import default_out, parse_only, writable_dir
 
-from .cli import _parse_only, _writable_dir, default_out, require_components, run_checks
+from .cli import require_components, run_checks
 
 SCHEMA = 1
 # The probes, as pytest selects them: module and the test functions in it.
@@ -78,10 +80,10 @@ def add_parser(sub: Any) -> None:
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
     adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
-    only = _parse_only(args.only)
+    only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
     spec = args.adapter or DEFAULT_ADAPTER
-    out = _writable_dir(Path(args.out) if args.out else default_out(spec) / "fingerprint")
+    out = writable_dir(Path(args.out) if args.out else default_out(spec) / "fingerprint")
     probes = " or ".join(name for names in PROBES.values() for name in names)
     results = run_checks(
         ["--pyargs", *PROBES, "-k", probes],

@@ -8,7 +8,7 @@ number.
 
 Precision (SPEC.md §10.7): ``instance(dtype="float16")`` builds the subject in that dtype
 with canonical parameters rounded to it, ``inputs`` rounds the float inputs to it, and the
-comparison takes the careful reference's error in that dtype into its bound (``naive``: the
+comparison takes the careful run's error in that dtype into its bound (``careful``: the
 torch reference model of ``tck.reference.model``, built under the subject's conventions and
 run in the same dtype on the same rounded values; it keeps norm statistics and the softmax
 in float32 and RoPE angles in float64, as SPEC.md §10.10 asks of every implementation).
@@ -16,7 +16,7 @@ Gradients (SPEC.md §10.8): ``gradients``, ``gold_gradients``, ``naive_gradients
 
 Devices (``tck run --device cuda``): the harness builds the subject on its ``device`` (a
 subject that does not run there is ``Unsupported``); the oracle stays numpy float64 on the
-CPU, the gradients' gold float64 autograd on the CPU, and the naive reference, the ``ref``
+CPU, the gradients' gold float64 autograd on the CPU, and the careful run, the ``careful``
 of the tolerance rule, runs in the test dtype on the same device as the subject.
 """
 
@@ -36,12 +36,12 @@ from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
 from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
 from tck.reference import Config, Conventions, init_params, param_shapes
 from tck.reference.conventions import CHOICES
+from tck.reference.expected import expected
+from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
+from tck.reference.tolerance import Comparison, careful_error, compare, k_forward, round_to
 
 from .decoding import param_hypotheses
-from .expected import expected
-from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from .results import CheckFailure
-from .tolerance import Comparison, compare, k_forward, reference_error, round_to
 from .verified import call_facts
 
 # Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
@@ -280,7 +280,7 @@ class Harness:
         self, adapter: Adapter, subject: Subject, seed: int = 0, device: str = DEFAULT_DEVICE
     ):
         self.adapter, self.subject, self.seed = adapter, subject, seed
-        self.device = device  # where the subject and the naive reference run
+        self.device = device  # where the subject and the careful run run
         self.metrics: dict[str, Any] = {}
         self.conventions_seen: list[tuple[str, str]] = []  # (code, message)
         self.clauses: list[str] | None = None  # overrides the check's spec marker
@@ -465,8 +465,8 @@ class Harness:
                 }
         return expected(self.component, inputs, params, inst.config, conventions)
 
-    def naive(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``ref`` of the tolerance rule, the careful reference (SPEC.md §10.10): the torch
+    def careful(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``careful`` of the tolerance rule, the careful run (SPEC.md §10.10): the torch
         reference model under the subject's conventions, in ``inst.dtype`` on the subject's
         device, with the instance's (rounded) parameters. Within
         ``computed_in_input_dtype(...)`` it is a hypothesis with those quantities in the input
@@ -548,10 +548,10 @@ class Harness:
         test: np.ndarray,
         gold: np.ndarray,
         *,
-        ref: np.ndarray | None = None,
+        careful: np.ndarray | None = None,
         k: float | None = None,
     ) -> Comparison:
-        """The tolerance rule in ``inst.dtype``; ``ref`` is the naive reference's output
+        """The tolerance rule in ``inst.dtype``; ``careful`` is the careful run's output
         (required below float64, where its error sets the bound)."""
         if test.shape != gold.shape:
             raise CheckFailure(
@@ -560,19 +560,19 @@ class Harness:
                 {"shape": list(test.shape), "expected_shape": list(gold.shape)},
             )
         ignore = self.ignore_mask(inst, gold)
-        ref_err, lost = 0.0, 0
-        if ref is not None:
-            ref_err, lost = reference_error(ref, gold, ignore)
-            if lost:  # the naive reference overflowed there: it can bound nothing
-                overflow = ~np.isfinite(ref) & np.isfinite(gold)
+        careful_err, lost = 0.0, 0
+        if careful is not None:
+            careful_err, lost = careful_error(careful, gold, ignore)
+            if lost:  # the careful run overflowed there: it can bound nothing
+                overflow = ~np.isfinite(careful) & np.isfinite(gold)
                 ignore = overflow if ignore is None else ignore | overflow
         elif inst.dtype != "float64":
-            raise ValueError(f"comparing in {inst.dtype} needs the naive reference (ref=)")
+            raise ValueError(f"comparing in {inst.dtype} needs the careful run (careful=)")
         result = compare(
             test,
             gold,
             dtype=inst.dtype,
-            ref_err=ref_err,
+            careful_err=careful_err,
             k=k_forward(self.component) if k is None else k,
             ignore=ignore,
         )
@@ -608,8 +608,8 @@ class Harness:
         self.require_params(inst)
         test = self.run(inst, inputs)
         gold = self.gold(inst, inputs)
-        ref = self.naive(inst, inputs) if inst.dtype != "float64" else None
-        result = self.compare(inst, test, gold, ref=ref)
+        careful = self.careful(inst, inputs) if inst.dtype != "float64" else None
+        result = self.compare(inst, test, gold, careful=careful)
         self.calls.append(
             {
                 "what": what,
@@ -668,7 +668,7 @@ class Harness:
             # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
             # see tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
             hint = self._precision_hint(inst)
-            loose = dataclasses.replace(result, dtype="float32", ref_err=0.0)
+            loose = dataclasses.replace(result, dtype="float32", careful_err=0.0)
             found = self._hypotheses(inst, inputs, test, loose)
             if found is None and _within(test, self.gold(inst, inputs), loose):
                 found = (
@@ -898,11 +898,16 @@ def _within(
     ignore: np.ndarray | None = None,
 ) -> bool:
     """Does ``gold`` (an alternative hypothesis) explain ``test`` as well as the rule asks,
-    in the dtype and with the naive reference's error of the failed comparison?"""
+    in the dtype and with the careful run's error of the failed comparison?"""
     if tolerance is None or tolerance.dtype == "float64":
         return compare(test, gold, ignore=ignore).passed
     return compare(
-        test, gold, dtype=tolerance.dtype, ref_err=tolerance.ref_err, k=tolerance.k, ignore=ignore
+        test,
+        gold,
+        dtype=tolerance.dtype,
+        careful_err=tolerance.careful_err,
+        k=tolerance.k,
+        ignore=ignore,
     ).passed
 
 

@@ -29,8 +29,7 @@ from tck.adapters import (
     load_adapter,
 )
 from tck.reference import COMPONENTS, init_params
-
-from .cli import UsageError
+from tck.usage import UsageError
 
 
 def require_exportable(adapter: Adapter) -> None:
@@ -103,10 +102,10 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     adapter = load_adapter(args.adapter)
     require_exportable(adapter)
     from tck.adapters.onnx_runtime import Exported, export, run_graph
+    from tck.reference.inputs import make_inputs
+    from tck.reference.tolerance import round_to
 
     from .harness import DEFAULT_CONFIG
-    from .inputs import make_inputs
-    from .tolerance import round_to
 
     kinds = _axis_kinds(args.dynamic)
     name = args.subject or args.component

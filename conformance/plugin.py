@@ -43,6 +43,7 @@ from tck.adapters.devices import (
 from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
 from tck.reports.text import bounded, safe_str, visible
+from tck.usage import UsageError, parse_only
 
 from . import repro
 from .diagnosis import named_exception
@@ -227,18 +228,14 @@ def _subjects(adapter: Adapter) -> list[Subject]:
     return subjects
 
 
-def _only(config: pytest.Config) -> set[str] | None:
+def _only(config: pytest.Config) -> list[str] | None:
     only = config.getoption("--tck-only")
     if not only:
         return None
-    names = {n.strip() for n in only.split(",") if n.strip()}
-    unknown = names - set(COMPONENTS)
-    if unknown:
-        raise pytest.UsageError(
-            f"--tck-only: unknown component(s) {', '.join(sorted(unknown))}; "
-            f"choose from {', '.join(COMPONENTS)}"
-        )
-    return names
+    try:
+        return parse_only(only, COMPONENTS, "--tck-only")
+    except UsageError as err:
+        raise pytest.UsageError(str(err)) from None
 
 
 _CHECKS = Path(__file__).resolve().parent
@@ -701,7 +698,7 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
     title = f"tck repro: {check_id(item)} on {adapter} [{subject.name}]"
     failed = harness.failed_call if harness else None
     # A float64 comparison replays in full; in other dtypes the check (which rounds the
-    # inputs and bounds by the naive reference in that dtype) reruns instead.
+    # inputs and bounds by the careful run in that dtype) reruns instead.
     replayable = failed is not None and getattr(failed.inst, "dtype", "float64") == "float64"
     # an export check builds at its own opset and ORT level: it reruns instead
     replayable = replayable and item.get_closest_marker("exported") is None

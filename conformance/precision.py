@@ -2,7 +2,7 @@
 
 A comparison in float16 or bfloat16 that fails where the same call in float64 passes is a
 precision bug. This module names the quantity the implementation formed in too low a
-precision, by testing hypotheses against the careful reference of ``tck.reference.model``
+precision, by testing hypotheses against the careful run of ``tck.reference.model``
 (which keeps norm statistics and the softmax in float32 and RoPE angles in float64) with one
 quantity at a time switched back to the input dtype (``computed_in_input_dtype``):
 
@@ -18,7 +18,7 @@ quantity at a time switched back to the input dtype (``computed_in_input_dtype``
 - ``numerics.precision_loss``: none of these explains it.
 
 A hypothesis explains an output when it agrees with it by the tolerance rule of the failed
-comparison (the same dtype, ``k`` and careful reference error). Where none does, a single
+comparison (the same dtype, ``k`` and careful run error). Where none does, a single
 norm or RoPE, whose only quantity formed in reduced precision is its statistics or its
 angles, is named by that quantity.
 """
@@ -30,10 +30,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from tck.adapters import Unsupported
+from tck.reference.tolerance import compare, k_forward
 
 from .harness import Harness, Instance
 from .results import CheckFailure
-from .tolerance import compare, k_forward
 
 # The quantities each component forms (SPEC.md §10.10), in the order hypotheses are tried;
 # a component not listed here (a new one) is tried against all of them.
@@ -73,7 +73,7 @@ def hypothesis(
     from tck.reference.model import computed_in_input_dtype
 
     with computed_in_input_dtype(*quantities):
-        return tck.naive(inst, inputs)
+        return tck.careful(inst, inputs)
 
 
 def name_precision_failure(
@@ -90,9 +90,9 @@ def name_precision_failure(
     gold = tck.gold(inst, inputs)
     if test.shape != gold.shape:
         return failure
-    careful = tck.naive(inst, inputs)
+    careful = tck.careful(inst, inputs)
     ignore = tck.ignore_mask(inst, gold)
-    ref_err = float(np.abs(np.where(np.isfinite(careful - gold), careful - gold, 0.0)).max())
+    careful_err = float(np.abs(np.where(np.isfinite(careful - gold), careful - gold, 0.0)).max())
     k = k_forward(tck.component)
     considered = np.ones(gold.shape, bool) if ignore is None else ~ignore
     overflow = considered & np.isfinite(gold) & np.isfinite(careful) & ~np.isfinite(test)
@@ -104,7 +104,7 @@ def name_precision_failure(
             continue
         if _same(other, careful):  # the quantity plays no part in this call
             continue
-        if _explains(test, other, gold, inst.dtype, ref_err, k, ignore):
+        if _explains(test, other, gold, inst.dtype, careful_err, k, ignore):
             explained = quantity
             break
     dtype = inst.dtype
@@ -114,7 +114,7 @@ def name_precision_failure(
         return CheckFailure(
             OVERFLOW,
             f"{int(overflow.sum())} output position(s) are inf or NaN in {dtype} where the "
-            f"oracle and the careful reference are finite (first at {first}): an intermediate "
+            f"oracle and the careful run are finite (first at {first}): an intermediate "
             f"left {dtype}'s range{how} "
             f"(SPEC.md §10.10); {failure.message}",
             {**failure.metrics, "overflow_positions": int(overflow.sum())},
@@ -124,12 +124,12 @@ def name_precision_failure(
         return CheckFailure(
             PRECISION_LOSS,
             f"{failure.message}; the same call in float64 matches the oracle, so the error "
-            f"comes from computing in {dtype} less carefully than the careful reference "
+            f"comes from computing in {dtype} less carefully than the careful run "
             "(SPEC.md §10.10)",
             failure.metrics,
         )
     evidence = (
-        "the careful reference with that one quantity in the input dtype reproduces the output"
+        "the careful run with that one quantity in the input dtype reproduces the output"
         if explained
         else "the same call in float64 matches the oracle"
     )
@@ -149,7 +149,7 @@ def _explains(
     other: np.ndarray,
     gold: np.ndarray,
     dtype: str,
-    ref_err: float,
+    careful_err: float,
     k: float,
     ignore: np.ndarray | None,
 ) -> bool:
@@ -160,7 +160,7 @@ def _explains(
         return False
     finite = np.isfinite(test)
     skip = ~finite if ignore is None else (~finite | ignore)
-    if not compare(test, other, dtype=dtype, ref_err=ref_err, k=k, ignore=skip).passed:
+    if not compare(test, other, dtype=dtype, careful_err=careful_err, k=k, ignore=skip).passed:
         return False
     # and it must be the better explanation: closer to the output than the oracle is
     keep = ~skip & np.isfinite(gold)
@@ -173,7 +173,7 @@ def declared_input_dtype(
     tck: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], failure: CheckFailure
 ) -> bool:
     """For a subject declaring ``half_precision="input_dtype"``: does it pass the rule against
-    the naive reference (every quantity in the input dtype)? Then record the convention row
+    the naive run (every quantity in the input dtype)? Then record the convention row
     and return True; the failure stands otherwise."""
     if inst.conventions.half_precision != "input_dtype" or inst.dtype not in (
         "float16",
@@ -190,18 +190,18 @@ def declared_input_dtype(
     if test.shape != gold.shape or naive.shape != gold.shape:
         return False
     ignore = tck.ignore_mask(inst, gold)
-    lost = np.isfinite(gold) & ~np.isfinite(naive)  # where the naive reference overflowed
+    lost = np.isfinite(gold) & ~np.isfinite(naive)  # where the naive run overflowed
     skip = lost if ignore is None else (lost | ignore)
-    ref_err = float(np.abs(np.where(~skip & np.isfinite(naive), naive - gold, 0.0)).max())
+    careful_err = float(np.abs(np.where(~skip & np.isfinite(naive), naive - gold, 0.0)).max())
     k = k_forward(tck.component)
-    if not compare(test, gold, dtype=inst.dtype, ref_err=ref_err, k=k, ignore=skip).passed:
+    if not compare(test, gold, dtype=inst.dtype, careful_err=careful_err, k=k, ignore=skip).passed:
         return False
     tck.convention(
         DECLARED,
         f"Declared half_precision='input_dtype': in {inst.dtype} it forms "
         f"{', '.join(quantities)} in the input dtype, not in "
-        "float32 (SPEC.md §10.10); held to the naive reference's error instead of the careful "
+        "float32 (SPEC.md §10.10); held to the naive run's error instead of the careful "
         f"one ({int(lost.sum())} position(s) where that reference overflows are not judged). "
-        f"Against the careful reference: {failure.message}",
+        f"Against the careful run: {failure.message}",
     )
     return True

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from tck.reference import Config
-
-from .inputs import Shape, make_inputs
+from tck.reference.inputs import Shape, make_inputs
 
 # Arrays up to this many elements are written as nested lists (exact: Python's float repr
 # round-trips); larger ones as base64 of their bytes, which is exact and stays compact.
@@ -64,7 +63,7 @@ def oracle_snippet(
     stdlib, ours = ["import numpy as np"], []
     if recipe is not None and _remade(component, config, inputs, *recipe):
         shape, inputs_seed = recipe
-        ours.append("from tck.conformance.inputs import Shape, make_inputs")
+        ours.append("from tck.reference.inputs import Shape, make_inputs")
         inputs_code = (
             f"inputs = make_inputs({component!r}, config, "
             f"np.random.default_rng({int(inputs_seed)!r}), {shape!r})"
@@ -76,8 +75,8 @@ def oracle_snippet(
         inputs_code = f"inputs = {{\n{arrays}\n}}"
     ours += [
         "from tck.adapters import Unsupported, load_adapter",
-        "from tck.conformance.expected import expected",
-        "from tck.conformance.tolerance import compare",
+        "from tck.reference.expected import expected",
+        "from tck.reference.tolerance import compare",
         "from tck.reference import Config, init_params",
     ]
     load = f"adapter = load_adapter({adapter_spec!r})"

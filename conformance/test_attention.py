@@ -16,19 +16,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tck.conformance.deltas import delta, require_deterministic
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs
+from tck.conformance.input_edits import rng
+from tck.conformance.instances import cached_instance, zero_params
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import (
-    cached_instance,
-    delta,
-    require_deterministic,
-    rng,
-    seeds,
-    zero_params,
-)
-from tck.conformance.tolerance import compare
+from tck.conformance.strategies import seeds
 from tck.reference import Config, oracle
+from tck.reference.inputs import Inputs
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

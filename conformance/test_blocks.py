@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
-from tck.conformance.expected import memory_keep, self_keep
+from tck.conformance.deltas import delta, require_deterministic
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape
+from tck.conformance.input_edits import batch_slice, rng
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import batch_slice, delta, require_deterministic, rng
-from tck.conformance.tolerance import compare
 from tck.reference import COMPONENTS, oracle, param_shapes, subparams
+from tck.reference.expected import memory_keep, self_keep
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -8,7 +8,7 @@ left-padding invariance.
 
 A subject offered only in float32 and below (transformers' Llama computes RMSNorm, RoPE and
 its eager softmax in float32 whatever the model's dtype) is checked in float32: oracle
-comparisons bound it by the naive reference's float32 error (SPEC.md §10.7), and the
+comparisons bound it by the careful run's float32 error (SPEC.md §10.7), and the
 comparisons of the implementation with itself use float32's floor of the tolerance rule.
 """
 
@@ -21,12 +21,12 @@ import pytest
 
 from tck.adapters import AdapterFailure, Unsupported
 from tck.conformance.decoding import decode, token_input
-from tck.conformance.expected import decoder_only
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape
+from tck.conformance.input_edits import batch_slice
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import batch_slice
-from tck.conformance.tolerance import Comparison, compare
+from tck.reference.expected import decoder_only
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import Comparison, compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

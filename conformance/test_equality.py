@@ -11,7 +11,7 @@ import pytest
 
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness
-from tck.conformance.inputs import Shape
+from tck.reference.inputs import Shape
 
 spec = pytest.mark.spec
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from tck.conformance.harness import Harness, Instance, convention_code, plain_words
-from tck.conformance.inputs import Inputs, Shape
 from tck.conformance.results import CheckFailure
 from tck.reference import canonical_conventions
+from tck.reference.inputs import Inputs, Shape
 
 # field -> the SPEC clauses it belongs to
 FIELD_CLAUSES = {

@@ -17,8 +17,8 @@ from tck import fixtures
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import compare
 from tck.reference import COMPONENTS, Config
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import DTYPES, compare, k_gradient, reference_error, round_to
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import DTYPES, careful_error, compare, k_gradient, round_to
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -70,7 +70,7 @@ def test_gradients(tck: Harness, dtype: str) -> None:
     # The naive error, relative to each tensor's scale, pooled over every tensor: one tensor's
     # naive maximum error is sometimes lucky (a few elements), while all of them come out of
     # the same computation in the same dtype.
-    relative = max(reference_error(ref[name], gold[name])[0] / _scale(gold[name]) for name in gold)
+    relative = max(careful_error(ref[name], gold[name])[0] / _scale(gold[name]) for name in gold)
     per_tensor: dict[str, Any] = {}
     worst: tuple[float, str, Any] | None = None
     for name in sorted(gold):
@@ -81,9 +81,9 @@ def test_gradients(tck: Harness, dtype: str) -> None:
                 f"parameter {np.shape(gold[name])}",
                 {"dtype": dtype, "grad_of": name},
             )
-        ref_err = relative * _scale(gold[name])
+        careful_err = relative * _scale(gold[name])
         k = k_gradient(tck.component, name)
-        result = compare(test[name], gold[name], dtype=dtype, ref_err=ref_err, k=k)
+        result = compare(test[name], gold[name], dtype=dtype, careful_err=careful_err, k=k)
         per_tensor[name] = round(result.ratio, 4) if np.isfinite(result.ratio) else "inf"
         rank = np.inf if result.nan_mismatch else result.ratio
         if worst is None or rank > worst[0]:
@@ -93,7 +93,7 @@ def test_gradients(tck: Harness, dtype: str) -> None:
     metrics = {**result.metrics(), "dtype": dtype, "grad_of": name, "ratios": per_tensor}
     tck.note(metrics)
     if not result.passed:
-        row = _padding_row_only(inst, name, test[name], gold[name], dtype, ref_err, k)
+        row = _padding_row_only(inst, name, test[name], gold[name], dtype, careful_err, k)
         if row is not None:
             raise CheckFailure(
                 "gradients.padding_row",
@@ -111,7 +111,7 @@ def test_gradients(tck: Harness, dtype: str) -> None:
             "gradients.nan" if result.nan_mismatch else "gradients.oracle_mismatch",
             f"{dtype}: the gradient with respect to {name} disagrees with float64 autograd "
             f"through the reference ({what}): max |test - gold| = {result.max_abs_err:.3g} > "
-            f"bound {result.bound:.3g} = {result.k:g} x naive error {result.ref_err:.3g} + "
+            f"bound {result.bound:.3g} = {result.k:g} x naive error {result.careful_err:.3g} + "
             f"floor (ratio {result.ratio:.3g}) at index {result.worst_index}",
             metrics,
         )
@@ -168,7 +168,7 @@ def _padding_row_only(
     test: np.ndarray,
     gold: np.ndarray,
     dtype: str,
-    ref_err: float,
+    careful_err: float,
     k: float,
 ) -> int | None:
     """The padding row, when an embedding table's gradient is wrong there and only there."""
@@ -180,8 +180,10 @@ def _padding_row_only(
         return None
     others = np.ones(gold.shape[0], bool)
     others[row] = False
-    rest = compare(test[others], gold[others], dtype=dtype, ref_err=ref_err, k=k)
-    there = compare(test[row : row + 1], gold[row : row + 1], dtype=dtype, ref_err=ref_err, k=k)
+    rest = compare(test[others], gold[others], dtype=dtype, careful_err=careful_err, k=k)
+    there = compare(
+        test[row : row + 1], gold[row : row + 1], dtype=dtype, careful_err=careful_err, k=k
+    )
     return row if rest.passed and not there.passed else None
 
 

@@ -29,25 +29,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tck.adapters import Unsupported
+from tck.conformance.deltas import Delta, delta, note_worst, require_deterministic
 from tck.conformance.harness import Harness, Instance, convention_code, plain_words
-from tck.conformance.inputs import Inputs, Shape, padding
+from tck.conformance.input_edits import batch_slice, perturb, rng, rows_where
+from tck.conformance.instances import cached_instance
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import (
-    Delta,
-    batch_slice,
-    cached_instance,
-    delta,
-    note_worst,
-    padded_shapes,
-    perturb,
-    require_deterministic,
-    rng,
-    rows_where,
-    scales,
-    seeds,
-    split_points,
-)
-from tck.conformance.tolerance import compare
+from tck.conformance.strategies import padded_shapes, scales, seeds, split_points
+from tck.reference.inputs import Inputs, Shape, padding
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -11,19 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tck.conformance.deltas import delta, note_worst, require_deterministic
 from tck.conformance.harness import Harness
-from tck.conformance.inputs import Shape
+from tck.conformance.input_edits import rng, rows_where
+from tck.conformance.instances import cached_instance
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import (
-    cached_instance,
-    delta,
-    note_worst,
-    require_deterministic,
-    rng,
-    rows_where,
-    seeds,
-    split_points,
-)
+from tck.conformance.strategies import seeds, split_points
+from tck.reference.inputs import Shape
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -14,17 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tck.conformance.deltas import delta, note_worst, require_deterministic
 from tck.conformance.harness import Harness, convention_code
+from tck.conformance.input_edits import rng
+from tck.conformance.instances import cached_instance, zero_params
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import (
-    cached_instance,
-    delta,
-    note_worst,
-    require_deterministic,
-    rng,
-    seeds,
-    zero_params,
-)
+from tck.conformance.strategies import seeds
 
 spec = pytest.mark.spec
 components = pytest.mark.components

@@ -3,8 +3,8 @@
 Each check builds the subject in float32, float16 or bfloat16 (``Adapter.dtypes``; a dtype
 it does not offer is a skip with the reason), rounds parameters and inputs to that dtype
 once, and compares the output with the float64 oracle on those rounded values. The bound is
-the tolerance rule's: ``k * max|ref - gold| + floor``, where ``ref`` is the torch reference
-model run in the same dtype (``Harness.naive``: the careful reference of SPEC.md §10.10,
+the tolerance rule's: ``k * max|careful - gold| + floor``, where ``careful`` is the torch
+model run in the same dtype (``Harness.careful``: the careful run of SPEC.md §10.10,
 norm statistics and softmax in float32). NaN where the oracle has none fails, and a
 failure that float64 does not show is named by the quantity that explains it
 (``tck.conformance.precision``).
@@ -27,9 +27,9 @@ import pytest
 from tck.adapters import Unsupported
 from tck.conformance import precision
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape, padding
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import LOW_PRECISION, round_to
+from tck.reference.inputs import Inputs, Shape, padding
+from tck.reference.tolerance import LOW_PRECISION, round_to
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -48,7 +48,7 @@ LONG_POSITIONS = np.array([0, 1, 2, 3, 255, 257, 1000, 2047, 2049, 4095, 6001, 8
 
 def _call(tck: Harness, inst: Instance, inputs: Inputs, what: str) -> str | None:
     """Compare one call; a call the subject refuses is returned as the reason. A subject
-    that declares ``half_precision="input_dtype"`` and meets the naive reference's bound
+    that declares ``half_precision="input_dtype"`` and meets the naive run's bound
     gets a convention row (§10.10)."""
     try:
         tck.assert_matches_oracle(inst, inputs, what=f"{inst.dtype}, {what}")
@@ -76,7 +76,7 @@ def _dtype_specific(
     except (Unsupported, CheckFailure):
         return failure
     gold = tck.gold(exact, inputs)
-    from tck.conformance.tolerance import compare
+    from tck.reference.tolerance import compare
 
     if test.shape == gold.shape and compare(test, gold, ignore=tck.ignore_mask(exact, gold)).passed:
         return precision.name_precision_failure(tck, inst, inputs, failure)

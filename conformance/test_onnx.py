@@ -16,8 +16,8 @@ import pytest
 from tck.adapters import AdapterFailure, Unsupported
 from tck.adapters.onnx_runtime import OPSETS  # imports onnx only when it exports
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Shape
 from tck.conformance.results import CheckFailure
+from tck.reference.inputs import Shape
 
 spec = pytest.mark.spec
 exported = pytest.mark.exported
@@ -130,7 +130,7 @@ def test_dynamic_axes(tck: Harness) -> None:
 def test_opt_levels(tck: Harness) -> None:
     """ORT_ENABLE_ALL gives ORT_DISABLE_ALL's result, within §10.7's rule, in every dtype
     the graph runs in (float64 where ONNX Runtime has the kernels, and float32)."""
-    from tck.conformance.tolerance import compare
+    from tck.reference.tolerance import compare
 
     checked = []
     for dtype in ("float64", "float32"):
@@ -147,7 +147,7 @@ def test_opt_levels(tck: Harness) -> None:
             continue
         except AdapterFailure as error:
             raise _failure_of_export(error) from None
-        result = compare(fused, plain, dtype=dtype, ref_err=0.0)
+        result = compare(fused, plain, dtype=dtype, careful_err=0.0)
         tck.note({f"{dtype}_max_abs_delta": result.max_abs_err})
         checked.append(dtype)
         if not result.passed:

@@ -15,10 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tck.conformance.deltas import delta
 from tck.conformance.harness import Harness, Instance, convention_code
+from tck.conformance.input_edits import rng
+from tck.conformance.instances import cached_instance
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import cached_instance, delta, rng, seeds
-from tck.conformance.tolerance import compare
+from tck.conformance.strategies import seeds
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

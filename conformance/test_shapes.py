@@ -13,9 +13,9 @@ import pytest
 
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
-from tck.conformance.inputs import Inputs, Shape
 from tck.conformance.results import CheckFailure
 from tck.reference import COMPONENTS, Config
+from tck.reference.inputs import Inputs, Shape
 
 spec = pytest.mark.spec
 components = pytest.mark.components

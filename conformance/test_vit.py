@@ -12,12 +12,13 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tck.conformance.deltas import delta
 from tck.conformance.harness import Harness, Instance, convention_code
-from tck.conformance.inputs import Inputs
+from tck.conformance.input_edits import rng
 from tck.conformance.results import CheckFailure
-from tck.conformance.strategies import delta, rng
-from tck.conformance.tolerance import compare
 from tck.reference import oracle
+from tck.reference.inputs import Inputs
+from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components

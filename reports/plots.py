@@ -71,7 +71,7 @@ def ratio_per_dtype(results: list[dict[str, Any]]) -> str | None:
 
 
 def ref_multiple_per_dtype(results: list[dict[str, Any]]) -> str | None:
-    """Each lower-precision comparison's error as a multiple of the careful reference's error
+    """Each lower-precision comparison's error as a multiple of the careful run's error
     in the same dtype (SPEC.md §10.10), one column per dtype, with the multiplier k drawn."""
     columns: dict[str, list[float]] = defaultdict(list)
     ks: set[float] = set()
@@ -96,11 +96,11 @@ def ref_multiple_per_dtype(results: list[dict[str, Any]]) -> str | None:
         ax.scatter(xs, ys, s=10, alpha=0.6, color=_COLOURS[(i + 1) % len(_COLOURS)])
     for j, k in enumerate(sorted(ks)):
         ax.axhline(k, color="#d62728", linewidth=1, linestyle="--", label="k" if not j else None)
-    ax.axhline(1.0, color="#2ca02c", linewidth=1, linestyle=":", label="careful reference")
+    ax.axhline(1.0, color="#2ca02c", linewidth=1, linestyle=":", label="careful run")
     ax.set_yscale("log")
     ax.set_xticks(range(len(order)), [f"{d}\n({len(columns[d])})" for d in order])
-    ax.set_ylabel("error / careful reference's error")
-    ax.set_title("Error as a multiple of the careful reference's (per dtype)")
+    ax.set_ylabel("error / careful run's error")
+    ax.set_title("Error as a multiple of the careful run's (per dtype)")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _svg(fig)

@@ -24,9 +24,9 @@ from tck.bench.cli import parse_ints
 from tck.bench.peaks import nominal_peak, nominal_tflops
 from tck.bench.timing import median_ci_rel, quartiles, summarize
 from tck.bench.workloads import FORWARD, FORWARD_BACKWARD, NUMPY_NOTE, adapter_call, sdpa_call
-from tck.conformance.cli import main
-from tck.conformance.expected import expected
+from tck.cli import main
 from tck.reference import Config, canonical_conventions
+from tck.reference.expected import expected
 from tck.reports.bench import load_bench, render_bench
 
 TINY = [

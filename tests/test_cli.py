@@ -9,7 +9,7 @@ import pytest
 from test_spec_traceability import NOT_CHECKABLE, spec_clauses
 
 from tck.adapters import load_adapter
-from tck.conformance.cli import main
+from tck.cli import main
 
 SCHEMA_KEYS = {"schema", "adapter", "environment", "summary", "results"}
 # Clauses whose checks run only with tck run --export onnx (tests/test_onnx.py runs them).

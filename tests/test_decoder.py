@@ -12,10 +12,10 @@ import torch
 
 from tck.adapters.reference import LLAMA, adapter
 from tck.conformance.decoding import decode, gate_up_swapped, tiled_kv_heads
-from tck.conformance.expected import expected
-from tck.conformance.inputs import Shape, make_inputs
 from tck.reference import DECODER_CANONICAL, Config, init_params, oracle
 from tck.reference import model as ref
+from tck.reference.expected import expected
+from tck.reference.inputs import Shape, make_inputs
 
 spec = pytest.mark.spec
 CONFIG = Config(d_model=24, n_heads=4, d_ff=40, vocab_size=23, max_len=64, n_kv_heads=2)

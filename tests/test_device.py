@@ -28,11 +28,11 @@ from tck.adapters.devices import (
 )
 from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
-from tck.conformance.cli import main
+from tck.cli import main
 from tck.conformance.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.inputs import Shape, make_inputs
 from tck.conformance.results import CheckFailure
 from tck.reference import Config
+from tck.reference.inputs import Shape, make_inputs
 
 HERE = Path(__file__).resolve().parent
 CUDA = torch.cuda.is_available()
@@ -199,7 +199,7 @@ def test_the_naive_reference_runs_on_the_device_and_gold_gradients_on_the_cpu(mo
     inst = harness.instance(params=False)
     inst.params = {"weight": np.ones(24), "bias": np.zeros(24)}
     inputs = harness.inputs(inst)
-    harness.naive(inst, inputs)
+    harness.careful(inst, inputs)
     harness.gold_gradients(inst, inputs, np.ones((2, 5, 24)))
     assert seen == [("float64", "cuda"), ("float64", "cpu")]
 
@@ -295,7 +295,7 @@ def _cpu_backends() -> TorchModuleAdapter:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_pinned_subjects_match_the_oracle_on_the_cpu(name, dtype):
     """The pinning path end to end without a GPU: torch has a math and a flash kernel on the
-    CPU; the comparison is the tolerance rule's, with the naive reference in ``dtype``."""
+    CPU; the comparison is the tolerance rule's, with the careful run in ``dtype``."""
     adapter = _cpu_backends()
     subject = next(s for s in adapter.subjects() if s.name == name)
     harness = Harness(adapter, subject, device="cpu")

@@ -21,8 +21,8 @@ from tck.conformance import test_attention, test_gradients, test_positional
 from tck.conformance.diagnosis import named_exception, root_causes, top_cause
 from tck.conformance.fingerprint_cli import build_fingerprint, failed
 from tck.conformance.harness import Harness
-from tck.conformance.inputs import Shape, padding
 from tck.conformance.results import CheckFailure
+from tck.reference.inputs import Shape, padding
 
 
 def harness(adapter: Adapter | str, subject: str | None = None) -> Harness:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tck.adapters import load_adapter
-from tck.conformance.cli import main
+from tck.cli import main
 from tck.conformance.fingerprint_cli import KEEP, build_fingerprint
 
 MEASURED = ("agrees", "convention")

@@ -22,16 +22,16 @@ import tomllib
 from tck import fixtures
 from tck.adapters import TorchModuleAdapter, Unsupported, load_adapter
 from tck.adapters import reference as reference_adapter
+from tck.cli import main
 from tck.conformance import test_fixtures as fixture_checks
-from tck.conformance.cli import main
-from tck.conformance.expected import expected as oracle_output
 from tck.conformance.harness import Harness
 from tck.conformance.results import CheckFailure
 from tck.conformance.test_fixtures import run_fixture
-from tck.conformance.tolerance import FLOOR
 from tck.fixtures import cli as fixtures_cli
 from tck.fixtures import generate
 from tck.reference import COMPONENTS, Config, Conventions, oracle
+from tck.reference.expected import expected as oracle_output
+from tck.reference.tolerance import FLOOR
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = fixtures.DATA_DIR

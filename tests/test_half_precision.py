@@ -1,4 +1,4 @@
-"""Half precision (SPEC.md §10.10): the careful reference, the inputs that reach where half
+"""Half precision (SPEC.md §10.10): the careful run, the inputs that reach where half
 precision breaks, the findings that name the quantity, and no false findings."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from tck.conformance import precision
 from tck.conformance import test_numerics as checks
 from tck.conformance.harness import Harness
 from tck.conformance.results import CheckFailure
-from tck.conformance.tolerance import compare
 from tck.reference import Conventions
 from tck.reference.model import LayerNorm, RMSNorm, computed_in_input_dtype, rope
+from tck.reference.tolerance import compare
 
 REFERENCE = load_adapter("reference")
 HALF = ("float16", "bfloat16")
@@ -37,7 +37,7 @@ def outlier_rows(d: int = 24) -> torch.Tensor:
     return torch.from_numpy(checks.outlier_activations(x, np.random.default_rng(1)))
 
 
-# ------------------------------------------------------------------ the careful reference
+# ------------------------------------------------------------------ the careful run
 
 
 @pytest.mark.spec("10.10", "5.1", "5.3")
@@ -161,9 +161,9 @@ def test_hypothesis_must_reproduce_the_output_not_just_differ():
 @pytest.mark.spec("10.10", "10.7")
 def test_comparison_reports_the_error_as_a_multiple_of_the_careful_reference():
     gold = np.zeros(3)
-    result = compare(gold + 0.03, gold, dtype="float16", ref_err=0.01, k=5.0)
+    result = compare(gold + 0.03, gold, dtype="float16", careful_err=0.01, k=5.0)
     assert result.metrics()["ref_multiple"] == pytest.approx(3.0)
-    assert "ref_multiple" not in compare(gold, gold, dtype="float16", ref_err=0.0).metrics()
+    assert "ref_multiple" not in compare(gold, gold, dtype="float16", careful_err=0.0).metrics()
     assert "ref_multiple" not in compare(gold, gold).metrics()  # float64: no reference
 
 

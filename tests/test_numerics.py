@@ -1,5 +1,5 @@
 """The dtype sweep and the gradient checks (SPEC.md §10.7, §10.8): the tolerance rule, the
-naive reference it leans on, the adapter contract's dtype and grad, and a real run."""
+careful run it leans on, the adapter contract's dtype and grad, and a real run."""
 
 import json
 import subprocess
@@ -12,16 +12,16 @@ import torch
 
 from tck.adapters import Adapter, Subject, Unsupported, load_adapter
 from tck.conformance.harness import Harness
-from tck.conformance.inputs import Shape
-from tck.conformance.tolerance import (
+from tck.reference import Config
+from tck.reference.inputs import Shape
+from tck.reference.tolerance import (
     UNIT_ROUNDOFF,
+    careful_error,
     compare,
     k_forward,
     k_gradient,
-    reference_error,
     round_to,
 )
-from tck.reference import Config
 
 REFERENCE = load_adapter("reference")
 
@@ -46,15 +46,15 @@ def test_round_to_rounds_to_nearest_even_once():
 def test_rule_bounds_by_the_naive_error_and_fails_nan_outright():
     gold = np.array([1.0, 2.0, 3.0])
     ref = gold + np.array([0.0, 0.01, 0.0])
-    ref_err, lost = reference_error(ref, gold)
-    assert (ref_err, lost) == (pytest.approx(0.01), 0)
-    inside = compare(gold + 0.019, gold, dtype="float16", ref_err=ref_err, k=2.0)
+    careful_err, lost = careful_error(ref, gold)
+    assert (careful_err, lost) == (pytest.approx(0.01), 0)
+    inside = compare(gold + 0.019, gold, dtype="float16", careful_err=careful_err, k=2.0)
     assert inside.passed and inside.bound == pytest.approx(2 * 0.01 + 1e-2 * 3.0)
-    assert not compare(gold + 0.06, gold, dtype="float16", ref_err=ref_err, k=2.0).passed
-    nan = compare(np.array([1.0, np.nan, 3.0]), gold, dtype="float16", ref_err=1.0, k=8.0)
+    assert not compare(gold + 0.06, gold, dtype="float16", careful_err=careful_err, k=2.0).passed
+    nan = compare(np.array([1.0, np.nan, 3.0]), gold, dtype="float16", careful_err=1.0, k=8.0)
     assert not nan.passed and nan.nan_mismatch == 1
     assert nan.metrics()["dtype"] == "float16" and nan.metrics()["k"] == 8.0
-    assert reference_error(np.array([1.0, np.inf, 3.0]), gold) == (0.0, 1)
+    assert careful_error(np.array([1.0, np.inf, 3.0]), gold) == (0.0, 1)
 
 
 @pytest.mark.spec("10.7", "10.8")
@@ -77,11 +77,11 @@ def test_naive_reference_is_finite_and_as_accurate_as_its_dtype(name, dtype):
     inst = tck.instance(dtype=dtype)
     for shape in (Shape(), Shape(batch=2, lq=17, lk=65, causal=True), Shape(magnitude=30.0)):
         inputs = tck.inputs(inst, shape)
-        ref, gold = tck.naive(inst, inputs), tck.gold(inst, inputs)
+        ref, gold = tck.careful(inst, inputs), tck.gold(inst, inputs)
         assert np.isfinite(ref).all()
         if shape.magnitude == 1.0:
             scale = max(1.0, float(np.abs(gold).max()))
-            assert reference_error(ref, gold)[0] <= 400 * UNIT_ROUNDOFF[dtype] * scale
+            assert careful_error(ref, gold)[0] <= 400 * UNIT_ROUNDOFF[dtype] * scale
 
 
 @pytest.mark.spec("10.8")
@@ -189,7 +189,7 @@ def test_reference_passes_in_every_dtype_forward_and_backward(numerics_run):
         if r["check"].startswith("numerics.") or r["check"] == "gradients.gradients":
             assert {"dtype", "max_abs_err", "mean_abs_err", "bound", "ratio"} <= set(r["metrics"])
             assert r["metrics"]["ratio"] <= 1.0
-            assert "ref_nonfinite" not in r["metrics"]  # the naive reference never overflowed
+            assert "ref_nonfinite" not in r["metrics"]  # the careful run never overflowed
 
 
 def _float32_only_wrong_pe() -> Adapter:

@@ -290,8 +290,8 @@ def test_repro_of_an_exported_subject_replays_the_failure(sdpa, tmp_path):
 def _built(adapter, name: str, seed: int):
     """``name`` of ``adapter`` built and given canonical parameters of ``seed``, and inputs."""
     from tck.conformance.harness import DEFAULT_CONFIG
-    from tck.conformance.inputs import Shape, make_inputs
     from tck.reference import init_params
+    from tck.reference.inputs import Shape, make_inputs
 
     subject = next(s for s in adapter.subjects() if s.name == name)
     handle = adapter.build(subject, DEFAULT_CONFIG, seed=seed)
@@ -431,7 +431,7 @@ def test_a_template_serves_calls_of_its_own_sizes():
         sys.path.remove(str(HERE))
     from tck.adapters.onnx_runtime import clear_caches, with_onnx
     from tck.conformance.harness import DEFAULT_CONFIG
-    from tck.conformance.inputs import Shape, make_inputs
+    from tck.reference.inputs import Shape, make_inputs
 
     ort = with_onnx(fixed_batch, reuse=True)
     clear_caches()

@@ -18,9 +18,9 @@ from torch import nn
 
 from tck.adapters import ABSENT, Param, TorchEntry, TorchModuleAdapter, Unsupported
 from tck.adapters.reference import entry as reference_entry
-from tck.conformance.expected import expected
-from tck.conformance.inputs import Shape, make_inputs
 from tck.reference import Config, canonical_conventions, init_params, param_count, param_shapes
+from tck.reference.expected import expected
+from tck.reference.inputs import Shape, make_inputs
 
 pytestmark = pytest.mark.spec("0.2", "0.5", "10.3")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
-from tck.conformance.cli import main
+from tck.cli import main
 from tck.conformance.diagnosis import root_causes
 from tck.reports import junit_xml, load_results
 

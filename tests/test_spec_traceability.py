@@ -1,6 +1,8 @@
 """SPEC.md <-> tests and checks, both ways: every clause is verified, every citation exists."""
 
 import importlib
+import importlib.util
+import inspect
 import pkgutil
 import re
 from pathlib import Path
@@ -84,3 +86,108 @@ def test_every_clause_has_a_conformance_check():
     assert not missing, f"clauses no conformance check verifies: {missing}"
     stale = [c for c in NOT_CHECKABLE if c in cited]
     assert not stale, f"clauses listed as not checkable but checked: {stale}"
+
+
+# ---------------------------------------------------------------- oracle, fixtures, mutants
+
+
+def _clauses_doc():
+    """scripts/clauses_doc.py, the generator of docs/CLAUSES.md and its SPEC.md parsers."""
+    path = ROOT / "scripts" / "clauses_doc.py"
+    spec = importlib.util.spec_from_file_location("clauses_doc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+clauses_doc = _clauses_doc()
+
+# Words on Oracle lines that name no function and no argument of one, and why.
+ORACLE_WORDS = {
+    "undefined": "a value of scaled_dot_product_attention's fully_masked_rows",
+    "careful": "the tolerance rule's careful run (§10.7), named beside Harness.careful",
+}
+# Clauses whose oracle is no function of ours, and what it is instead.
+NO_ORACLE_FUNCTION = {
+    "10.1": "every oracle function (the oracle has no dropout)",
+    "10.2": "every oracle function",
+    "10.6": "the functions of the clauses cited",
+    "10.9": "the float64 oracle and the original torch module",
+    "11.8": "the implementation on each row alone",
+}
+
+
+def test_every_clause_has_an_oracle_line():
+    names = clauses_doc.oracle_names()
+    bodies = clauses_doc.clause_bodies()
+    missing = [c for c in spec_clauses() if "**Oracle:**" not in bodies[c]]
+    assert not missing, f"clauses without an **Oracle:** line: {missing}"
+    assert set(names) == set(spec_clauses())
+
+
+def test_every_name_on_an_oracle_line_exists():
+    """Each backticked name on an Oracle line is a function, class or module of ours (or of
+    torch) that exists, or an argument of a function named on the same line."""
+    wrong = []
+    for clause, names in clauses_doc.oracle_names().items():
+        found = [clauses_doc.resolve(n) for n in names if clauses_doc.IDENTIFIER.match(n)]
+        arguments = set()
+        for obj in found:
+            if callable(obj):
+                try:
+                    arguments |= set(inspect.signature(obj).parameters)
+                except (TypeError, ValueError):
+                    pass
+        for name in names:
+            if not clauses_doc.IDENTIFIER.match(name):
+                continue  # a shape or an expression, such as [B, 1, 1, Lk]
+            if clauses_doc.resolve(name) is None and name not in arguments | set(ORACLE_WORDS):
+                wrong.append(f"§{clause}: {name}")
+    assert not wrong, f"Oracle lines name what does not exist: {wrong}"
+
+
+def test_every_clause_names_an_oracle_function_or_says_why_not():
+    functions = clauses_doc.oracle_functions()
+    without = {c for c, names in functions.items() if not names and c in spec_clauses()}
+    assert without == set(NO_ORACLE_FUNCTION), (
+        f"clauses whose Oracle line names no function of ours: {sorted(without)}; "
+        f"listed in NO_ORACLE_FUNCTION: {sorted(NO_ORACLE_FUNCTION)}"
+    )
+
+
+def test_every_fixture_cites_existing_clauses():
+    clauses = spec_clauses()
+    fixtures = clauses_doc.fixture_clauses()
+    assert fixtures, "the manifest lists no fixture"
+    empty = [name for name, cited in fixtures.items() if not cited]
+    assert not empty, f"fixtures that cite no clause: {empty}"
+    unknown = {n: [c for c in cs if c not in clauses] for n, cs in fixtures.items()}
+    unknown = {n: cs for n, cs in unknown.items() if cs}
+    assert not unknown, f"fixtures cite clauses SPEC.md does not have: {unknown}"
+
+
+def test_every_mutant_code_is_in_the_spec_appendix():
+    codes = clauses_doc.code_clauses()
+    missing = {
+        mutant: [code for code in expected if code not in codes]
+        for mutant, expected in clauses_doc.mutant_codes().items()
+    }
+    missing = {m: cs for m, cs in missing.items() if cs}
+    assert not missing, f"mutants expect codes SPEC.md Appendix C does not list: {missing}"
+
+
+def test_every_code_of_the_appendix_names_existing_clauses_and_a_mutant():
+    clauses = spec_clauses()
+    codes = clauses_doc.code_clauses()
+    assert codes, "SPEC.md Appendix C lists no code"
+    bad = {code: cs for code, cs in codes.items() if not cs or any(c not in clauses for c in cs)}
+    assert not bad, f"Appendix C codes without clauses, or with unknown ones: {bad}"
+    expected = {code for cs in clauses_doc.mutant_codes().values() for code in cs}
+    stale = sorted(set(codes) - expected)
+    assert not stale, f"Appendix C lists codes no mutant expects: {stale}"
+
+
+def test_clauses_doc_is_current():
+    text = clauses_doc.render()
+    committed = clauses_doc.OUT.read_text(encoding="utf-8") if clauses_doc.OUT.exists() else ""
+    assert committed == text, f"docs/CLAUSES.md is stale: run {clauses_doc.COMMAND}"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_fingerprint_cli import assert_agrees
 
-from tck.conformance.cli import main
+from tck.cli import main
 from tck.conformance.fingerprint_cli import build_fingerprint
 
 

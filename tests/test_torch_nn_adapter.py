@@ -14,8 +14,8 @@ import torch
 
 from tck.adapters import Subject, Unsupported
 from tck.adapters.torch_nn import adapter
-from tck.conformance.expected import expected
 from tck.reference import Config, Conventions, init_params, oracle
+from tck.reference.expected import expected
 
 spec = pytest.mark.spec
 

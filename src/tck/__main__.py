@@ -2,6 +2,6 @@
 
 import sys
 
-from tck.conformance.cli import main
+from tck.cli import main
 
 sys.exit(main())

@@ -4,7 +4,7 @@ paying for a new interpreter each time.
 A detection run is one ``tck run`` per mutant and per seed (72 of them). As subprocesses each
 one imported torch, numpy, hypothesis and the suite again (twice: the ``tck`` process and its
 pytest-xdist worker), which cost more than the checks. Here the test process imports them
-once and each run is ``tck.conformance.cli.main`` in a fork of it, ``-n 0`` (the fork is the
+once and each run is ``tck.cli.main`` in a fork of it, ``-n 0`` (the fork is the
 worker: a crash in it is this run's, not the test process's), with its own stdout, stderr and
 working folder, a deadline, and ``os._exit`` so that nothing of the parent's pytest session
 runs twice. The test modules of ``tck.conformance`` are not imported before the fork, so each
@@ -20,7 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tck.conformance.cli import main  # loaded once here, before any fork
+from tck.cli import main  # loaded once here, before any fork
 
 
 def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float) -> int:

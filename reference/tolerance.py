@@ -1,14 +1,17 @@
-"""The tolerance rule (DESIGN.md; SPEC.md §10.7), from FlashAttention's and PyTorch's tests.
+"""The tolerance rule (SPEC.md §10.7), from FlashAttention's and PyTorch's tests.
 
 Inputs and parameters are rounded to the test dtype once and shared by every path; ``gold``
-is the float64 oracle, ``ref`` one careful implementation computed in the test dtype (the
-torch reference model, ``Harness.naive``: norm statistics and softmax in float32, angles in
-float64, SPEC.md §10.10), ``test`` the adapter. A check passes iff
+is the float64 oracle, ``careful`` the *careful run*: one careful implementation computed in
+the test dtype (the torch model of ``tck.reference.model``, ``Harness.careful``: norm
+statistics and softmax in float32, angles in float64, SPEC.md §10.10), ``test`` the
+adapter. A check passes iff
 
-    max|test - gold| <= k * max|ref - gold| + floor
+    max|test - gold| <= k * max|careful - gold| + floor
 
 where the floor scales with the output's magnitude. NaN in ``test`` where ``gold`` has none
-fails outright. In float64 ``ref_err`` is 0 and the floor alone decides.
+fails outright. In float64 ``careful_err`` is 0 and the floor alone decides. (The metrics
+keep their published names: ``ref_max_abs_err`` is the careful run's error, ``ref_multiple``
+the error as a multiple of it.)
 
 **k, and where it comes from.** Both sources compare a fast kernel with a plain PyTorch
 implementation in the same low precision and allow a multiple of that implementation's error:
@@ -22,13 +25,13 @@ implementation in the same low precision and allow a multiple of that implementa
   lengths up to 2048, fused CUDA kernels).
 
 Measured, not assumed: the ratio of two *maximum* errors over small tensors is noisy (the
-naive reference's worst element is sometimes lucky), so k is the worst ratio measured on
-torch.nn against the naive reference over seeds 0-12 (CPU, torch 2.13), times about 2, kept
+careful run's worst element is sometimes lucky), so k is the worst ratio measured on
+torch.nn against the careful run over seeds 0-12 (CPU, torch 2.13), times about 2, kept
 within PyTorch's own multipliers. Forward: 5 for a single op (attention, norms, FFN,
-positional; PyTorch's default fudge; measured up to 2.9x the naive error, LayerNorm on
+positional; PyTorch's default fudge; measured up to 2.9x the careful run's error, LayerNorm on
 low-variance rows in float32), 32 for a layer, a stack or a model (measured up to 12.5x:
 encoder layers on inputs x30 in bfloat16, where torch's fused LayerNorm and float32
-accumulation round once and the naive reference rounds at every op). Gradients: dV and the
+accumulation round once and the careful run rounds at every op). Gradients: dV and the
 value path 8 (PyTorch's ``grad_value``), dK and dQ 25 (PyTorch's ``grad_key``; its
 ``grad_query`` is 160), and 64 for the other gradients of layers, stacks and models
 (measured up to 33x for a parameter deep in a pre-LN decoder layer in bfloat16: it collects
@@ -48,11 +51,11 @@ LOW_PRECISION = ("float32", "float16", "bfloat16")
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 K_FORWARD = 3.0
-# Relative floor per dtype, times max(1, max|gold|). For float64 the naive reference agrees
+# Relative floor per dtype, times max(1, max|gold|). For float64 the careful run agrees
 # with the oracle to ~1e-15, so the floor alone decides: 1e-10 is five orders above float64
 # rounding in these small models, and five below the smallest deviation the suite hunts
 # (a LayerNorm eps of 1e-5 against 1e-6 moves outputs by ~5e-6). In lower precision the
-# floor only covers a naive reference that happens to be exact (a few ulps of the output's
+# floor only covers a careful run that happens to be exact (a few ulps of the output's
 # scale): float32 ~170 unit roundoffs, float16 ~20, bfloat16 ~13.
 FLOOR = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
 
@@ -75,7 +78,7 @@ K_GRAD_OTHER = 64.0
 
 
 def k_forward(component: str) -> float:
-    """The multiplier of the naive reference's error for ``component``'s output."""
+    """The multiplier of the careful run's error for ``component``'s output."""
     return K_BY_COMPONENT.get(component, K_FORWARD)
 
 
@@ -115,20 +118,20 @@ def round_to(array: np.ndarray, dtype: str) -> np.ndarray:
     return tensor.to(torch_dtype).to(torch.float64).numpy()
 
 
-def reference_error(
-    ref: np.ndarray, gold: np.ndarray, ignore: np.ndarray | None = None
+def careful_error(
+    careful: np.ndarray, gold: np.ndarray, ignore: np.ndarray | None = None
 ) -> tuple[float, int]:
-    """(max|ref - gold| where both are finite, the positions where only ``ref`` is not):
-    the naive reference's own error, and where it overflowed and so promises nothing."""
-    ref, gold = np.asarray(ref, dtype=np.float64), np.asarray(gold, dtype=np.float64)
-    if ref.shape != gold.shape:
-        raise ValueError(f"naive reference shape {ref.shape} is not the oracle's {gold.shape}")
+    """(max|careful - gold| where both are finite, the positions where only ``careful`` is
+    not): the careful run's own error, and where it overflowed and so promises nothing."""
+    careful, gold = np.asarray(careful, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if careful.shape != gold.shape:
+        raise ValueError(f"careful run shape {careful.shape} is not the oracle's {gold.shape}")
     considered = (
         np.ones(gold.shape, bool) if ignore is None else ~np.broadcast_to(ignore, gold.shape)
     )
-    finite = considered & np.isfinite(ref) & np.isfinite(gold)
-    lost = int((considered & ~np.isfinite(ref) & np.isfinite(gold)).sum())
-    err = float(np.abs(np.where(finite, ref - gold, 0.0)).max(initial=0.0))
+    finite = considered & np.isfinite(careful) & np.isfinite(gold)
+    lost = int((considered & ~np.isfinite(careful) & np.isfinite(gold)).sum())
+    err = float(np.abs(np.where(finite, careful - gold, 0.0)).max(initial=0.0))
     return err, lost
 
 
@@ -142,7 +145,7 @@ class Comparison:
     nan_mismatch: int  # positions where exactly one of test and gold is NaN
     worst_index: tuple[int, ...] | None
     dtype: str = "float64"
-    ref_err: float = 0.0  # max|ref - gold| of the naive reference in ``dtype``
+    careful_err: float = 0.0  # max|careful - gold| of the careful run in ``dtype``
     k: float = K_FORWARD
 
     def metrics(self) -> dict[str, Any]:
@@ -155,18 +158,18 @@ class Comparison:
             "worst_index": list(self.worst_index) if self.worst_index is not None else None,
         }
         if self.dtype != "float64":
-            out.update(dtype=self.dtype, ref_max_abs_err=self.ref_err, k=self.k)
-            multiple = self.ref_multiple
+            out.update(dtype=self.dtype, ref_max_abs_err=self.careful_err, k=self.k)
+            multiple = self.careful_multiple
             if multiple is not None:
                 out["ref_multiple"] = multiple
         return out
 
     @property
-    def ref_multiple(self) -> float | None:
-        """The error as a multiple of the careful reference's error (SPEC.md §10.10), where
+    def careful_multiple(self) -> float | None:
+        """The error as a multiple of the careful run's error (SPEC.md §10.10), where
         that error is finite and not zero."""
-        if self.ref_err > 0 and np.isfinite(self.ref_err) and np.isfinite(self.max_abs_err):
-            return self.max_abs_err / self.ref_err
+        if self.careful_err > 0 and np.isfinite(self.careful_err) and np.isfinite(self.max_abs_err):
+            return self.max_abs_err / self.careful_err
         return None
 
 
@@ -175,12 +178,12 @@ def compare(
     gold: np.ndarray,
     *,
     dtype: str = "float64",
-    ref_err: float = 0.0,
+    careful_err: float = 0.0,
     k: float = K_FORWARD,
     ignore: np.ndarray | None = None,
 ) -> Comparison:
     """Apply the rule. ``ignore`` masks positions the spec leaves undefined (§4.4), or where
-    the naive reference overflowed (``reference_error``)."""
+    the careful run overflowed (``careful_error``)."""
     test, gold = np.asarray(test, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if test.shape != gold.shape:
         raise ValueError(f"shape {test.shape} is not the expected {gold.shape}")
@@ -192,7 +195,7 @@ def compare(
     both = considered & ~test_nan & ~gold_nan
     err = np.where(both, np.abs(test - gold), 0.0)
     scale = float(np.abs(np.where(both, gold, 0.0)).max(initial=0.0))
-    bound = k * ref_err + FLOOR[dtype] * max(1.0, scale)
+    bound = k * careful_err + FLOOR[dtype] * max(1.0, scale)
     max_err = float(err.max(initial=0.0))
     if not np.isfinite(max_err):  # test is +-inf where gold is finite
         max_err = float("inf")
@@ -212,6 +215,6 @@ def compare(
         nan_mismatch,
         worst,
         dtype,
-        ref_err,
+        careful_err,
         k,
     )
