@@ -33,6 +33,7 @@ NAMES: tuple[str, ...] = (
     "gpt_block_cache_unused",
     "vit_patch_reshape_no_transpose",
     "embedding_without_padding_idx",
+    "vit_pos_embed_before_cls",
     # correct implementations in other styles
     "ok_sdpa_fused_mha",
     "ok_llama_rms_rope",
