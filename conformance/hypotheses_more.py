@@ -1,6 +1,6 @@
-"""More explanations for an oracle mismatch (issue 19): head split layouts, biases that are
-never added, a norm gain read as ``1 + weight``, and a residual taken from the normalised
-input.
+"""More explanations for an oracle mismatch (issue 19): head split and merge layouts,
+biases that are never added, a norm gain read as ``1 + weight``, and a residual taken from
+the normalised input.
 
 Each hypothesis recomputes the oracle with one deliberate deviation and is judged like a
 convention: does it reproduce the implementation's output within the failed comparison's
@@ -12,6 +12,8 @@ diagnosis away from a more specific explanation found first.
 
 The codes (SPEC.md Appendix B):
 
+- ``attention.heads_merged_wrong_order`` (inside layers, stacks and models; mha has its own
+  check): ``(B, H, L, d)`` reshaped to ``(B, L, H*d)`` without the transpose;
 - ``attention.heads_split_wrong_order``: ``x.view(B, H, L, d)`` (or ``view(B * H, -1, d)``)
   instead of ``x.view(B, L, H, d).transpose(1, 2)``: each "head" is a block of positions'
   channels, positions and heads interleaved before the scores;
@@ -132,6 +134,35 @@ def head_split_hypotheses(
     )
 
 
+def _merge_heads_no_transpose(x: Any) -> np.ndarray:
+    """(B, H, L, d) reshaped straight to (B, L, H*d), without the transpose."""
+    b, h, length, d = x.shape
+    return oracle._f64(x).reshape(b, length, h * d)
+
+
+def head_merge_hypotheses(
+    component: str, compute: Callable[[], np.ndarray]
+) -> Iterator[Hypothesis]:
+    """Heads merged by a reshape without the transpose, in any head-bearing component (mha
+    has its own check, test_attention.test_heads_merge_order; inside a layer, a stack or a
+    ViT only the oracle comparison sees it)."""
+    if component not in HEAD_BEARING:
+        return
+    with _replaced("merge_heads", _merge_heads_no_transpose):
+        try:
+            gold = compute()
+        except (ValueError, KeyError):
+            return
+    yield (
+        "attention.heads_merged_wrong_order",
+        "the output is the spec's with the heads merged by a reshape without the transpose: "
+        "(B, H, L, d) reshaped straight to (B, L, H*d) where the spec takes "
+        "x.transpose(1, 2).reshape(B, L, H*d), so positions and heads are interleaved before "
+        "the output projection (SPEC.md §3.3)",
+        gold,
+    )
+
+
 def residual_hypotheses(component: str, compute: Callable[[], np.ndarray]) -> Iterator[Hypothesis]:
     """A pre-LN residual taken from the normalised input."""
     if component not in SUBLAYERED:
@@ -203,6 +234,7 @@ def more_hypotheses(
     """Every hypothesis of this module for ``component``: ``compute()`` evaluates the oracle
     as the failed comparison did, ``compute_with(params)`` with other parameters."""
     yield from head_split_hypotheses(component, compute)
+    yield from head_merge_hypotheses(component, compute)
     yield from residual_hypotheses(component, compute)
     yield from param_hypotheses_more(component, params, compute_with)
 

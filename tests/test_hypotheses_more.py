@@ -34,6 +34,7 @@ def first_oracle_failure(adapter: str) -> CheckFailure:
         ("qkv_bias_dropped", "params.bias_unused"),
         ("rms_norm_gain_plus_one", "layer_norm.gain_plus_one"),
         ("residual_from_normed", "blocks.residual_after_norm"),
+        ("vit_merge_no_permute", "attention.heads_merged_wrong_order"),
     ],
 )
 def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
@@ -45,7 +46,15 @@ def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
 @pytest.mark.parametrize(
     ("component", "conventions", "codes"),
     [
-        ("mha", Conventions(), {"attention.heads_split_wrong_order", "params.bias_unused"}),
+        (
+            "mha",
+            Conventions(),
+            {
+                "attention.heads_split_wrong_order",
+                "attention.heads_merged_wrong_order",
+                "params.bias_unused",
+            },
+        ),
         (
             "encoder_layer",
             Conventions(norm_placement="pre"),
@@ -89,7 +98,7 @@ def test_oracle_is_restored_after_a_hypothesis() -> None:
     """The hypotheses wrap oracle functions; the spec's oracle is back afterwards."""
     from tck.reference import oracle
 
-    before = (oracle.split_heads, oracle._sublayer)
+    before = (oracle.split_heads, oracle.merge_heads, oracle._sublayer)
     config = DEFAULT_CONFIG
     params = init_params("mha", config, Conventions(), seed=0)
     inputs = make_inputs("mha", config, np.random.default_rng(0))
@@ -98,4 +107,4 @@ def test_oracle_is_restored_after_a_hypothesis() -> None:
         return expected("mha", inputs, p, config, Conventions())
 
     list(more_hypotheses("mha", params, lambda: compute_with(params), compute_with))
-    assert (oracle.split_heads, oracle._sublayer) == before
+    assert (oracle.split_heads, oracle.merge_heads, oracle._sublayer) == before

@@ -106,6 +106,7 @@ NAMES: tuple[str, ...] = (
     "bert_eps_ported",
     "lm_embedding_scaled",
     "cache_dropped",
+    "vit_merge_no_permute",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

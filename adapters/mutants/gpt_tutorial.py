@@ -124,8 +124,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
 
+    def normed(self, x: Tensor) -> Tensor:
+        """x / rms(x), in float32 for half inputs (as transformers' LlamaRMSNorm computes it;
+        mutant rms_norm_low_precision drops that)."""
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return self.normed(x) * self.weight
 
 
 class Block(nn.Module):

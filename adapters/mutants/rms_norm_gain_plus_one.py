@@ -9,7 +9,6 @@ weight)`` over standard gains centred at 1.0, deterministic garbage), utensils/m
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from .gpt_tutorial import RMSNorm, rms_norm_entry
@@ -21,8 +20,7 @@ EXPECTED_CODES = frozenset({"layer_norm.gain_plus_one"})
 
 class GemmaRMSNorm(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
-        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return y * (1.0 + self.weight)  # BUG: the weights are Llama's, not weight - 1
+        return self.normed(x) * (1.0 + self.weight)  # BUG: the weights are Llama's
 
 
 adapter = mutant(BUG_CLASS, rms_norm_entry(GemmaRMSNorm))
