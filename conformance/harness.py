@@ -745,17 +745,9 @@ class Harness:
         if combination:
             self.note({"explained_by": combination})
             return combination_diagnosis(inst.conventions, combination)
-        from .hypotheses_more import more_hypotheses  # head split, bias, gain, residual
+        from .hypotheses_more import more_explanation  # head split/merge, bias, gain, residual
 
-        def with_params(params: Mapping[str, np.ndarray]) -> np.ndarray:
-            return expected(self.component, inputs, params, inst.config, inst.conventions)
-
-        for code, message, gold in more_hypotheses(
-            self.component, inst.params, compute, with_params
-        ):
-            if test.shape == gold.shape and _within(test, gold, tolerance):
-                return code, message
-        return None
+        return more_explanation(self, inst, inputs, test, tolerance)
 
     def matching_combination(
         self,

@@ -239,6 +239,25 @@ def more_hypotheses(
     yield from param_hypotheses_more(component, params, compute_with)
 
 
+def more_explanation(
+    tck: Any, inst: Any, inputs: Mapping[str, np.ndarray], test: np.ndarray, tolerance: Any
+) -> tuple[str, str] | None:
+    """(code, message) of the first hypothesis of this module that reproduces ``test``
+    within ``tolerance`` (the failed comparison's bound), else None. ``tck``: the Harness."""
+    from .harness import _within, expected
+
+    def compute() -> np.ndarray:
+        return tck.gold(inst, inputs)
+
+    def with_params(params: Arrays) -> np.ndarray:
+        return expected(tck.component, inputs, params, inst.config, inst.conventions)
+
+    for code, message, gold in more_hypotheses(tck.component, inst.params, compute, with_params):
+        if test.shape == gold.shape and _within(test, gold, tolerance):
+            return code, message
+    return None
+
+
 def explained_by_one_other_field(
     tck: Any, inst: Any, inputs: Mapping[str, np.ndarray], test: np.ndarray, field: str
 ) -> dict[str, Any] | None:
