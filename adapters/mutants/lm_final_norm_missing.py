@@ -2,7 +2,7 @@
 the module is built and loaded from the checkpoint, but the logits are computed from the
 un-normalised residual stream. Cited: vllm-project/speculators#313 ("there is a mismatch
 because we do not apply the last layernorm before the lm_head": hidden states saved before
-the final norm), swiss-ai/Megatron-LM#105 (the pre-final-LN stream is not the model's output).
+the final norm).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Masked scores filled with a finite constant, ``score.masked_fill(mask == 0, -10000)``,
 instead of ``-inf``: a query whose keys are all masked gets equal scores everywhere and
 returns the mean of V, where this subject declares zeros for such a query. Cited:
-hyunwoongko/transformer#10 ("shouldn't the masked inputs be set to -inf rather than 0?",
-the code filled ``-e`` with e = 10000; fixed), YutaroOgawa/pytorch_advanced#175 (a padded
-query row all -1e9 gets 1/5 on every key after softmax), harvardnlp/annotated-transformer's
-``attention()`` (``scores.masked_fill(mask == 0, -1e9)``).
+YutaroOgawa/pytorch_advanced#175 (with the book's ``-1e9`` fill, a padded query row is all
+-1e9, and after the softmax every one of its five keys gets 1/5), hyunwoongko/transformer#10
+("shouldn't the masked inputs be set to -inf", a finite fill replaced by ``-np.inf``),
+harvardnlp/annotated-transformer's ``attention()`` (``scores.masked_fill(mask == 0, -1e9)``)
+and Hugging Face BERT's extended attention mask (``(1.0 - mask) * -10000.0``).
 """
 
 from __future__ import annotations
