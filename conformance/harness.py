@@ -745,7 +745,9 @@ class Harness:
         if combination:
             self.note({"explained_by": combination})
             return combination_diagnosis(inst.conventions, combination)
-        return None
+        from .hypotheses_more import more_explanation  # head split/merge, bias, gain, residual
+
+        return more_explanation(self, inst, inputs, test, tolerance)
 
     def matching_combination(
         self,

@@ -91,6 +91,22 @@ NAMES: tuple[str, ...] = (
     "mha_key_padding_keep",
     "vit_mean_with_cls",
     "extra_norm",
+    # the diagnosis benchmark, continued: head split layouts, biases never added, norm gains,
+    # residual paths, conventions of ported decoder-only models
+    "heads_split_no_transpose",
+    "gqa_split_no_transpose",
+    "qkv_bias_dropped",
+    "rope_theta_ignored",
+    "rms_norm_gain_plus_one",
+    "rms_norm_eps_llama",
+    "gpt2_exact_gelu",
+    "lm_final_norm_missing",
+    "mask_fill_finite",
+    "residual_from_normed",
+    "bert_eps_ported",
+    "lm_embedding_scaled",
+    "cache_dropped",
+    "vit_merge_no_permute",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -124,8 +124,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
 
+    def normed(self, x: Tensor) -> Tensor:
+        """x / rms(x), in float32 for half inputs (as transformers' LlamaRMSNorm computes it;
+        mutant rms_norm_low_precision drops that)."""
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return self.normed(x) * self.weight
 
 
 class Block(nn.Module):
@@ -254,6 +260,21 @@ def gated_ffn_entry(cls: type[SwiGLU] = SwiGLU, **kw: Any) -> TorchEntry:
     )
 
 
+def rms_norm_entry(cls: type[RMSNorm] = RMSNorm, eps: float = 1e-6) -> TorchEntry:
+    """rms_norm with Llama's conventions (eps 1e-6); ``eps``: what the module is built with."""
+
+    def make(c: Config) -> nn.Module:
+        return cls(c.d_model, eps=eps)
+
+    return TorchEntry(
+        "rms_norm",
+        make=make,
+        forward=lambda m, x: m(x),
+        param_map={"weight": "weight"},
+        conventions=LLAMA,
+    )
+
+
 def gpt_map(c: Config) -> dict[str, str]:
     mapping = {"embedding.weight": "wte.weight", "pos_embedding.weight": "wpe.weight"}
     mapping |= {"norm.weight": "ln_f.weight", "norm.bias": "ln_f.bias"}
@@ -304,4 +325,4 @@ def gpt_entry(
     )
 
 
-ENTRIES: list[TorchEntry] = [attention_entry(), gated_ffn_entry(), gpt_entry()]
+ENTRIES: list[TorchEntry] = [attention_entry(), gated_ffn_entry(), gpt_entry(), rms_norm_entry()]

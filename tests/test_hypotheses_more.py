@@ -1,0 +1,110 @@
+"""More explanations for an oracle mismatch (issue 19, conformance/hypotheses_more.py): each
+new hypothesis names its mutant's bug on one oracle comparison, and none of them is
+degenerate (each changes the oracle's output, so it cannot explain a correct one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tck.adapters import load_adapter
+from tck.conformance.harness import DEFAULT_CONFIG, Harness
+from tck.conformance.hypotheses_more import more_hypotheses
+from tck.conformance.results import CheckFailure
+from tck.reference import DECODER_CANONICAL, Conventions, init_params
+from tck.reference.expected import expected
+from tck.reference.inputs import Shape, make_inputs
+
+
+def first_oracle_failure(adapter: str) -> CheckFailure:
+    subject = load_adapter(adapter).subjects()[0]
+    tck = Harness(load_adapter(adapter), subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+    with pytest.raises(CheckFailure) as failure:
+        tck.assert_matches_oracle(inst, inputs)
+    return failure.value
+
+
+@pytest.mark.parametrize(
+    ("mutant", "code"),
+    [
+        ("heads_split_no_transpose", "attention.heads_split_wrong_order"),
+        ("gqa_split_no_transpose", "attention.heads_split_wrong_order"),
+        ("qkv_bias_dropped", "params.bias_unused"),
+        ("rms_norm_gain_plus_one", "layer_norm.gain_plus_one"),
+        ("residual_from_normed", "blocks.residual_after_norm"),
+        ("vit_merge_no_permute", "attention.heads_merged_wrong_order"),
+    ],
+)
+def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
+    failure = first_oracle_failure(f"mutants.{mutant}")
+    assert failure.code == code, failure.message
+    assert "the spec's with" in failure.message  # plain words, then the numbers
+
+
+@pytest.mark.parametrize(
+    ("component", "conventions", "codes"),
+    [
+        (
+            "mha",
+            Conventions(),
+            {
+                "attention.heads_split_wrong_order",
+                "attention.heads_merged_wrong_order",
+                "params.bias_unused",
+            },
+        ),
+        (
+            "encoder_layer",
+            Conventions(norm_placement="pre"),
+            {
+                "attention.heads_split_wrong_order",
+                "blocks.residual_after_norm",
+                "params.bias_unused",
+                "layer_norm.gain_plus_one",
+            },
+        ),
+        ("rms_norm", Conventions(norm_kind="rms_norm"), {"layer_norm.gain_plus_one"}),
+        (
+            "causal_self_attention",
+            DECODER_CANONICAL,
+            {"attention.heads_split_wrong_order", "params.bias_unused"},
+        ),
+    ],
+)
+def test_hypotheses_are_not_degenerate(
+    component: str, conventions: Conventions, codes: set[str]
+) -> None:
+    """Every hypothesis offered for a component changes the oracle's output on the default
+    inputs: it can explain a deviation, never the spec's own output."""
+    config = DEFAULT_CONFIG
+    params = init_params(component, config, conventions, seed=0)
+    inputs = make_inputs(component, config, np.random.default_rng(0))
+
+    def compute_with(p):  # type: ignore[no-untyped-def]
+        return expected(component, inputs, p, config, conventions)
+
+    base = compute_with(params)
+    found = list(more_hypotheses(component, params, lambda: compute_with(params), compute_with))
+    assert {code for code, _, _ in found} >= codes
+    for code, message, gold in found:
+        assert message and "." in code
+        assert gold.shape == base.shape
+        assert not np.allclose(gold, base, equal_nan=True), f"{code} changes nothing: {message}"
+
+
+def test_oracle_is_restored_after_a_hypothesis() -> None:
+    """The hypotheses wrap oracle functions; the spec's oracle is back afterwards."""
+    from tck.reference import oracle
+
+    before = (oracle.split_heads, oracle.merge_heads, oracle._sublayer)
+    config = DEFAULT_CONFIG
+    params = init_params("mha", config, Conventions(), seed=0)
+    inputs = make_inputs("mha", config, np.random.default_rng(0))
+
+    def compute_with(p):  # type: ignore[no-untyped-def]
+        return expected("mha", inputs, p, config, Conventions())
+
+    list(more_hypotheses("mha", params, lambda: compute_with(params), compute_with))
+    assert (oracle.split_heads, oracle.merge_heads, oracle._sublayer) == before
