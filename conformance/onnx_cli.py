@@ -106,6 +106,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
 
     from .harness import DEFAULT_CONFIG
     from .inputs import make_inputs
+    from .spaces import subject_config
     from .tolerance import round_to
 
     kinds = _axis_kinds(args.dynamic)
@@ -125,9 +126,10 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise UsageError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist")
     subject = subjects[name]
-    config, seed = DEFAULT_CONFIG, args.seed
+    seed = args.seed
     kwargs = {} if args.dtype == "float64" else {"dtype": args.dtype}
     try:
+        config = subject_config(subject, DEFAULT_CONFIG, {})  # inside its ConfigSpace
         handle = adapter.build(subject, config, seed=seed, **kwargs)
         params = init_params(subject.component, config, subject.conventions, seed=seed)
         adapter.load(handle, {k: round_to(v, args.dtype) for k, v in params.items()})

@@ -44,7 +44,7 @@ from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
 from tck.reports.text import bounded, safe_str, visible
 
-from . import repro
+from . import repro, spaces
 from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
@@ -289,6 +289,7 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Harness:
         device=_device(request.config),
     )
     request.node.stash[_HARNESS] = harness
+    spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
     return harness
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.inputs import Inputs, Shape
+from tck.conformance.spaces import length_cap
 from tck.conformance.tolerance import compare
 from tck.reference import param_shapes
 
@@ -56,6 +57,8 @@ def padded_shapes(
     least one; rows may differ in length. ``self_attention`` ties Lq to Lk.
     """
     batch = draw(st.integers(1, max_batch))
+    max_len = length_cap(max_len)  # the subject's ConfigSpace.max_len, when shorter
+    min_len = min(min_len, max_len)
     lk = draw(st.integers(min_len, max_len))
     lq = lk if self_attention else draw(st.integers(min_lq, max_len))
     lengths = draw(st.lists(st.integers(2, lk - 1), min_size=batch, max_size=batch))
@@ -65,7 +68,8 @@ def padded_shapes(
 @st.composite
 def split_points(draw: st.DrawFn, *, min_len: int = 2, max_len: int = 12) -> tuple[int, int]:
     """(length, s) with 1 <= s < length: positions >= s are 'the future' of positions < s."""
-    length = draw(st.integers(min_len, max_len))
+    max_len = length_cap(max_len)  # the subject's ConfigSpace.max_len, when shorter
+    length = draw(st.integers(min(min_len, max_len), max_len))
     return length, draw(st.integers(1, length - 1))
 
 
