@@ -781,6 +781,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
                 for s in subjects
             },
             "notes": {s.name: list(s.notes) for s in subjects if s.notes},
+            **spaces.declared(subjects),  # "supports": what each subject can be (§0.6)
         },
         "environment": environment(_device(config)),
         "profile": profile,

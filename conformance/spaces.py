@@ -15,7 +15,7 @@ with the fields ``Subject.config`` fixes, and inputs of the checks' own sizes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -76,6 +76,13 @@ def reach(subject: Subject, wanted: int) -> int:
     checks that probe long positions probe up to the subject's own limit."""
     limit = max_length(subject)
     return wanted if limit is None else min(wanted, limit)
+
+
+def declared(subjects: Iterable[Subject]) -> dict[str, dict[str, str]]:
+    """``{"supports": {subject: the ConfigSpace in words}}`` for the results' adapter
+    section; empty when no subject declares one (results.json as before)."""
+    said = {s.name: space.describe() for s in subjects if (space := space_of(s)) is not None}
+    return {"supports": said} if said else {}
 
 
 # ------------------------------------------------------------------------------ inputs

@@ -211,6 +211,8 @@ def test_user_modules_run_at_their_own_sizes(tmp_path: Path) -> None:
     rows = [r for r in document["results"] if r["subject"] == "encoder_layer"]
     sizes = {r["metrics"].get("d_model") for r in rows if r.get("metrics")} - {None}
     assert sizes <= {256}, sizes
+    supports = document["adapter"]["supports"]  # the declarations, in words
+    assert "d_ff = 4 * d_model" in supports["ffn"] and "5000" in supports["sinusoidal_pe"]
     # a check a subject cannot be configured for skips, and its reason names the constraint
     skipped = [r for r in document["results"] if r["status"] == "skip"]
     fixture = next(r for r in skipped if r["check"] == "fixtures.ffn_relu")
