@@ -123,6 +123,23 @@ def test_subjects_that_declare_nothing_get_what_they_always_got() -> None:
     assert spaces.fit_shape(shape, spaces.max_length(plain)) is shape
 
 
+def test_fields_the_subject_fixes_join_its_space() -> None:
+    subject = Subject(
+        "s",
+        "encoder",
+        config={"n_layers": 1},
+        supports=ConfigSpace(max_len=16, relations={"d_ff": Times("d_model", 2)}),
+    )
+    config = spaces.subject_config(subject, DEFAULT_CONFIG, {})
+    assert (config.n_layers, config.d_ff, config.max_len) == (1, 48, 16)
+    with pytest.raises(Unsupported, match="n_layers=1"):
+        spaces.subject_config(subject, DEFAULT_CONFIG, {"n_layers": 2})
+    assert spaces.declared([subject, Subject("t", "mha")]) == {
+        "supports": {"s": "n_layers=1; d_ff = 2 * d_model; at most 16 positions"}
+    }
+    assert spaces.declared([Subject("t", "mha")]) == {}
+
+
 # ------------------------------------------------------------------------------ lengths
 
 
