@@ -161,3 +161,13 @@ def length_cap(wanted: int) -> int:
     """``wanted``, or the current subject's maximum length when that is shorter."""
     limit = max_length(_CURRENT.get())
     return wanted if limit is None else min(wanted, limit)
+
+
+def too_short(needed: int, limit: int) -> None:
+    """``Unsupported`` (the check skips) when it needs longer sequences than the subject
+    takes: e.g. padding in every row needs 3 positions."""
+    if limit < needed:
+        raise Unsupported(
+            f"this check needs sequences of {needed} positions; the subject takes at most "
+            f"{limit} (ConfigSpace.max_len)"
+        )

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.inputs import Inputs, Shape
-from tck.conformance.spaces import length_cap
+from tck.conformance.spaces import length_cap, too_short
 from tck.conformance.tolerance import compare
 from tck.reference import param_shapes
 
@@ -58,7 +58,7 @@ def padded_shapes(
     """
     batch = draw(st.integers(1, max_batch))
     max_len = length_cap(max_len)  # the subject's ConfigSpace.max_len, when shorter
-    min_len = min(min_len, max_len)
+    too_short(min_len, max_len)
     lk = draw(st.integers(min_len, max_len))
     lq = lk if self_attention else draw(st.integers(min_lq, max_len))
     lengths = draw(st.lists(st.integers(2, lk - 1), min_size=batch, max_size=batch))
@@ -69,7 +69,8 @@ def padded_shapes(
 def split_points(draw: st.DrawFn, *, min_len: int = 2, max_len: int = 12) -> tuple[int, int]:
     """(length, s) with 1 <= s < length: positions >= s are 'the future' of positions < s."""
     max_len = length_cap(max_len)  # the subject's ConfigSpace.max_len, when shorter
-    length = draw(st.integers(min(min_len, max_len), max_len))
+    too_short(min_len, max_len)
+    length = draw(st.integers(min_len, max_len))
     return length, draw(st.integers(1, length - 1))
 
 

@@ -176,6 +176,9 @@ def test_strategies_draw_inside_the_current_subject() -> None:
     finally:
         spaces.use(None)
     assert spaces.length_cap(9) == 9
+    with pytest.raises(Unsupported, match="needs sequences of 3 positions"):
+        spaces.too_short(3, 2)
+    spaces.too_short(3, 3)
 
 
 # ------------------------------------------------------------------------------ whole runs
