@@ -13,6 +13,7 @@ import os
 import sys
 
 from .base import INPUTS, OUTPUTS, Adapter, AdapterFailure, Arrays, Subject, Unsupported
+from .config_space import ConfigSpace, Times
 from .torch_module import ABSENT, Absent, Chunk, Param, TorchEntry, TorchHandle, TorchModuleAdapter
 
 BUILTIN: dict[str, str] = {
@@ -100,8 +101,10 @@ __all__ = [
     "AdapterFailure",
     "Arrays",
     "Chunk",
+    "ConfigSpace",
     "Param",
     "Subject",
+    "Times",
     "TorchEntry",
     "TorchHandle",
     "TorchModuleAdapter",

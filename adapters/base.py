@@ -32,6 +32,8 @@ import numpy as np
 
 from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions
 
+from .config_space import ConfigSpace
+
 Arrays = Mapping[str, np.ndarray]
 
 # The dtypes the suite knows, by their numpy/torch names ("bfloat16" has no numpy dtype: an
@@ -127,6 +129,9 @@ class Subject:
     # Config fields this subject fixes, e.g. {"attention_bias": False}: the suite builds it
     # with them (SPEC.md §0.5); not part of its identity.
     config: Mapping[str, Any] | None = field(default=None, compare=False)
+    # The configs the subject supports (sizes, ratios, a maximum length, biases, tying): the
+    # suite draws every config and input inside it (SPEC.md §0.6); not part of its identity.
+    supports: ConfigSpace | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:

@@ -4,7 +4,8 @@
 
 The folder is read with ``local_files_only=True`` and ``use_safetensors=True``: never a
 download, never a pickle. The subjects are those of ``tck.adapters.hf`` at the checkpoint's
-own sizes (``Subject.config`` fixes d_model, heads, d_ff, layers, ...; SPEC.md §0.5), with
+own sizes (``Subject.supports``, a ConfigSpace, fixes d_model, heads, d_ff, layers, ... and
+the longest sequence its position table takes; SPEC.md §0.6), with
 the conventions its config states (LayerNorm eps, activation). The suite reads the
 checkpoint's canonical parameters (``params``) and never writes them: ``load`` is
 ``Unsupported``, so the oracle checks compare with the checkpoint's own weights, and checks
@@ -23,9 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tck.reference import Config
-
-from .base import Arrays, Subject, Unsupported
+from .base import Arrays, Unsupported
+from .config_space import ConfigSpace
 from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
 
 ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck run --model)
@@ -90,22 +90,12 @@ def _activation(hidden_act: Any, path: Path) -> str:
 
 
 class _AsIs:
-    """What makes an adapter check the checkpoint as it is (mixed into a TorchModuleAdapter)."""
+    """What makes an adapter check the checkpoint as it is (mixed into a TorchModuleAdapter).
+    Its sizes are each subject's ConfigSpace: the suite builds nothing else (a check that
+    needs other sizes skips, naming the checkpoint's)."""
 
     fixed: dict[str, Any]
     folder: Path
-
-    def build(
-        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
-    ) -> TorchHandle:
-        differ = {f: v for f, v in self.fixed.items() if getattr(config, f) != v}
-        if differ:
-            raise Unsupported(
-                f"the checkpoint {self.folder.name} has "
-                + ", ".join(f"{f}={v!r}" for f, v in differ.items())
-                + f", not {', '.join(f'{f}={getattr(config, f)!r}' for f in differ)}"
-            )
-        return super().build(subject, config, seed=seed, dtype=dtype)  # type: ignore[misc]
 
     def load(self, handle: TorchHandle, params: Arrays) -> None:
         raise Unsupported(
@@ -115,8 +105,13 @@ class _AsIs:
 
 
 def _entries(
-    base: TorchModuleAdapter, models: dict[str, nn.Module], fixed: dict[str, Any], **conv: Any
+    base: TorchModuleAdapter,
+    models: dict[str, nn.Module],
+    fixed: dict[str, Any],
+    max_len: int | None = None,
+    **conv: Any,
 ) -> list[TorchEntry]:
+    space = ConfigSpace(fixed=fixed, max_len=max_len)
     out = []
     for entry in base._entries.values():
         name = entry.name or entry.component
@@ -132,16 +127,15 @@ def _entries(
                 entry,
                 make=lambda c, model=model: copy.deepcopy(model),
                 conventions=conventions,
-                config=fixed,
-                notes=(*entry.notes, _describe(fixed)),
+                supports=space,
+                notes=(*entry.notes, _describe(space)),
             )
         )
     return out
 
 
-def _describe(fixed: dict[str, Any]) -> str:
-    sizes = ", ".join(f"{k}={v}" for k, v in fixed.items())
-    return f"the checkpoint as saved, with its own weights: {sizes}"
+def _describe(space: ConfigSpace) -> str:
+    return f"the checkpoint as saved, with its own weights: {space.describe()}"
 
 
 class _PretrainedBert(_AsIs, TorchModuleAdapter):
@@ -166,10 +160,10 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "n_layers": c.num_hidden_layers,
         "vocab_size": c.vocab_size,
         "padding_idx": c.pad_token_id,
-        "max_len": c.max_position_embeddings,
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
-    adapter = _PretrainedBert(f"hf.bert:{path.name}", _entries(hf.bert, models, fixed, **conv))
+    entries = _entries(hf.bert, models, fixed, c.max_position_embeddings, **conv)
+    adapter = _PretrainedBert(f"hf.bert:{path.name}", entries)
     adapter.fixed, adapter.folder = fixed, path
     return adapter
 

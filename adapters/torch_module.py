@@ -49,6 +49,7 @@ from torch import nn
 from tck.reference import Config, Conventions, param_shapes
 
 from .base import DTYPES, Adapter, Arrays, Subject, Unsupported
+from .config_space import ConfigSpace
 from .devices import DEVICE_KINDS, device_kind
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -149,6 +150,9 @@ class TorchEntry:
     holds: Callable[[nn.Module], nn.Module | Iterable[nn.Module]] | None = None
     # Config fields the subject fixes (Subject.config), e.g. {"attention_bias": False}
     config: Mapping[str, Any] | None = None
+    # The configs the subject supports (Subject.supports, SPEC.md §0.6): e.g. an MLP fixed at
+    # 4 x d_model is ConfigSpace(relations={"d_ff": Times("d_model", 4)})
+    supports: ConfigSpace | None = None
 
     def subject(self) -> Subject:
         return Subject(
@@ -157,6 +161,7 @@ class TorchEntry:
             conventions=self.conventions,  # type: ignore[arg-type]
             notes=self.notes,
             config=self.config,
+            supports=self.supports,
         )
 
 

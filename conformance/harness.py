@@ -42,6 +42,7 @@ from tck.reference.tolerance import Comparison, careful_error, compare, k_forwar
 
 from .decoding import param_hypotheses
 from .results import CheckFailure
+from .spaces import fit_shape, max_length, require_config, require_length, subject_config
 from .verified import call_facts
 
 # Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
@@ -305,8 +306,10 @@ class Harness:
         return self.subject.component
 
     def config(self, **overrides: Any) -> Config:
-        fixed = getattr(self.subject, "config", None) or {}  # what the subject fixes wins
-        return dataclasses.replace(DEFAULT_CONFIG, **{**overrides, **fixed})
+        """DEFAULT_CONFIG with what the check needs, inside what the subject supports
+        (``Subject.config`` fixes fields, ``Subject.supports`` a ConfigSpace: spaces.py);
+        Unsupported when the subject cannot be what the check needs."""
+        return subject_config(self.subject, DEFAULT_CONFIG, overrides)
 
     def dtypes(self) -> tuple[str, ...]:
         """The dtypes the adapter offers for this subject (float64 unless it says more)."""
@@ -359,6 +362,7 @@ class Harness:
         CPU, and only for what the adapter offers (else Unsupported)."""
         seed = self.seed if seed is None else seed
         self.require_device()
+        require_config(self.subject, config)  # a config outside its ConfigSpace: a skip
         kwargs: dict[str, Any] = {}
         if dtype != "float64":
             offered = self.dtypes()
@@ -381,9 +385,18 @@ class Harness:
         return inst.params or {}
 
     def inputs(
-        self, inst: Instance, shape: Shape = DEFAULT_SHAPE, *, seed: int | None = None
+        self,
+        inst: Instance,
+        shape: Shape = DEFAULT_SHAPE,
+        *,
+        seed: int | None = None,
+        beyond_max_len: bool = False,
     ) -> Inputs:
+        """Inputs of ``shape``, its lengths cut to the subject's ConfigSpace.max_len unless
+        ``beyond_max_len`` (the too-long probe, SPEC.md §2.2)."""
         seed = self.seed if seed is None else seed
+        if not beyond_max_len:
+            shape = fit_shape(shape, max_length(self.subject))
         made = make_inputs(self.component, inst.config, np.random.default_rng(seed), shape)
         made = {k: round_to(v, inst.dtype) for k, v in made.items()}  # once, for every path
         self._recipes[id(made)] = (made, shape, seed)
@@ -401,6 +414,7 @@ class Harness:
         inputs and the check a private copy of the output, so that an adapter that writes
         into its inputs or reuses its output buffer changes no verdict; either is noted
         (``side_effects``: adapter.input_modified, adapter.output_reused)."""
+        require_length(self.subject, inputs)  # never longer than the subject takes
         self._runs[id(inst)] = self._runs.get(id(inst), 0) + 1
         private = {k: _private(v) for k, v in inputs.items()}
         out = self.adapter.run(inst.handle, private)

@@ -106,6 +106,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     from tck.reference.tolerance import round_to
 
     from .harness import DEFAULT_CONFIG
+    from .spaces import subject_config
 
     kinds = _axis_kinds(args.dynamic)
     name = args.subject or args.component
@@ -124,9 +125,10 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     if not out.parent.is_dir():
         raise UsageError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist")
     subject = subjects[name]
-    config, seed = DEFAULT_CONFIG, args.seed
+    seed = args.seed
     kwargs = {} if args.dtype == "float64" else {"dtype": args.dtype}
     try:
+        config = subject_config(subject, DEFAULT_CONFIG, {})  # inside its ConfigSpace
         handle = adapter.build(subject, config, seed=seed, **kwargs)
         params = init_params(subject.component, config, subject.conventions, seed=seed)
         adapter.load(handle, {k: round_to(v, args.dtype) for k, v in params.items()})

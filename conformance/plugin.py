@@ -45,7 +45,7 @@ from tck.reference import COMPONENTS, canonical_conventions
 from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, parse_only
 
-from . import repro
+from . import repro, spaces
 from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
@@ -286,6 +286,7 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Harness:
         device=_device(request.config),
     )
     request.node.stash[_HARNESS] = harness
+    spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
     return harness
 
@@ -777,6 +778,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
                 for s in subjects
             },
             "notes": {s.name: list(s.notes) for s in subjects if s.notes},
+            **spaces.declared(subjects),  # "supports": what each subject can be (§0.6)
         },
         "environment": environment(_device(config)),
         "profile": profile,

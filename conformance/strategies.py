@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from tck.conformance.spaces import length_cap, too_short
 from tck.reference.inputs import Shape
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -36,6 +37,8 @@ def padded_shapes(
     least one; rows may differ in length. ``self_attention`` ties Lq to Lk.
     """
     batch = draw(st.integers(1, max_batch))
+    max_len = length_cap(max_len)  # the subject's ConfigSpace.max_len, when shorter
+    too_short(min_len, max_len)
     lk = draw(st.integers(min_len, max_len))
     lq = lk if self_attention else draw(st.integers(min_lq, max_len))
     lengths = draw(st.lists(st.integers(2, lk - 1), min_size=batch, max_size=batch))
@@ -45,5 +48,7 @@ def padded_shapes(
 @st.composite
 def split_points(draw: st.DrawFn, *, min_len: int = 2, max_len: int = 12) -> tuple[int, int]:
     """(length, s) with 1 <= s < length: positions >= s are 'the future' of positions < s."""
+    max_len = length_cap(max_len)  # the subject's ConfigSpace.max_len, when shorter
+    too_short(min_len, max_len)
     length = draw(st.integers(min_len, max_len))
     return length, draw(st.integers(1, length - 1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tck.conformance import spaces
 from tck.conformance.harness import Harness, Instance, convention_code, plain_words
 from tck.conformance.hypotheses_more import explained_by_one_other_field
 from tck.conformance.results import CheckFailure
@@ -46,7 +47,7 @@ def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
     if field == "fully_masked_rows":  # the second row has no key at all
         return tck.inputs(inst, Shape(batch=2, lq=4, lk=5, lengths=(5, 0)))
     if tck.component == "sinusoidal_pe":
-        return {"positions": np.arange(64)}
+        return {"positions": np.arange(spaces.reach(tck.subject, 64))}  # ConfigSpace.max_len
     inputs = tck.inputs(inst)
     if "x" in inputs and field in ("eps", "eps_placement", "variance"):
         inputs["x"][0] = inputs["x"][0] * 1e-3 + 2.0  # a row of variance ~1e-6: eps matters

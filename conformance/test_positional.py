@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tck.conformance import spaces
 from tck.conformance.deltas import delta
 from tck.conformance.harness import Harness, Instance, convention_code
 from tck.conformance.input_edits import rng
@@ -31,9 +32,19 @@ LONG = np.array([0, 1, 2, 3, 7, 100, 1_000, 10_000, 50_000, MAX_POSITION - 1])
 positions = st.integers(0, MAX_POSITION - 1)
 
 
+def reach(tck: Harness) -> int:
+    """MAX_POSITION, or the subject's own maximum length when it declares a shorter one
+    (ConfigSpace.max_len, SPEC.md §0.6): positions are drawn below it."""
+    return spaces.reach(tck.subject, MAX_POSITION)
+
+
+def long_positions(tck: Harness) -> np.ndarray:
+    return LONG[LONG < reach(tck)]
+
+
 def long_instance(tck: Harness) -> Instance:
     """One instance whose encoding is defined up to MAX_POSITION (§2.2 max_len)."""
-    config = tck.config(max_len=MAX_POSITION)
+    config = tck.config(max_len=reach(tck))
     return cached_instance(tck, "long", lambda: tck.instance(config, params=False))
 
 
@@ -49,7 +60,8 @@ def encode(tck: Harness, inst: Instance, at: np.ndarray) -> np.ndarray:
 def test_bounded(tck: Harness) -> None:
     """§2.2: every entry lies in [-1, 1] and is finite, also at long positions."""
     inst = long_instance(tck)
-    pe = encode(tck, inst, LONG)
+    at = long_positions(tck)
+    pe = encode(tck, inst, at)
     worst = np.nanargmax(np.where(np.isfinite(pe), np.abs(pe), np.inf))
     index = np.unravel_index(worst, pe.shape)
     value = float(pe[index])
@@ -57,7 +69,7 @@ def test_bounded(tck: Harness) -> None:
     if not (np.isfinite(pe).all() and np.abs(pe).max() <= 1.0 + 1e-12):
         raise CheckFailure(
             "positional.unbounded",
-            f"PE[{LONG[index[0]]}, {index[1]}] = {value:.6g}: entries must be finite and in "
+            f"PE[{at[index[0]]}, {index[1]}] = {value:.6g}: entries must be finite and in "
             "[-1, 1] (SPEC.md §2.2)",
             {"max_abs_entry": abs(value)},
         )
@@ -70,7 +82,9 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
     """§2.2: PE_t . PE_(t+k) = sum_i cos(k w_i) depends on the offset k only, and is the
     same for -k."""
     inst = long_instance(tck)
-    k = min(k, MAX_POSITION - 1 - max(t, other))
+    limit = reach(tck)
+    t, other = t % limit, other % limit  # unchanged unless the subject takes fewer
+    k = max(0, min(k, limit - 1 - max(t, other)))
     at = [t, t + k, other, other + k, t - k if t >= k else t + k]
     pe = encode(tck, inst, np.array(at))
     forward, elsewhere, backward = pe[0] @ pe[1], pe[2] @ pe[3], pe[0] @ pe[4]
@@ -80,7 +94,7 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
         tck.note({"max_abs_delta": worst, "bound": bound})
     if worst > bound:
         precision_lost(tck, inst, np.array(at), pe)
-        again = encode(tck, tck.instance(tck.config(max_len=MAX_POSITION), params=False), at)
+        again = encode(tck, tck.instance(tck.config(max_len=limit), params=False), at)
         dots = again[0] @ again[1], again[2] @ again[3], again[0] @ again[4]
         if max(abs(dots[0] - dots[1]), abs(dots[0] - dots[2])) <= bound:
             raise state_carried(f"PE_{t} . PE_({t}+{k})")
@@ -98,7 +112,7 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
 def test_distinct(tck: Harness) -> None:
     """§2.2: distinct integer positions get distinct codes."""
     inst = long_instance(tck)
-    at = np.arange(256)
+    at = np.arange(min(256, reach(tck)))
     pe = encode(tck, inst, at)
     gaps = np.linalg.norm(pe[:, None, :] - pe[None, :, :], axis=-1)
     gaps[np.diag_indices_from(gaps)] = np.inf
@@ -181,20 +195,21 @@ def test_frequencies(tck: Harness) -> None:
     formula such as seed 004's ``1 / (base ** arange(0, d, 2) / d)`` = d * base^(-2i)."""
     inst = long_instance(tck)
     conv, d = inst.conventions, inst.config.d_model
-    pe = encode(tck, inst, LONG)
-    result = compare(pe, table(LONG, frequencies(d, conv.pe_base), conv.pe_layout))
+    at = long_positions(tck)  # LONG, below the subject's maximum length
+    pe = encode(tck, inst, at)
+    result = compare(pe, table(at, frequencies(d, conv.pe_base), conv.pe_layout))
     tck.note(result.metrics())
     if result.passed:
         return
     numbers = (
-        f"max |PE - spec| = {result.max_abs_err:.3g} at [position {LONG[result.worst_index[0]]},"
+        f"max |PE - spec| = {result.max_abs_err:.3g} at [position {at[result.worst_index[0]]},"
         f" channel {result.worst_index[1]}]"
         if result.worst_index
         else ""
     )
-    precision_lost(tck, inst, LONG, pe)
+    precision_lost(tck, inst, at, pe)
     other = "concatenated" if conv.pe_layout == "interleaved" else "interleaved"
-    if compare(pe, table(LONG, frequencies(d, conv.pe_base), other)).passed:
+    if compare(pe, table(at, frequencies(d, conv.pe_base), other)).passed:
         raise CheckFailure(
             convention_code("pe_layout", other),
             f"the codes are the {other} layout, but the adapter declares "
@@ -208,7 +223,7 @@ def test_frequencies(tck: Harness) -> None:
     if len(measured) > 1 and 0 < measured[1] < 1:
         base = float(measured[1] ** (-d / 2))  # w_1 = base^(-2/d)
         if math.isfinite(base) and base > 1:
-            if compare(pe, table(LONG, frequencies(d, base), conv.pe_layout)).passed:
+            if compare(pe, table(at, frequencies(d, base), conv.pe_layout)).passed:
                 raise CheckFailure(
                     convention_code("pe_base", base),
                     f"the frequencies follow base {base:.6g}, but the adapter declares "
@@ -217,7 +232,7 @@ def test_frequencies(tck: Harness) -> None:
                 )
     seed004 = d * conv.pe_base ** (-np.arange(0, d, 2, dtype=np.float64))
     wrong = int(np.argmax(np.abs(measured - expected)))
-    if compare(pe, table(LONG, seed004, conv.pe_layout)).passed:
+    if compare(pe, table(at, seed004, conv.pe_layout)).passed:
         cause = (
             "they are d * base^(-2i), seed 004's precedence bug "
             "`1 / (base ** arange(0, d, 2) / d)` for `1 / base ** (arange(0, d, 2) / d)`: "
@@ -270,7 +285,9 @@ def test_rope_norm_preserving(tck: Harness, seed: int, at: list[int]) -> None:
 def test_rope_relative(tck: Harness, seed: int, m: int, n: int, shift: int) -> None:
     """§2.4: RoPE(q, m) . RoPE(k, n) depends on the positions only through n - m."""
     inst = cached_instance(tck, "default", lambda: tck.instance(params=False))
-    shift = min(shift, MAX_POSITION - 1 - max(m, n))
+    limit = reach(tck)
+    m, n = m % limit, n % limit  # unchanged unless the subject takes fewer
+    shift = max(0, min(shift, limit - 1 - max(m, n)))
     q, k = rope_vectors(inst, seed, 2)[0, 0]
     x = np.stack([q, k, q, k])[None, None]  # [1, 1, 4, d]
     out = rotate(tck, inst, x, [m, n, m + shift, n + shift])[0, 0]

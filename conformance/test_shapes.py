@@ -175,11 +175,12 @@ def test_rejects_bad_mask(tck: Harness) -> None:
     )
 
 
-@spec("2.2", "10.6")
+@spec("2.2", "10.6", "0.6")
 @components("sinusoidal_pe", "seq2seq")
 def test_rejects_beyond_max_len(tck: Harness) -> None:
     """§2.2: the encoding is defined up to Config.max_len; a longer sequence is refused,
-    not truncated or extrapolated."""
+    not truncated or extrapolated. A subject that declares its own maximum length
+    (ConfigSpace.max_len, §0.6) is probed at that length."""
     inst = tck.instance()
     limit = inst.config.max_len
     if tck.component == "sinusoidal_pe":
@@ -187,7 +188,9 @@ def test_rejects_beyond_max_len(tck: Harness) -> None:
         bad = {"positions": np.arange(limit + 1)}
     else:
         valid = tck.inputs(inst, Shape(batch=1, lq=3, lk=limit, masked=False))
-        bad = tck.inputs(inst, Shape(batch=1, lq=3, lk=limit + 1, masked=False))
+        bad = tck.inputs(
+            inst, Shape(batch=1, lq=3, lk=limit + 1, masked=False), beyond_max_len=True
+        )
     must_refuse(
         tck,
         inst,
