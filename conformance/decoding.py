@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from tck.reference import Config
+from tck.reference.components import tagged
 
 Arrays = Mapping[str, np.ndarray]
 
-ATTENTION_BEARING = ("causal_self_attention", "decoder_block", "causal_lm")
+ATTENTION_BEARING = tagged("kv_cache")
 
 
 def _prefixes(params: Arrays, leaf: str) -> list[str]:

@@ -22,21 +22,12 @@ from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import batch_slice, delta, require_deterministic, rng
 from tck.conformance.tolerance import compare
 from tck.reference import COMPONENTS, oracle, param_shapes, subparams
+from tck.reference.components import tagged
 
 spec = pytest.mark.spec
 components = pytest.mark.components
 
-MODELS = (
-    "attention",
-    "mha",
-    "ffn",
-    "encoder_layer",
-    "decoder_layer",
-    "encoder",
-    "decoder",
-    "seq2seq",
-    "vit",
-)
+MODELS = tagged("batched")  # the components §10.2 batch independence is checked on
 # Every component: dropout and caches can hide anywhere, and these checks are cheap.
 EVERYTHING = COMPONENTS
 
