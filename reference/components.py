@@ -118,6 +118,8 @@ OracleCall = Callable[[Arrays, Arrays, Config, Conventions], np.ndarray]
 Layout = Callable[[Config, Conventions], Shapes]
 # (config, batch, seq_len, tgt_len, causal) -> forward FLOPs (§10.4)
 Cost = Callable[[Config, int, int, int, bool], float]
+# (inputs, config) -> the output's shape (SPEC.md §10.6)
+OutputShape = Callable[[Arrays, Config], tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ class Component:
     # tries them; None: not known, try them all
     quantities: tuple[str, ...] | None = None
     cost: Cost | None = None  # analytic FLOPs (SPEC.md §10.4), None where not a matmul
+    # the §10.6 output shape for given inputs; None: the first input's shape
+    output_shape: OutputShape | None = None
     tags: frozenset[str] = frozenset()  # of TAGS
 
     def __post_init__(self) -> None:
@@ -187,6 +191,12 @@ class Component:
             "vit": params.VIT_CANONICAL,
             "decoder-only": params.DECODER_CANONICAL,
         }[self.family]
+
+    def shape_of(self, inputs: Arrays, config: Config) -> tuple[int, ...]:
+        """The output shape SPEC.md §10.6 gives for ``inputs``."""
+        if self.output_shape is not None:
+            return tuple(self.output_shape(inputs, config))
+        return tuple(np.shape(inputs[self.inputs[0].name]))
 
     def gradient_class(self, grad_of: str) -> str:
         """The tolerance class of the gradient with respect to ``grad_of`` (an input name
@@ -371,6 +381,11 @@ def _vit_flops(c: Config, batch: int, seq: int, tgt: int, causal: bool) -> float
     return patches + c.n_layers * layer + costs.linear_flops(batch, 1, c.d_model, c.n_classes)
 
 
+def _patches_shape(inputs: Arrays, c: Config) -> tuple[int, ...]:
+    b, _, h, w = np.shape(inputs["images"])
+    return (b, (h // c.patch_size) * (w // c.patch_size), c.d_model)
+
+
 # ---------------------------------------------------------------------------- the records
 
 _X = Input("x", "normal", ("B", "Lq", "D"))
@@ -416,6 +431,7 @@ def _records() -> tuple[Component, ...]:
             area="embedding",
             tolerance="composite",
             gradients=_ELEMENTWISE,
+            output_shape=lambda i, c: (*np.shape(i["ids"]), c.d_model),
         ),
         Component(
             "sinusoidal_pe",
@@ -428,6 +444,7 @@ def _records() -> tuple[Component, ...]:
             params.no_params,
             fields=("pe_layout", "pe_base"),
             area="positional",
+            output_shape=lambda i, c: (len(i["positions"]), c.d_model),
         ),
         Component(
             "rope",
@@ -470,6 +487,7 @@ def _records() -> tuple[Component, ...]:
                 b, c.n_heads, n, n, c.head_dim_k, c.head_dim_v, causal=causal
             ),
             tags=frozenset({"bench", "batched"}),
+            output_shape=lambda i, c: (*np.shape(i["q"])[:-1], np.shape(i["v"])[-1]),
         ),
         Component(
             "mha",
@@ -620,6 +638,7 @@ def _records() -> tuple[Component, ...]:
             quantities=_NORMED,
             cost=_seq2seq_flops,
             tags=frozenset({"bench", "batched"}),
+            output_shape=lambda i, c: (*np.shape(i["tgt_ids"]), c.vocab_size),
         ),
         Component(
             "patch_embed",
@@ -634,6 +653,7 @@ def _records() -> tuple[Component, ...]:
             params.patch_embed_layout,
             area="vit",
             tolerance="composite",
+            output_shape=_patches_shape,
         ),
         Component(
             "vit",
@@ -650,6 +670,7 @@ def _records() -> tuple[Component, ...]:
             quantities=_NORMED,
             cost=_vit_flops,
             tags=frozenset({"batched"}),
+            output_shape=lambda i, c: (np.shape(i["images"])[0], c.n_classes),
         ),
         # §11 decoder-only models
         Component(
@@ -719,6 +740,7 @@ def _records() -> tuple[Component, ...]:
             area="model",
             tolerance="composite",
             tags=frozenset({"kv_cache"}),
+            output_shape=lambda i, c: (*np.shape(i["ids"]), c.vocab_size),
         ),
     )
 

@@ -65,7 +65,7 @@ def test_record_oracle_runs_on_its_made_inputs(name):
         assert set(rec.required) <= made, f"{name}: the builder left out a required input"
         assert made <= {i.name for i in rec.inputs}, f"{name}: an undeclared input"
         out = expected(name, inputs, params, config, conv)
-        assert out.dtype == np.float64 and out.shape[0] in (shape.batch, shape.lq)
+        assert out.dtype == np.float64 and out.shape == rec.shape_of(inputs, config)
         keep_nan = conv.fully_masked_rows == "nan"
         assert keep_nan or np.isfinite(out).all(), f"{name}: the oracle gave NaN or inf"
 
