@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tck.reference import Config
-from tck.reference.components import tagged
+from tck.reference.components import record, tagged
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -98,7 +98,7 @@ def param_hypotheses(
 
 def token_input(component: str) -> str:
     """The input that holds the tokens of a causal component."""
-    return "ids" if component == "causal_lm" else "x"
+    return record(component).inputs[0].name  # x [B, L, D] or ids [B, L]
 
 
 def decode(

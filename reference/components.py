@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -118,6 +119,8 @@ OracleCall = Callable[[Arrays, Arrays, Config, Conventions], np.ndarray]
 Layout = Callable[[Config, Conventions], Shapes]
 # (config, batch, seq_len, tgt_len, causal) -> forward FLOPs (§10.4)
 Cost = Callable[[Config, int, int, int, bool], float]
+# (config, conventions, dropout) -> the torch reference module (tck.reference.model)
+Module = Callable[[Config, Conventions, float], Any]
 # (inputs, config) -> the output's shape (SPEC.md §10.6)
 OutputShape = Callable[[Arrays, Config], tuple[int, ...]]
 
@@ -136,6 +139,9 @@ class Component:
     # (config, conventions) -> canonical parameter shapes (SPEC.md §0.2): a function of
     # tck.reference.params
     layout: Layout
+    # (config, conventions, dropout) -> the torch reference module, float32 until
+    # tck.reference.model.build casts it (the only place torch is imported, when called)
+    module: Module
     fields: tuple[str, ...] = ()  # convention fields the output depends on (diagnosis order)
     area: str = "blocks"  # the diagnosis area: "{area}.oracle_mismatch"
     tolerance: str = "op"  # forward tolerance class, one of TOLERANCES
@@ -386,6 +392,12 @@ def _patches_shape(inputs: Arrays, c: Config) -> tuple[int, ...]:
     return (b, (h // c.patch_size) * (w // c.patch_size), c.d_model)
 
 
+def _model():
+    from . import model  # torch: imported when a module is built, never by the oracle side
+
+    return model
+
+
 # ---------------------------------------------------------------------------- the records
 
 _X = Input("x", "normal", ("B", "Lq", "D"))
@@ -428,6 +440,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D] the table rows (no scale: §1.2 is checked on seq2seq)",
             lambda i, p, c, conv: oracle.embedding(i["ids"], p["weight"]),
             params.embedding_layout,
+            lambda c, conv, d: _model().Embedding(c.vocab_size, c.d_model, c.padding_idx),
             area="embedding",
             tolerance="composite",
             gradients=_ELEMENTWISE,
@@ -442,6 +455,7 @@ def _records() -> tuple[Component, ...]:
             "[L, D] the encoding at each position",
             _sinusoidal_pe,
             params.no_params,
+            lambda c, conv, d: _model().SinusoidalPE(c, conv),
             fields=("pe_layout", "pe_base"),
             area="positional",
             output_shape=lambda i, c: (len(i["positions"]), c.d_model),
@@ -460,6 +474,7 @@ def _records() -> tuple[Component, ...]:
                 i["x"], i["positions"], base=conv.pe_base, layout=conv.rope_layout
             ),
             params.no_params,
+            lambda c, conv, d: _model().RoPE(conv),
             fields=("rope_layout", "pe_base"),
             area="rope",
             quantities=("rope_angles",),
@@ -479,6 +494,7 @@ def _records() -> tuple[Component, ...]:
             "[B, H, Lq, dv]",
             _attention,
             params.no_params,
+            lambda c, conv, d: _model().Attention(conv.fully_masked_rows),
             fields=("fully_masked_rows", "causal_alignment"),
             area="attention",
             gradients=(("v", "value"), ("k", "key"), ("q", "query")),
@@ -505,6 +521,7 @@ def _records() -> tuple[Component, ...]:
             "[B, Lq, D]",
             _mha,
             params.mha_layout,
+            lambda c, conv, d: _model().MultiHeadAttention(c, conv),
             fields=("fully_masked_rows", "causal_alignment"),
             area="attention",
             gradients=(
@@ -525,6 +542,9 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             _layer_norm,
             params.layer_norm_layout,
+            lambda c, conv, d: _model().LayerNorm(
+                c.d_model, conv.eps, conv.eps_placement, conv.variance, c.norm_bias
+            ),
             fields=_NORM,
             area="layer_norm",
             gradients=_ELEMENTWISE,
@@ -539,6 +559,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             lambda i, p, c, conv: oracle.rms_norm(i["x"], p["weight"], eps=conv.eps),
             params.rms_norm_layout,
+            lambda c, conv, d: _model().RMSNorm(c.d_model, conv.eps),
             fields=("eps",),
             area="layer_norm",
             gradients=_ELEMENTWISE,
@@ -553,6 +574,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             lambda i, p, c, conv: oracle.feed_forward(i["x"], p, activation=conv.activation),
             params.ffn_layout,
+            lambda c, conv, d: _model().FeedForward(c, conv),
             fields=("activation",),
             area="ffn",
             cost=lambda c, b, n, t, causal: costs.ffn_flops(c, b, n),
@@ -567,6 +589,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             _encoder_layer,
             params.encoder_layer_layout,
+            lambda c, conv, d: _model().EncoderLayer(c, conv, d),
             fields=(*_LAYER, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
@@ -582,6 +605,7 @@ def _records() -> tuple[Component, ...]:
             "[B, Lt, D]",
             _decoder_layer,
             params.decoder_layer_layout,
+            lambda c, conv, d: _model().DecoderLayer(c, conv, d),
             fields=(*_LAYER, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
@@ -597,6 +621,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             _encoder,
             params.encoder_layout,
+            lambda c, conv, d: _model().Encoder(c, conv, d),
             fields=(*_STACK, "fully_masked_rows", "padded_query_rows"),
             tolerance="composite",
             quantities=_NORMED,
@@ -612,6 +637,7 @@ def _records() -> tuple[Component, ...]:
             "[B, Lt, D]",
             _decoder,
             params.decoder_layout,
+            lambda c, conv, d: _model().Decoder(c, conv, d),
             fields=(*_STACK, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
@@ -632,6 +658,7 @@ def _records() -> tuple[Component, ...]:
                 i["src_ids"], i["tgt_ids"], p, c, conventions=conv
             ),
             params.seq2seq_layout,
+            lambda c, conv, d: _model().Seq2Seq(c, conv, d),
             fields=("embedding_scale", "pe_layout", *_STACK),
             area="model",
             tolerance="composite",
@@ -651,6 +678,7 @@ def _records() -> tuple[Component, ...]:
                 i["images"], p["weight"], p["bias"], patch_size=c.patch_size
             ),
             params.patch_embed_layout,
+            lambda c, conv, d: _model().PatchEmbedding(c.channels, c.d_model, c.patch_size),
             area="vit",
             tolerance="composite",
             output_shape=_patches_shape,
@@ -664,6 +692,7 @@ def _records() -> tuple[Component, ...]:
             "[B, n_classes] logits",
             lambda i, p, c, conv: oracle.vit(i["images"], p, c, conventions=conv),
             params.vit_layout,
+            lambda c, conv, d: _model().ViT(c, conv, d),
             fields=("pooling", *_STACK),
             area="vit",
             tolerance="composite",
@@ -682,6 +711,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             _decoder_only("causal_self_attention"),
             params.causal_self_attention_layout,
+            lambda c, conv, d: _model().CausalSelfAttention(c, conv),
             fields=(*_DECODER_ATTENTION, "fully_masked_rows"),
             area="attention",
             tags=frozenset({"kv_cache"}),
@@ -697,6 +727,7 @@ def _records() -> tuple[Component, ...]:
                 i["x"], p, activation=conv.gate_activation
             ),
             params.gated_ffn_layout,
+            lambda c, conv, d: _model().GatedFeedForward(c, conv),
             fields=("gate_activation",),
             area="ffn",
         ),
@@ -709,6 +740,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, D]",
             _decoder_only("decoder_block"),
             params.decoder_block_layout,
+            lambda c, conv, d: _model().DecoderBlock(c, conv, d),
             fields=(
                 "norm_placement",
                 "activation",
@@ -728,6 +760,7 @@ def _records() -> tuple[Component, ...]:
             "[B, L, V] logits",
             _decoder_only("causal_lm"),
             params.causal_lm_layout,
+            lambda c, conv, d: _model().CausalLM(c, conv, d),
             fields=(
                 "norm_placement",
                 "final_norm",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tck.adapters import INPUTS, OUTPUTS
 from tck.conformance.expected import expected
@@ -26,6 +27,7 @@ from tck.reference.components import (
     tagged,
 )
 from tck.reference.conventions import Conventions
+from tck.reference.model import build
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_CLAUSES = set(re.findall(r"^### §(\d+\.\d+) ", (ROOT / "SPEC.md").read_text("utf-8"), re.M))
@@ -122,9 +124,15 @@ def test_a_record_refuses_unknown_vocabulary():
         dataclasses.replace(RECORDS["layer_norm"], name="ln2", clauses=())
 
 
+class _Doubling(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * x
+
+
 def test_a_record_added_at_runtime_is_picked_up(monkeypatch):
     """The bridge functions find a component through its record alone: a test-only
-    'scaled_x' (2x, no parameters) is built, called and given a tolerance."""
+    'scaled_x' (2x, no parameters) gets inputs, an oracle output, a layout, tolerances and
+    a torch reference module."""
     scaled = Component(
         "scaled_x",
         "op",
@@ -134,6 +142,7 @@ def test_a_record_added_at_runtime_is_picked_up(monkeypatch):
         "[B, L, D]",
         lambda i, p, c, conv: 2.0 * np.asarray(i["x"], dtype=np.float64),
         lambda c, conv: {},
+        lambda c, conv, dropout: _Doubling(),
         area="ffn",
     )
     monkeypatch.setitem(components_module.RECORDS, "scaled_x", scaled)
@@ -143,3 +152,6 @@ def test_a_record_added_at_runtime_is_picked_up(monkeypatch):
     np.testing.assert_array_equal(out, 2 * inputs["x"])
     assert param_shapes("scaled_x", DEFAULT_CONFIG) == {}
     assert k_forward("scaled_x") == 5.0 and k_gradient("scaled_x", "x") == 64.0
+    module = build("scaled_x", DEFAULT_CONFIG)
+    x = torch.ones(2, dtype=torch.float64)
+    torch.testing.assert_close(module(x), 2 * x)
