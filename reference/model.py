@@ -368,6 +368,17 @@ class FeedForward(nn.Module):
         return self.fc2(self.activation(self.fc1(x)))  # (B, L, F) -> (B, L, D)
 
 
+class Activation(nn.Module):
+    """§6.3: the activation on its own, elementwise (no parameters)."""
+
+    def __init__(self, conventions: Conventions):
+        super().__init__()
+        self.activation = ACTIVATIONS[conventions.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation(x)
+
+
 def residual(
     x: Tensor,
     sublayer: Callable[[Tensor], Tensor],
