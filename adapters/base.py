@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions
+from tck.reference import COMPONENTS, RECORDS, Config, Conventions, canonical_conventions
+from tck.reference.components import tagged
 
 from .config_space import ConfigSpace
 
@@ -40,57 +41,20 @@ Arrays = Mapping[str, np.ndarray]
 # adapter returns bfloat16 results as float32 or float64 arrays).
 DTYPES: tuple[str, ...] = ("float64", "float32", "float16", "bfloat16")
 
-# component -> (required inputs, optional inputs), with shapes. Output shapes in OUTPUTS.
+# component -> (required inputs, optional inputs), and the output's shape, from the
+# component records (tck.reference.components: each input's kind and dims are there).
 #   key_padding: bool keep [B, Lk] (True = a real token); attn_mask: bool keep [Lq, Lk];
 #   causal: a 0-d bool array, "apply your own causal mask" (its alignment is a convention).
+#   §11 decoder-only: one input, always causal; positions int64 [B, L] are position ids
+#   (default 0 .. L-1 in every row; shifted for a left-padded row, §11.7)
 INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "embedding": (("ids",), ()),  # ids int64 [B, L]
-    "sinusoidal_pe": (("positions",), ()),  # positions int64 [L]
-    "rope": (("x", "positions"), ()),  # x [B, H, L, d], positions int64 [L]
-    "attention": (("q", "k", "v"), ("keep_mask", "causal")),  # q [B,H,Lq,dk] k [B,H,Lk,dk]
-    "mha": (("query", "key", "value"), ("key_padding", "attn_mask", "causal")),  # [B, L, D]
-    "layer_norm": (("x",), ()),  # x [B, L, D]
-    "rms_norm": (("x",), ()),
-    "ffn": (("x",), ()),
-    "encoder_layer": (("x",), ("key_padding", "attn_mask", "causal")),
-    "decoder_layer": (("x", "memory"), ("key_padding", "memory_key_padding", "causal")),
-    "encoder": (("x",), ("key_padding", "attn_mask", "causal")),
-    "decoder": (("x", "memory"), ("key_padding", "memory_key_padding", "causal")),
-    "seq2seq": (("src_ids", "tgt_ids"), ()),  # padding from Config.padding_idx, causal tgt
-    "patch_embed": (("images",), ()),  # images [B, C, H, W]
-    "vit": (("images",), ()),
-    # §11 decoder-only: one input, always causal; positions int64 [B, L] are position ids
-    # (default 0 .. L-1 in every row; shifted for a left-padded row, §11.7)
-    "causal_self_attention": (("x",), ("key_padding", "positions")),  # x [B, L, D]
-    "gated_ffn": (("x",), ()),
-    "decoder_block": (("x",), ("key_padding", "positions")),
-    "causal_lm": (("ids",), ("key_padding", "positions")),  # ids int64 [B, L]
+    name: (rec.required, rec.optional) for name, rec in RECORDS.items()
 }
 
-OUTPUTS: dict[str, str] = {
-    "embedding": "[B, L, D] the table rows (no scale: §1.2 is checked on seq2seq)",
-    "sinusoidal_pe": "[L, D] the encoding at each position",
-    "rope": "[B, H, L, d] x rotated",
-    "attention": "[B, H, Lq, dv]",
-    "mha": "[B, Lq, D]",
-    "layer_norm": "[B, L, D]",
-    "rms_norm": "[B, L, D]",
-    "ffn": "[B, L, D]",
-    "encoder_layer": "[B, L, D]",
-    "decoder_layer": "[B, Lt, D]",
-    "encoder": "[B, L, D]",
-    "decoder": "[B, Lt, D]",
-    "seq2seq": "[B, Lt, V] logits",
-    "patch_embed": "[B, N_p, D]",
-    "vit": "[B, n_classes] logits",
-    "causal_self_attention": "[B, L, D]",
-    "gated_ffn": "[B, L, D]",
-    "decoder_block": "[B, L, D]",
-    "causal_lm": "[B, L, V] logits",
-}
+OUTPUTS: dict[str, str] = {name: rec.output for name, rec in RECORDS.items()}
 
 # Components that decode incrementally (SPEC.md §11.6): ``Adapter.step`` may serve them.
-CACHED: tuple[str, ...] = ("causal_self_attention", "decoder_block", "causal_lm")
+CACHED: tuple[str, ...] = tagged("kv_cache")
 
 assert set(INPUTS) == set(COMPONENTS) == set(OUTPUTS)
 

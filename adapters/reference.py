@@ -81,6 +81,7 @@ def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
         "layer_norm": lambda m, x: m(x),
         "rms_norm": lambda m, x: m(x),
         "ffn": lambda m, x: m(x),
+        "activation": lambda m, x: m(x),
         "encoder_layer": encoder,
         "encoder": encoder,
         "decoder_layer": decoder,
@@ -133,6 +134,7 @@ VARIANTS = {
     ),
     "layer_norm[std_plus_eps]": ("layer_norm", Conventions(eps_placement="outside_sqrt", eps=1e-6)),
     "mha[nan_rows]": ("mha", Conventions(fully_masked_rows="nan")),
+    "activation[gelu_tanh]": ("activation", Conventions(activation="gelu_tanh")),
     "vit[mean_pool]": ("vit", Conventions(norm_placement="pre", activation="gelu", pooling="mean")),
     # §11: the Llama family's choices (RMSNorm, RoPE half-split, SwiGLU, untied head is a Config)
     "causal_self_attention[rope]": (

@@ -35,6 +35,7 @@ from tck.adapters.devices import device_kind, offers_device
 from tck.adapters.sdpa import SDPA_BACKENDS  # one table with tck run's backend subjects
 from tck.adapters.torch_module import TORCH_DTYPES
 from tck.reference import Config, canonical_conventions, init_params
+from tck.reference.components import tagged
 from tck.reference.costs import BACKWARD_FACTOR, attention_flops, flops
 from tck.reference.expected import expected
 from tck.reference.inputs import Shape, make_inputs
@@ -44,16 +45,7 @@ FORWARD_BACKWARD = "forward+backward"
 PASSES: tuple[str, ...] = (FORWARD, FORWARD_BACKWARD)
 
 # Components with a FLOP formula and a sequence axis (the ViT's length is its image's).
-COMPONENTS: tuple[str, ...] = (
-    "attention",
-    "mha",
-    "ffn",
-    "encoder_layer",
-    "decoder_layer",
-    "encoder",
-    "decoder",
-    "seq2seq",
-)
+COMPONENTS: tuple[str, ...] = tagged("bench")
 
 ORACLE = "oracle"
 BASELINES: tuple[str, ...] = (*SDPA_BACKENDS, ORACLE)

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from tck.reference import Config
+from tck.reference.components import record, tagged
 
 Arrays = Mapping[str, np.ndarray]
 
-ATTENTION_BEARING = ("causal_self_attention", "decoder_block", "causal_lm")
+ATTENTION_BEARING = tagged("kv_cache")
 
 
 def _prefixes(params: Arrays, leaf: str) -> list[str]:
@@ -97,7 +98,7 @@ def param_hypotheses(
 
 def token_input(component: str) -> str:
     """The input that holds the tokens of a causal component."""
-    return "ids" if component == "causal_lm" else "x"
+    return record(component).inputs[0].name  # x [B, L, D] or ids [B, L]
 
 
 def decode(

@@ -34,7 +34,7 @@ import pytest
 
 from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
 from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
-from tck.reference import Config, Conventions, init_params, param_shapes
+from tck.reference import RECORDS, Config, Conventions, init_params, param_shapes, record
 from tck.reference.conventions import CHOICES
 from tck.reference.expected import expected
 from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
@@ -62,47 +62,8 @@ DEFAULT_CONFIG = Config(
     n_classes=5,
 )
 
-# The convention fields each component's output depends on, and the values to try.
-_NORM = ("eps_placement", "variance", "eps")
-_LAYER = ("norm_placement", "activation", *_NORM)  # what every layer's output depends on
-_STACK = ("norm_placement", "final_norm", "activation", *_NORM)  # a layer, and the end
-_DECODER_ATTENTION = ("positions", "rope_layout", "pe_base")  # §11.1: RoPE or not, and how
-FIELDS: dict[str, tuple[str, ...]] = {
-    "sinusoidal_pe": ("pe_layout", "pe_base"),
-    "rope": ("rope_layout", "pe_base"),
-    "attention": ("fully_masked_rows", "causal_alignment"),
-    "mha": ("fully_masked_rows", "causal_alignment"),
-    "layer_norm": _NORM,
-    "rms_norm": ("eps",),
-    "ffn": ("activation",),
-    "encoder_layer": (*_LAYER, "fully_masked_rows"),
-    "decoder_layer": (*_LAYER, "fully_masked_rows"),
-    "encoder": (*_STACK, "fully_masked_rows", "padded_query_rows"),
-    "decoder": (*_STACK, "fully_masked_rows"),
-    "seq2seq": ("embedding_scale", "pe_layout", *_STACK),
-    "vit": ("pooling", *_STACK),
-    "embedding": (),
-    "patch_embed": (),
-    # §11 decoder-only
-    "causal_self_attention": (*_DECODER_ATTENTION, "fully_masked_rows"),
-    "gated_ffn": ("gate_activation",),
-    "decoder_block": (
-        "norm_placement",
-        "activation",
-        "gate_activation",
-        *_NORM,
-        *_DECODER_ATTENTION,
-    ),
-    "causal_lm": (
-        "norm_placement",
-        "final_norm",
-        "activation",
-        "gate_activation",
-        *_NORM,
-        *_DECODER_ATTENTION,
-        "embedding_scale",
-    ),
-}
+# The convention fields each component's output depends on (its record's ``fields``).
+FIELDS: dict[str, tuple[str, ...]] = {name: rec.fields for name, rec in RECORDS.items()}
 
 # Explanations that change several convention fields at once (issue 19): at most this many
 # fields, this many oracle evaluations per search, this many searches per check.
@@ -718,7 +679,7 @@ class Harness:
         tolerance: Comparison,
     ) -> tuple[str, str] | None:
         """The first convention or mask bug that explains ``test`` within ``tolerance``."""
-        for field in FIELDS.get(self.component, ()):
+        for field in record(self.component).fields:
             values = self.matching_values(inst, inputs, test, field, tolerance)
             if values and getattr(inst.conventions, field) not in values:
                 value = values[0]
@@ -783,7 +744,7 @@ class Harness:
             return None
         self._combination_searches += 1
         declared = inst.conventions
-        names = tuple(FIELDS.get(self.component, ()) if fields is None else fields)
+        names = tuple(record(self.component).fields if fields is None else fields)
         try:
             base = self.gold(inst, inputs)
         except (ValueError, KeyError):
@@ -954,22 +915,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _area(component: str) -> str:
-    return {
-        "layer_norm": "layer_norm",
-        "rms_norm": "layer_norm",
-        "sinusoidal_pe": "positional",
-        "rope": "rope",
-        "attention": "attention",
-        "mha": "attention",
-        "ffn": "ffn",
-        "embedding": "embedding",
-        "patch_embed": "vit",
-        "vit": "vit",
-        "seq2seq": "model",
-        "causal_self_attention": "attention",
-        "gated_ffn": "ffn",
-        "causal_lm": "model",
-    }.get(component, "blocks")
+    return record(component).area
 
 
 def _has_params(inst: Instance) -> bool:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tck.adapters import Unsupported
+from tck.reference import RECORDS
 from tck.reference.tolerance import compare, k_forward
 
 from .harness import Harness, Instance
@@ -38,14 +39,8 @@ from .results import CheckFailure
 # The quantities each component forms (SPEC.md §10.10), in the order hypotheses are tried;
 # a component not listed here (a new one) is tried against all of them.
 ALL = ("norm_statistics", "softmax", "rope_angles")
-_NORMED = ("encoder_layer", "decoder_layer", "encoder", "decoder", "seq2seq", "vit")
 QUANTITIES_OF: dict[str, tuple[str, ...]] = {
-    "layer_norm": ("norm_statistics",),
-    "rms_norm": ("norm_statistics",),
-    "attention": ("softmax",),
-    "mha": ("softmax",),
-    "rope": ("rope_angles",),
-    **dict.fromkeys(_NORMED, ("norm_statistics", "softmax")),
+    name: rec.quantities for name, rec in RECORDS.items() if rec.quantities is not None
 }
 # A component whose only reduced-precision quantity is this one: a dtype-specific failure
 # of it can only be that quantity.

@@ -20,6 +20,7 @@ from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import batch_slice, rng
 from tck.conformance.results import CheckFailure
 from tck.reference import COMPONENTS, oracle, param_shapes, subparams
+from tck.reference.components import tagged
 from tck.reference.expected import memory_keep, self_keep
 from tck.reference.inputs import Inputs, Shape
 from tck.reference.tolerance import compare
@@ -27,17 +28,7 @@ from tck.reference.tolerance import compare
 spec = pytest.mark.spec
 components = pytest.mark.components
 
-MODELS = (
-    "attention",
-    "mha",
-    "ffn",
-    "encoder_layer",
-    "decoder_layer",
-    "encoder",
-    "decoder",
-    "seq2seq",
-    "vit",
-)
+MODELS = tagged("batched")  # the components §10.2 batch independence is checked on
 # Every component: dropout and caches can hide anywhere, and these checks are cheap.
 EVERYTHING = COMPONENTS
 

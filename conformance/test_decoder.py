@@ -24,6 +24,7 @@ from tck.conformance.decoding import decode, token_input
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import batch_slice
 from tck.conformance.results import CheckFailure
+from tck.reference.components import record, tagged
 from tck.reference.expected import decoder_only
 from tck.reference.inputs import Inputs, Shape
 from tck.reference.tolerance import Comparison, compare
@@ -31,9 +32,9 @@ from tck.reference.tolerance import Comparison, compare
 spec = pytest.mark.spec
 components = pytest.mark.components
 
-CAUSAL = ("causal_self_attention", "decoder_block", "causal_lm")
+CAUSAL = tagged("kv_cache")
 LENGTHS = (1, 3, 7, 13, 29)  # a prefix of 1, and lengths that are not multiples of 8
-CLAUSE = {"causal_self_attention": "11.1", "decoder_block": "11.4", "causal_lm": "11.5"}
+CLAUSE = {name: record(name).clauses[0] for name in CAUSAL}
 
 # What torch.cat, torch broadcasting and numpy say when a cache is concatenated along the wrong
 # axis (the other axes then disagree between the cache and the new token's keys).

@@ -1,4 +1,5 @@
-"""§6 Feed-forward network: applied to each position separately and identically.
+"""§6 Feed-forward network: applied to each position separately and identically; §6.3 its
+activation, to each element.
 
 No parameters needed: the checks compare the FFN with itself under permutations and
 changes of other positions.
@@ -60,5 +61,34 @@ def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None
             f"changing x[{b}, {t}] changes the output at another "
             f"{'batch row' if moved_row else 'position'}: {found.describe()} "
             "(SPEC.md §6.2, §10.2)",
+            found.metrics(),
+        )
+
+
+@spec("6.3", "10.2")
+@components("activation")
+@given(seed=seeds, batch=st.integers(1, 3), length=st.integers(1, 9))
+def test_activation_elementwise(tck: Harness, seed: int, batch: int, length: int) -> None:
+    """§6.3: act(X)[b, t, d] = act(X[b, t, d]): changing one element leaves every other
+    element of the output (other features, positions and batch rows) unchanged."""
+    inst = cached_instance(tck, "default", tck.instance)
+    generator = rng(seed)
+    x = generator.standard_normal((batch, length, inst.config.d_model)) * 2.0
+    out = tck.run(inst, {"x": x})
+    b, t = int(generator.integers(batch)), int(generator.integers(length))
+    d = int(generator.integers(x.shape[-1]))
+    changed = x.copy()
+    changed[b, t, d] += 3.0
+    others = np.ones(x.shape, bool)
+    others[b, t, d] = False
+    found = delta(out, tck.run(inst, {"x": changed}), others)
+    note_worst(tck, found)
+    if found.changed:
+        moved_row = found.index is not None and found.index[0] != b
+        raise CheckFailure(
+            "batch.rows_interact" if moved_row else "ffn.not_elementwise",
+            f"changing x[{b}, {t}, {d}] changes the output at another "
+            f"{'batch row' if moved_row else 'element'}: {found.describe()} "
+            "(SPEC.md §6.3, §10.2)",
             found.metrics(),
         )

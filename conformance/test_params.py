@@ -8,10 +8,11 @@ import pytest
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness
 from tck.conformance.results import CheckFailure
-from tck.reference import COMPONENTS, param_count
+from tck.reference import RECORDS, param_count
+from tck.reference.params import no_params
 
-# Components that hold parameters (attention, sinusoidal PE and RoPE have none).
-WITH_PARAMS = tuple(c for c in COMPONENTS if c not in ("attention", "sinusoidal_pe", "rope"))
+# Components that hold parameters (their record's layout is not no_params).
+WITH_PARAMS = tuple(name for name, rec in RECORDS.items() if rec.layout is not no_params)
 
 
 def _own_params(tck: Harness, inst) -> dict[str, np.ndarray]:

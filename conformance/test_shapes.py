@@ -14,7 +14,7 @@ import pytest
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.results import CheckFailure
-from tck.reference import COMPONENTS, Config
+from tck.reference import COMPONENTS, Config, record
 from tck.reference.inputs import Inputs, Shape
 
 spec = pytest.mark.spec
@@ -25,29 +25,8 @@ SIZES = ((1, 1, 1), (3, 3, 3), (1, 113, 113), (3, 1, 3), (1, 3, 113), (3, 113, 1
 
 
 def output_shape(component: str, inputs: Mapping[str, np.ndarray], c: Config) -> tuple:
-    """The §10.6 output shape for these inputs."""
-    if component == "attention":
-        return (*inputs["q"].shape[:-1], inputs["v"].shape[-1])
-    if component == "mha":
-        return tuple(inputs["query"].shape)
-    if component in ("layer_norm", "rms_norm", "ffn", "rope"):
-        return tuple(inputs["x"].shape)
-    if component in ("encoder_layer", "encoder", "decoder_layer", "decoder"):
-        return tuple(inputs["x"].shape)
-    if component in ("causal_self_attention", "gated_ffn", "decoder_block"):
-        return tuple(inputs["x"].shape)
-    if component == "causal_lm":
-        return (*inputs["ids"].shape, c.vocab_size)
-    if component == "embedding":
-        return (*inputs["ids"].shape, c.d_model)
-    if component == "sinusoidal_pe":
-        return (len(inputs["positions"]), c.d_model)
-    if component == "seq2seq":
-        return (*inputs["tgt_ids"].shape, c.vocab_size)
-    if component == "patch_embed":
-        b, _, h, w = inputs["images"].shape
-        return (b, (h // c.patch_size) * (w // c.patch_size), c.d_model)
-    return (inputs["images"].shape[0], c.n_classes)  # vit
+    """The §10.6 output shape for these inputs (the component record's ``shape_of``)."""
+    return record(component).shape_of(inputs, c)
 
 
 @spec("10.6")

@@ -5,11 +5,10 @@
 the canonical ones. This package imports nothing else of ours.
 """
 
+from .components import COMPONENTS, RECORDS, Component, of_family, record
 from .conventions import CANONICAL, Config, Conventions
 from .params import (
-    COMPONENTS,
     DECODER_CANONICAL,
-    DECODER_ONLY,
     VIT_CANONICAL,
     canonical_conventions,
     check_params,
@@ -19,12 +18,16 @@ from .params import (
     subparams,
 )
 
+DECODER_ONLY: tuple[str, ...] = of_family("decoder-only")
+
 __all__ = [
     "CANONICAL",
     "COMPONENTS",
     "DECODER_CANONICAL",
     "DECODER_ONLY",
+    "RECORDS",
     "VIT_CANONICAL",
+    "Component",
     "Config",
     "Conventions",
     "canonical_conventions",
@@ -32,5 +35,6 @@ __all__ = [
     "init_params",
     "param_count",
     "param_shapes",
+    "record",
     "subparams",
 ]

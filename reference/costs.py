@@ -76,40 +76,13 @@ def flops(
     decoder and seq2seq (default ``seq_len``). For the ViT, ``seq_len`` is ignored: the
     sequence is the N_p + 1 tokens the image size implies.
     """
-    c = config
-    tgt_len = seq_len if tgt_len is None else tgt_len
-    enc_layer = mha_flops(c, batch, seq_len, causal=causal) + ffn_flops(c, batch, seq_len)
-    dec_layer = (
-        mha_flops(c, batch, tgt_len, causal=True)
-        + mha_flops(c, batch, tgt_len, seq_len)
-        + ffn_flops(c, batch, tgt_len)
-    )
-    if component == "attention":
-        total = attention_flops(
-            batch, c.n_heads, seq_len, seq_len, c.head_dim_k, c.head_dim_v, causal=causal
-        )
-    elif component == "mha":
-        total = mha_flops(c, batch, seq_len, causal=causal)
-    elif component == "ffn":
-        total = ffn_flops(c, batch, seq_len)
-    elif component == "encoder_layer":
-        total = enc_layer
-    elif component == "decoder_layer":
-        total = dec_layer
-    elif component == "encoder":
-        total = c.n_layers * enc_layer
-    elif component == "decoder":
-        total = c.n_decoder_layers * dec_layer
-    elif component == "seq2seq":
-        logits = linear_flops(batch, tgt_len, c.d_model, c.vocab_size)
-        total = c.n_layers * enc_layer + c.n_decoder_layers * dec_layer + logits
-    elif component == "vit":
-        tokens = c.n_patches + 1
-        patches = linear_flops(batch, c.n_patches, c.channels * c.patch_size**2, c.d_model)
-        layer = mha_flops(c, batch, tokens) + ffn_flops(c, batch, tokens)
-        total = patches + c.n_layers * layer + linear_flops(batch, 1, c.d_model, c.n_classes)
-    else:
+    from .components import record  # the records' formulas use this module's helpers
+
+    cost = record(component).cost
+    if cost is None:
         raise ValueError(
             f"no FLOP formula for component {component!r} (its cost is O(B*L*D), not a matmul)"
         )
+    tgt_len = seq_len if tgt_len is None else tgt_len
+    total = cost(config, batch, seq_len, tgt_len, causal)
     return total * (1 + BACKWARD_FACTOR) if backward else float(total)

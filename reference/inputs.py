@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tck.reference import Config
+from tck.reference import Config, record
 
 Inputs = dict[str, np.ndarray]
 
@@ -45,87 +45,79 @@ def padding(lengths: np.ndarray, length: int) -> np.ndarray:
     return np.arange(length)[None, :] < np.asarray(lengths)[:, None]
 
 
+def _lengths(rule: str, shape: Shape, length: int) -> np.ndarray:
+    """A padding mask's row lengths over ``length`` (tck.reference.components.LENGTHS)."""
+    if rule == "target":  # first row full, each later one a position shorter
+        return np.array([max(1, length - i) for i in range(shape.batch)])
+    return shape.key_lengths(length)
+
+
+def _made(when: str, shape: Shape) -> bool:
+    """Whether the builder makes an input (tck.reference.components.WHEN) for ``shape``."""
+    return {
+        "always": True,
+        "masked": shape.masked,
+        "padded": shape.masked and shape.lengths is not None,
+        "causal": shape.causal,
+        "never": False,
+    }[when]
+
+
 def make_inputs(
     component: str, config: Config, rng: np.random.Generator, shape: Shape = DEFAULT_SHAPE
 ) -> Inputs:
+    """The inputs of one call of ``component``, as its record describes them
+    (``record(component).inputs``: each input's kind, dims and when it is made), drawn from
+    ``rng`` in the record's order."""
     c, s = config, shape
-    b, m = s.batch, s.magnitude
+    sizes = {
+        "B": s.batch,
+        "H": c.n_heads,
+        "Lq": s.lq,
+        "Lk": s.lk,
+        "D": c.d_model,
+        "dk": c.head_dim_k,
+        "dv": c.head_dim_v,
+        "C": c.channels,
+        "S": c.image_size,
+    }
+    out: Inputs = {}
+    for spec in record(component).inputs:
+        if not _made(spec.when, s):
+            continue
+        dims = tuple(sizes[d] for d in spec.dims)
+        if spec.kind == "normal":
+            out[spec.name] = rng.standard_normal(dims) * s.magnitude
+        elif spec.kind == "ids":
+            out[spec.name] = rng.integers(0, c.vocab_size, size=dims)
+        elif spec.kind == "tokens":
+            out[spec.name] = _tokens(c, s, rng, dims, _lengths(spec.lengths, s, dims[1]))
+        elif spec.kind == "positions":
+            out[spec.name] = np.arange(dims[0])
+        elif spec.kind == "key_padding":
+            out[spec.name] = padding(_lengths(spec.lengths, s, dims[1]), dims[1])
+        elif spec.kind == "keep_mask":  # [B, 1, 1, Lk]: the attention core's form
+            out[spec.name] = padding(_lengths(spec.lengths, s, dims[1]), dims[1])[:, None, None, :]
+        elif spec.kind == "causal":
+            out[spec.name] = np.array(True)
+        else:
+            raise ValueError(
+                f"{component}: the input builder makes no {spec.kind!r} input "
+                f"({spec.name!r}); give it when='never'"
+            )
+    return out
 
-    def normal(*dims: int) -> np.ndarray:
-        return rng.standard_normal(dims) * m
 
-    def self_masks(length: int) -> Inputs:
-        out: Inputs = {}
+def _tokens(
+    c: Config, s: Shape, rng: np.random.Generator, dims: tuple[int, ...], lengths: np.ndarray
+) -> np.ndarray:
+    """Token ids that avoid ``padding_idx``, and hold it past each row's length when the
+    shape is masked (§1.3, §8.1)."""
+    pad = c.padding_idx
+    low = 0 if pad is None else 1 if pad == 0 else 0
+    tokens = rng.integers(low, c.vocab_size, size=dims)
+    if pad is not None:
+        tokens = np.where(tokens == pad, (pad + 1) % c.vocab_size, tokens)
         if s.masked:
-            out["key_padding"] = padding(s.key_lengths(length), length)
-        if s.causal:
-            out["causal"] = np.array(True)
-        return out
-
-    if component == "embedding":
-        return {"ids": rng.integers(0, c.vocab_size, size=(b, s.lq))}
-    if component == "sinusoidal_pe":
-        return {"positions": np.arange(s.lq)}
-    if component == "rope":
-        return {"x": normal(b, c.n_heads, s.lq, c.head_dim_k), "positions": np.arange(s.lq)}
-    if component == "attention":
-        dk, dv, h = c.head_dim_k, c.head_dim_v, c.n_heads
-        out = {
-            "q": normal(b, h, s.lq, dk),
-            "k": normal(b, h, s.lk, dk),
-            "v": normal(b, h, s.lk, dv),
-        }
-        if s.masked:
-            out["keep_mask"] = padding(s.key_lengths(s.lk), s.lk)[:, None, None, :]
-        if s.causal:
-            out["causal"] = np.array(True)
-        return out
-    if component == "mha":
-        query, key = normal(b, s.lq, c.d_model), normal(b, s.lk, c.d_model)
-        out = {"query": query, "key": key, "value": normal(b, s.lk, c.d_model)}
-        if s.masked:
-            out["key_padding"] = padding(s.key_lengths(s.lk), s.lk)
-        if s.causal:
-            out["causal"] = np.array(True)
-        return out
-    if component in ("layer_norm", "rms_norm", "ffn"):
-        return {"x": normal(b, s.lq, c.d_model)}
-    if component in ("encoder_layer", "encoder"):
-        return {"x": normal(b, s.lq, c.d_model), **self_masks(s.lq)}
-    if component in ("decoder_layer", "decoder"):
-        out = {"x": normal(b, s.lq, c.d_model), "memory": normal(b, s.lk, c.d_model)}
-        if s.masked:
-            out["key_padding"] = padding(np.array([max(1, s.lq - i) for i in range(b)]), s.lq)
-            out["memory_key_padding"] = padding(s.key_lengths(s.lk), s.lk)
-        out["causal"] = np.array(True)
-        return out
-    if component == "seq2seq":
-        pad = c.padding_idx
-        low = 0 if pad is None else 1 if pad == 0 else 0
-
-        def ids(length: int, lengths: np.ndarray) -> np.ndarray:
-            tokens = rng.integers(low, c.vocab_size, size=(b, length))
-            if pad is not None:
-                tokens = np.where(tokens == pad, (pad + 1) % c.vocab_size, tokens)
-                if s.masked:
-                    tokens = np.where(padding(lengths, length), tokens, pad)
-            return tokens
-
-        tgt_lengths = np.array([max(1, s.lq - i) for i in range(b)])
-        return {"src_ids": ids(s.lk, s.key_lengths(s.lk)), "tgt_ids": ids(s.lq, tgt_lengths)}
-    # §11 decoder-only: always causal; key padding (an optional input a minimal GPT does not
-    # take) only when a shape asks for row lengths, so that every check runs unpadded on them
-    padded = s.masked and s.lengths is not None
-    if component in ("causal_self_attention", "decoder_block", "gated_ffn"):
-        out = {"x": normal(b, s.lq, c.d_model)}
-        if padded and component != "gated_ffn":
-            out["key_padding"] = padding(s.key_lengths(s.lq), s.lq)
-        return out
-    if component == "causal_lm":
-        out = {"ids": rng.integers(0, c.vocab_size, size=(b, s.lq))}
-        if padded:
-            out["key_padding"] = padding(s.key_lengths(s.lq), s.lq)
-        return out
-    if component in ("patch_embed", "vit"):
-        return {"images": normal(b, c.channels, c.image_size, c.image_size)}
-    raise ValueError(f"no input builder for component {component!r}")
+            tokens = np.where(padding(lengths, dims[1]), tokens, pad)
+    return tokens

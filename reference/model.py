@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .components import record
 from .conventions import Config, Conventions
-from .params import COMPONENTS, canonical_conventions, has_final_norm
+from .params import has_final_norm
 
 # ----------------------------------------------------------------------- half precision
 
@@ -365,6 +366,17 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(self.activation(self.fc1(x)))  # (B, L, F) -> (B, L, D)
+
+
+class Activation(nn.Module):
+    """§6.3: the activation on its own, elementwise (no parameters)."""
+
+    def __init__(self, conventions: Conventions):
+        super().__init__()
+        self.activation = ACTIVATIONS[conventions.activation]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation(x)
 
 
 def residual(
@@ -831,49 +843,8 @@ def build(
     ``conventions`` defaults to the component family's canonical ones; ``dropout`` is the
     probability at sublayer outputs and on the input embeddings (identity in ``eval()``).
     """
-    if component not in COMPONENTS:
-        raise ValueError(
-            f"unknown component {component!r}; the components are: {', '.join(COMPONENTS)}"
-        )
-    c, conv = config, conventions or canonical_conventions(component)
-    if component == "embedding":
-        module: nn.Module = Embedding(c.vocab_size, c.d_model, c.padding_idx)
-    elif component == "sinusoidal_pe":
-        module = SinusoidalPE(c, conv)
-    elif component == "rope":
-        module = RoPE(conv)
-    elif component == "attention":
-        module = Attention(conv.fully_masked_rows)
-    elif component == "mha":
-        module = MultiHeadAttention(c, conv)
-    elif component == "layer_norm":
-        module = LayerNorm(c.d_model, conv.eps, conv.eps_placement, conv.variance, c.norm_bias)
-    elif component == "rms_norm":
-        module = RMSNorm(c.d_model, conv.eps)
-    elif component == "ffn":
-        module = FeedForward(c, conv)
-    elif component == "encoder_layer":
-        module = EncoderLayer(c, conv, dropout)
-    elif component == "decoder_layer":
-        module = DecoderLayer(c, conv, dropout)
-    elif component == "encoder":
-        module = Encoder(c, conv, dropout)
-    elif component == "decoder":
-        module = Decoder(c, conv, dropout)
-    elif component == "seq2seq":
-        module = Seq2Seq(c, conv, dropout)
-    elif component == "patch_embed":
-        module = PatchEmbedding(c.channels, c.d_model, c.patch_size)
-    elif component == "causal_self_attention":
-        module = CausalSelfAttention(c, conv)
-    elif component == "gated_ffn":
-        module = GatedFeedForward(c, conv)
-    elif component == "decoder_block":
-        module = DecoderBlock(c, conv, dropout)
-    elif component == "causal_lm":
-        module = CausalLM(c, conv, dropout)
-    else:  # vit
-        module = ViT(c, conv, dropout)
+    rec = record(component)  # a ValueError that lists the components, for an unknown one
+    module: nn.Module = rec.module(config, conventions or rec.canonical, dropout)
     return module.to(torch.float64)
 
 

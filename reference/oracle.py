@@ -417,6 +417,13 @@ def gelu_tanh(x) -> Array:
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh}
 
 
+def activation(x, *, name: str = "relu") -> Array:
+    """§6.3: the activation on its own, elementwise: relu, gelu (exact) or gelu_tanh."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}: one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name](x)
+
+
 def feed_forward(x, params: Params, *, activation: str = "relu") -> Array:
     """§6.1: act(x W1^T + b1) W2^T + b2, applied at each position (§6.2)."""
     if activation not in ACTIVATIONS:

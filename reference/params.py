@@ -10,35 +10,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .conventions import CANONICAL, Config, Conventions
+from .conventions import Config, Conventions
 
 Params = dict[str, np.ndarray]
 Shapes = dict[str, tuple[int, ...]]
 
-COMPONENTS: tuple[str, ...] = (
-    "embedding",
-    "sinusoidal_pe",
-    "rope",
-    "attention",
-    "mha",
-    "layer_norm",
-    "rms_norm",
-    "ffn",
-    "encoder_layer",
-    "decoder_layer",
-    "encoder",
-    "decoder",
-    "seq2seq",
-    "patch_embed",
-    "vit",
-    # §11 decoder-only models
-    "causal_self_attention",
-    "gated_ffn",
-    "decoder_block",
-    "causal_lm",
-)
-
-DECODER_ONLY: tuple[str, ...] = ("causal_self_attention", "gated_ffn", "decoder_block", "causal_lm")
+# COMPONENTS and DECODER_ONLY are read from the component records
+# (tck.reference.components), which point back here for each parameter layout; see the
+# module __getattr__ at the end.
 
 # The ViT paper's choices (pre-LN, exact GELU) are canonical for the ViT family; everything
 # else follows "Attention Is All You Need" (SPEC.md §0.3, §9.4).
@@ -53,17 +32,17 @@ DECODER_CANONICAL = Conventions(
 
 def canonical_conventions(component: str) -> Conventions:
     """The canonical conventions of a component's family (SPEC.md §0.3)."""
-    _check_component(component)
-    if component in DECODER_ONLY:
-        return DECODER_CANONICAL
-    return VIT_CANONICAL if component in ("vit", "patch_embed") else CANONICAL
+    return _record(component).canonical
+
+
+def _record(component: str):
+    from .components import record  # the records point back here: imported when called
+
+    return record(component)
 
 
 def _check_component(component: str) -> None:
-    if component not in COMPONENTS:
-        raise ValueError(
-            f"unknown component {component!r}; the components are: {', '.join(COMPONENTS)}"
-        )
+    _record(component)
 
 
 def _linear(prefix: str, n_out: int, n_in: int, bias: bool) -> Shapes:
@@ -178,60 +157,104 @@ def _stack(prefix: str, c: Config, conv: Conventions, n_layers: int, layer) -> S
 
 def param_shapes(component: str, config: Config, conventions: Conventions | None = None) -> Shapes:
     """Canonical parameter names and shapes of ``component`` (SPEC.md §0.2 and each clause)."""
-    _check_component(component)
-    c, conv = config, conventions or canonical_conventions(component)
+    rec = _record(component)
+    return rec.layout(config, conventions or rec.canonical)
+
+
+# ---------------------------------------------------------------- one layout per component
+# Each component record (tck.reference.components) points to one of these.
+
+
+def no_params(c: Config, conv: Conventions) -> Shapes:
+    """sinusoidal_pe, rope, attention: nothing to learn."""
+    return {}
+
+
+def embedding_layout(c: Config, conv: Conventions) -> Shapes:
+    return {"weight": (c.vocab_size, c.d_model)}
+
+
+def mha_layout(c: Config, conv: Conventions) -> Shapes:
+    return _mha("", c)
+
+
+def layer_norm_layout(c: Config, conv: Conventions) -> Shapes:
     d = c.d_model
-    if component == "embedding":
-        return {"weight": (c.vocab_size, d)}
-    if component in ("sinusoidal_pe", "rope", "attention"):
-        return {}
-    if component == "mha":
-        return _mha("", c)
-    if component == "layer_norm":
-        return {"weight": (d,), "bias": (d,)} if c.norm_bias else {"weight": (d,)}
-    if component == "rms_norm":
-        return {"weight": (d,)}
-    if component == "ffn":
-        return _ffn("", c)
-    if component == "encoder_layer":
-        return _encoder_layer("", c, conv)
-    if component == "decoder_layer":
-        return _decoder_layer("", c, conv)
-    if component == "encoder":
-        return _stack("", c, conv, c.n_layers, _encoder_layer)
-    if component == "decoder":
-        return _stack("", c, conv, c.n_decoder_layers, _decoder_layer)
-    if component == "seq2seq":
-        if c.tie_weights:
-            embeddings: Shapes = {"embedding.weight": (c.vocab_size, d)}
-        else:
-            embeddings = {
-                "src_embedding.weight": (c.vocab_size, d),
-                "tgt_embedding.weight": (c.vocab_size, d),
-                "generator.weight": (c.vocab_size, d),
-            }
-        return {
-            **embeddings,
-            **_stack("encoder.", c, conv, c.n_layers, _encoder_layer),
-            **_stack("decoder.", c, conv, c.n_decoder_layers, _decoder_layer),
+    return {"weight": (d,), "bias": (d,)} if c.norm_bias else {"weight": (d,)}
+
+
+def rms_norm_layout(c: Config, conv: Conventions) -> Shapes:
+    return {"weight": (c.d_model,)}
+
+
+def ffn_layout(c: Config, conv: Conventions) -> Shapes:
+    return _ffn("", c)
+
+
+def encoder_layer_layout(c: Config, conv: Conventions) -> Shapes:
+    return _encoder_layer("", c, conv)
+
+
+def decoder_layer_layout(c: Config, conv: Conventions) -> Shapes:
+    return _decoder_layer("", c, conv)
+
+
+def encoder_layout(c: Config, conv: Conventions) -> Shapes:
+    return _stack("", c, conv, c.n_layers, _encoder_layer)
+
+
+def decoder_layout(c: Config, conv: Conventions) -> Shapes:
+    return _stack("", c, conv, c.n_decoder_layers, _decoder_layer)
+
+
+def seq2seq_layout(c: Config, conv: Conventions) -> Shapes:
+    d = c.d_model
+    if c.tie_weights:
+        embeddings: Shapes = {"embedding.weight": (c.vocab_size, d)}
+    else:
+        embeddings = {
+            "src_embedding.weight": (c.vocab_size, d),
+            "tgt_embedding.weight": (c.vocab_size, d),
+            "generator.weight": (c.vocab_size, d),
         }
-    if component == "causal_self_attention":
-        return _causal_self_attention("", c)
-    if component == "gated_ffn":
-        return _gated_ffn("", c)
-    if component == "decoder_block":
-        return _decoder_block("", c, conv)
-    if component == "causal_lm":
-        return _causal_lm(c, conv)
-    patch = {
-        "patch_embed.weight": (d, c.channels, c.patch_size, c.patch_size),
-        "patch_embed.bias": (d,),
-    }
-    if component == "patch_embed":
-        return {name.removeprefix("patch_embed."): shape for name, shape in patch.items()}
-    # vit
     return {
-        **patch,
+        **embeddings,
+        **_stack("encoder.", c, conv, c.n_layers, _encoder_layer),
+        **_stack("decoder.", c, conv, c.n_decoder_layers, _decoder_layer),
+    }
+
+
+def causal_self_attention_layout(c: Config, conv: Conventions) -> Shapes:
+    return _causal_self_attention("", c)
+
+
+def gated_ffn_layout(c: Config, conv: Conventions) -> Shapes:
+    return _gated_ffn("", c)
+
+
+def decoder_block_layout(c: Config, conv: Conventions) -> Shapes:
+    return _decoder_block("", c, conv)
+
+
+def causal_lm_layout(c: Config, conv: Conventions) -> Shapes:
+    return _causal_lm(c, conv)
+
+
+def _patch(c: Config) -> Shapes:
+    return {
+        "patch_embed.weight": (c.d_model, c.channels, c.patch_size, c.patch_size),
+        "patch_embed.bias": (c.d_model,),
+    }
+
+
+def patch_embed_layout(c: Config, conv: Conventions) -> Shapes:
+    return {name.removeprefix("patch_embed."): shape for name, shape in _patch(c).items()}
+
+
+def vit_layout(c: Config, conv: Conventions) -> Shapes:
+    d = c.d_model
+    return {
+        **_patch(c),
         "cls_token": (1, 1, d),
         "pos_embed": (1, c.n_patches + 1, d),
         **_stack("encoder.", c, conv, c.n_layers, _encoder_layer),
@@ -312,3 +335,15 @@ def check_params(
             f"parameters do not match the canonical layout of {component!r} (SPEC.md §0.2): "
             + "; ".join(problems)
         )
+
+
+def __getattr__(name: str):
+    """COMPONENTS and DECODER_ONLY, from the component records (read when first used: the
+    records import this module for their parameter layouts)."""
+    if name in ("COMPONENTS", "DECODER_ONLY"):
+        from . import components
+
+        return (
+            components.COMPONENTS if name == "COMPONENTS" else components.of_family("decoder-only")
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

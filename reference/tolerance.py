@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from tck.reference import RECORDS, record
+
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 LOW_PRECISION = ("float32", "float16", "bfloat16")
 # Unit roundoff ulp(1)/2 per dtype: 2^-(mantissa bits + 1).
@@ -59,44 +61,35 @@ K_FORWARD = 3.0
 # scale): float32 ~170 unit roundoffs, float16 ~20, bfloat16 ~13.
 FLOOR = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
 
-_SINGLE_OP = ("attention", "mha", "layer_norm", "rms_norm", "ffn", "sinusoidal_pe", "rope")
-_ONE_LAYER = ("encoder_layer", "decoder_layer", "embedding", "patch_embed")
-K_BY_COMPONENT: dict[str, float] = {
-    **dict.fromkeys(_SINGLE_OP, 5.0),
-    **dict.fromkeys(_ONE_LAYER, 32.0),
-    **dict.fromkeys(("encoder", "decoder", "seq2seq", "vit"), 32.0),
-    # §11: one op (attention with its projections, the gated FFN); a layer; a model
-    **dict.fromkeys(("causal_self_attention", "gated_ffn"), 5.0),
-    **dict.fromkeys(("decoder_block", "causal_lm"), 32.0),
-}
-
 # Gradient multipliers by what is differentiated (SPEC.md §10.8); see the module docstring.
 K_GRAD_VALUE = 8.0
 K_GRAD_KEY = 25.0
 K_GRAD_QUERY = 25.0
 K_GRAD_OTHER = 64.0
 
+# The multiplier of each tolerance class a component record names (tck.reference.components:
+# ``tolerance`` for the output, ``gradients`` and ``gradient_default`` for gradients).
+K_BY_CLASS: dict[str, float] = {"op": 5.0, "composite": 32.0}
+K_GRAD_BY_CLASS: dict[str, float] = {
+    "value": K_GRAD_VALUE,  # dV and the value path; an elementwise scale or a lookup
+    "key": K_GRAD_KEY,
+    "query": K_GRAD_QUERY,
+    "other": K_GRAD_OTHER,
+}
+K_BY_COMPONENT: dict[str, float] = {
+    name: K_BY_CLASS[rec.tolerance] for name, rec in RECORDS.items()
+}
+
 
 def k_forward(component: str) -> float:
     """The multiplier of the careful run's error for ``component``'s output."""
-    return K_BY_COMPONENT.get(component, K_FORWARD)
+    return K_BY_CLASS[record(component).tolerance]
 
 
 def k_gradient(component: str, grad_of: str) -> float:
     """The multiplier for the gradient with respect to ``grad_of`` (an input name such as
     ``"k"`` or ``"params.v.weight"``)."""
-    name = grad_of.removeprefix("params.")
-    if component == "attention":
-        return {"v": K_GRAD_VALUE, "k": K_GRAD_KEY, "q": K_GRAD_QUERY}.get(name, K_GRAD_OTHER)
-    if component == "mha":
-        if name in ("value", "v.weight", "v.bias", "o.weight", "o.bias"):
-            return K_GRAD_VALUE
-        if name in ("key", "k.weight", "k.bias"):
-            return K_GRAD_KEY
-        return K_GRAD_QUERY
-    if name in ("weight", "bias") and component in ("layer_norm", "rms_norm", "embedding"):
-        return K_GRAD_VALUE  # an elementwise scale or a lookup: one rounding per element
-    return K_GRAD_OTHER
+    return K_GRAD_BY_CLASS[record(component).gradient_class(grad_of)]
 
 
 def round_to(array: np.ndarray, dtype: str) -> np.ndarray:

@@ -276,3 +276,16 @@ def test_flops_by_hand():
     # mha: 4 projections 2*L*16*16 each + core 4*H*L^2*8
     assert flops("mha", c, batch=1, seq_len=10) == 4 * 2 * 10 * 16 * 16 + 4 * 2 * 100 * 8
     assert flops("ffn", c, batch=1, seq_len=10, backward=True) == 3.5 * 2 * (2 * 10 * 16 * 32)
+
+
+@spec("6.3")
+def test_activation_is_the_ffn_activation_elementwise():
+    x = np.array([[[-2.7, -1.0, 0.0, 1.0, 2.7]]])
+    for name, fn in oracle.ACTIVATIONS.items():
+        np.testing.assert_array_equal(oracle.activation(x, name=name), fn(x))
+    np.testing.assert_array_equal(oracle.activation(x), [[[0.0, 0.0, 0.0, 1.0, 2.7]]])
+    # the two GELUs differ by ~4.7e-4 near |x| = 2.7 (§6.1)
+    gap = np.abs(oracle.activation(x, name="gelu") - oracle.activation(x, name="gelu_tanh"))
+    assert 1e-4 < gap.max() < 1e-3
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        oracle.activation(x, name="swish")

@@ -60,6 +60,7 @@ NAMES: tuple[str, ...] = (
     "layer_norm_low_precision",
     "rms_norm_low_precision",
     "softmax_low_precision",
+    "activation_row_centered",
     # decoder-only (SPEC.md §11), on the modules of gpt_tutorial
     "kv_heads_tiled",
     "cache_rope_offset",
