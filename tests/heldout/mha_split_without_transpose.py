@@ -57,8 +57,9 @@ def forward(m, query, key, value, key_padding=None, causal=False):
 
 
 ONLY = ("mha",)
-# The split is wrong, not the merge; this is the closest code SPEC names.
-LABEL = "attention.heads_merged_wrong_order"
+# The split is wrong, not the merge (relabelled from heads_merged_wrong_order, the closest
+# code when the set was written, once SPEC named the split: attention.heads_split_wrong_order).
+LABEL = "attention.heads_split_wrong_order"
 
 names = {"q": "w_q", "k": "w_k", "v": "w_v", "o": "w_concat"}
 adapter = TorchModuleAdapter(
