@@ -79,7 +79,7 @@ def diagnosis_scores(
     cause (``tck.conformance.diagnosis.top_cause``) is one of them. Returns per-mutant rows,
     ``detection_rate`` and ``accuracy`` (shares of all mutants, 0..1) and the misses.
     """
-    from tck.conformance.diagnosis import top_cause
+    from tck.reports.causes import top_cause
 
     rows: dict[str, dict[str, Any]] = {}
     for name, run in sorted(runs.items()):
