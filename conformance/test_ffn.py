@@ -26,7 +26,7 @@ spec = pytest.mark.spec
 components = pytest.mark.components
 
 
-@spec("6.2", "10.2")
+@spec("6.2", "10.2", id="ffn.position_wise")
 @components("ffn")
 @given(seed=seeds, batch=st.integers(1, 3), length=st.integers(2, 9))
 def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None:

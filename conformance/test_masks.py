@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tck.adapters import Unsupported
-from tck.conformance.harness import Harness, Instance, convention_code, plain_words
+from tck.conformance.harness import Harness, Instance
 from tck.conformance.inputs import Inputs, Shape, padding
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import (
@@ -48,6 +48,7 @@ from tck.conformance.strategies import (
     split_points,
 )
 from tck.conformance.tolerance import compare
+from tck.reference.catalogue import convention_code, plain_words
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -308,7 +309,7 @@ def fail_padded(probe: Probe, evidence: Evidence) -> CheckFailure:
 # ---------------------------------------------------------------------------- the checks
 
 
-@spec("4.1", "4.2", "3.5")
+@spec("4.1", "4.2", "3.5", id="masks.padding_invariance")
 @components(*MASKED)
 @given(seed=seeds, scale=scales, data=st.data())
 def test_padding_invariance(tck: Harness, seed: int, scale: float, data: st.DataObject) -> None:
@@ -325,7 +326,7 @@ def test_padding_invariance(tck: Harness, seed: int, scale: float, data: st.Data
             raise fail_padded(probe, gather_evidence(tck, inst, probe, base, generator, padded))
 
 
-@spec("4.1")
+@spec("4.1", id="masks.polarity")
 @components(*MASKED)
 def test_polarity(tck: Harness) -> None:
     """§4.1: True in a keep-mask means *may attend*.
@@ -420,7 +421,7 @@ def polarity_probe_attention(tck: Harness, inst: Instance) -> None:
     )
 
 
-@spec("4.2")
+@spec("4.2", id="masks.mask_on_keys_not_queries")
 @components(*MASKED)
 @given(seed=seeds, data=st.data())
 def test_mask_on_keys_not_queries(tck: Harness, seed: int, data: st.DataObject) -> None:
@@ -477,7 +478,7 @@ def declared_zero_rows(tck: Harness, probe: Probe, base: np.ndarray, queries: De
     )
 
 
-@spec("4.3")
+@spec("4.3", id="masks.causal_no_leak")
 @components("attention", "mha", *SELF_ATTENTION, *DECODERS)
 @given(seed=seeds, split=split_points(), data=st.data())
 def test_causal_no_leak(
@@ -528,7 +529,7 @@ def causal_inputs(tck: Harness, inst: Instance, length: int) -> Inputs:
     return inputs
 
 
-@spec("4.3", "4.4")
+@spec("4.3", "4.4", id="masks.causal_diagonal")
 @components("attention", "mha", *SELF_ATTENTION, *DECODERS)
 def test_causal_diagonal(tck: Harness) -> None:
     """§4.3: the diagonal is kept, a token sees itself. Row 0 attends to key 0 alone, so
@@ -661,7 +662,7 @@ def empty_row_inputs(tck: Harness, inst: Instance) -> Inputs:
     return inputs
 
 
-@spec("4.4", "10.2")
+@spec("4.4", "10.2", id="masks.fully_masked_rows")
 @components(*MASKED)
 def test_fully_masked_rows(tck: Harness) -> None:
     """§4.4: a query row with no key kept follows the declared policy (zero: 0, nan: NaN,
@@ -696,7 +697,7 @@ def test_fully_masked_rows(tck: Harness) -> None:
     first = shown[0] if shown else "other"
     found = delta(candidates[declared][EMPTY], out[EMPTY])
     raise CheckFailure(
-        f"mask.fully_masked_rows_{first}",
+        convention_code("fully_masked_rows", first) if shown else "mask.fully_masked_rows_other",
         f"a fully-masked row comes out as {first!r} but the adapter declares "
         f"fully_masked_rows={declared!r}: {found.describe()} against the declared policy "
         "(SPEC.md §4.4)",

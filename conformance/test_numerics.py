@@ -97,7 +97,7 @@ def _instance(tck: Harness, dtype: str, **config: object) -> Instance:
     return inst
 
 
-@spec("10.7")
+@spec("10.7", id="numerics.dtype_sweep")
 @dtypes
 def test_dtype_sweep(tck: Harness, dtype: str) -> None:
     """Ordinary inputs in each dtype, and self-attention through one tensor for mha."""
@@ -116,7 +116,7 @@ def test_dtype_sweep(tck: Harness, dtype: str) -> None:
     _finish(tck, unsupported, len(calls))
 
 
-@spec("10.7", "3.1", "5.1")
+@spec("10.7", "3.1", "5.1", id="numerics.large_magnitudes")
 # Not bfloat16: scores of ~1e3 are spaced 4 to 8 apart there, so the softmax of every
 # implementation is noise (measured: naive and torch.nn differ by up to 10x their errors).
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
@@ -131,7 +131,7 @@ def test_large_magnitudes(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "5.1", "5.3")
+@spec("10.7", "5.1", "5.3", id="numerics.low_variance_rows")
 @dtypes
 @components("layer_norm", "rms_norm")
 def test_low_variance_rows(tck: Harness, dtype: str) -> None:
@@ -147,7 +147,7 @@ def test_low_variance_rows(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "2.1", "2.3")
+@spec("10.7", "2.1", "2.3", id="numerics.long_positions")
 @dtypes
 @components("sinusoidal_pe", "rope")
 def test_long_positions(tck: Harness, dtype: str) -> None:
@@ -163,7 +163,7 @@ def test_long_positions(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "4.4")
+@spec("10.7", "4.4", id="numerics.fully_masked_rows")
 @dtypes
 @components("attention", "mha")
 def test_fully_masked_rows(tck: Harness, dtype: str) -> None:
@@ -207,7 +207,7 @@ def outlier_activations(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-@spec("10.10", "10.7", "5.1", "5.3")
+@spec("10.10", "10.7", "5.1", "5.3", id="numerics.outlier_activations")
 @dtypes
 @components("layer_norm", "rms_norm", *NORM_FIRST)
 def test_outlier_activations(tck: Harness, dtype: str) -> None:
@@ -290,7 +290,7 @@ def _solve_scores(
     return None
 
 
-@spec("10.10", "10.7", "3.1")
+@spec("10.10", "10.7", "3.1", id="numerics.softmax_sum_beyond_float16")
 @dtypes
 @components("attention", "mha")
 def test_softmax_sum_beyond_float16(tck: Harness, dtype: str) -> None:
@@ -303,7 +303,7 @@ def test_softmax_sum_beyond_float16(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.10", "10.7", "3.1")
+@spec("10.10", "10.7", "3.1", id="numerics.softmax_exp_beyond_float16")
 @dtypes
 @components("attention", "mha")
 def test_softmax_exp_beyond_float16(tck: Harness, dtype: str) -> None:
