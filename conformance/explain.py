@@ -335,7 +335,7 @@ def _offset_hypotheses(
     counted = np.arange(positions.size)
     if positions.ndim == 1 and not np.array_equal(positions, counted):
         yield (
-            f"{area}.positions_ignored",
+            registered(f"{area}.positions_ignored"),
             "the encoding ignores the positions it is given and uses 0, 1, ..., L-1 (its index "
             "in the sequence) instead: position ids passed in never reach it",
             {**inputs, "positions": counted},
@@ -344,7 +344,7 @@ def _offset_hypotheses(
         if positions.size and int(positions.min()) + offset < 0:
             continue
         yield (
-            f"{area}.position_offset",
+            registered(f"{area}.position_offset"),
             f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
             f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
             "positions that start at padding_idx + 1, or a cache read one step off)",

@@ -117,7 +117,7 @@ class Instance:
 
 
 class Harness:
-    """What a check works with. One per (check, subject); it accumulates metrics."""
+    """What a check works with. One per (check, subject); its findings go to ``record``."""
 
     def __init__(
         self,

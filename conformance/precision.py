@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tck.adapters import Unsupported
+from tck.reference.codes import code
 
 from .harness import Harness, Instance
 from .naive import naive_output
@@ -52,7 +53,9 @@ QUANTITIES_OF: dict[str, tuple[str, ...]] = {
 # of it can only be that quantity.
 _ONLY = {"layer_norm": "norm_statistics", "rms_norm": "norm_statistics", "rope": "rope_angles"}
 
-CODES = {q: f"numerics.{q}_low_precision" for q in ("norm_statistics", "softmax", "rope_angles")}
+CODES = {
+    q: code(f"numerics.{q}_low_precision") for q in ("norm_statistics", "softmax", "rope_angles")
+}
 OVERFLOW = "numerics.overflow"
 PRECISION_LOSS = "numerics.precision_loss"
 DECLARED = "numerics.half_precision_input_dtype"

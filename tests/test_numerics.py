@@ -78,7 +78,7 @@ def test_naive_reference_is_finite_and_as_accurate_as_its_dtype(name, dtype):
     inst = tck.instance(dtype=dtype)
     for shape in (Shape(), Shape(batch=2, lq=17, lk=65, causal=True), Shape(magnitude=30.0)):
         inputs = tck.inputs(inst, shape)
-        ref, gold = tck.naive(inst, inputs), tck.gold(inst, inputs)
+        ref, gold = naive.naive_output(tck, inst, inputs), tck.gold(inst, inputs)
         assert np.isfinite(ref).all()
         if shape.magnitude == 1.0:
             scale = max(1.0, float(np.abs(gold).max()))
