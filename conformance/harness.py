@@ -5,12 +5,12 @@ test (``instance``: built on the harness' device, in a dtype, with canonical par
 rounded to it), runs it on canonical inputs (``inputs``, ``run``: the adapter gets private
 copies) and compares with the oracle under the conventions the adapter declares
 (``gold``, ``compare``, ``assert_matches_oracle``). Below float64 the bound takes the careful
-reference's error in that dtype (``naive_output``: the torch reference model of
+reference's error in that dtype (``careful``: the torch reference model of
 ``tck.reference.model``, SPEC.md §10.7, §10.10), run on the subject's device; the oracle
 stays numpy float64 on the CPU. What a check finds besides its verdict goes to its
 ``Recorder`` (``tck.conformance.recorder``); a failed comparison is explained by
 ``tck.conformance.explain``; the naive reference and gradients are
-``tck.conformance.naive``.
+``tck.conformance.careful``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
 from tck.reference import Config, Conventions, init_params, param_shapes
 
 from .calling import guarded_run
+from .careful import careful
 from .expected import expected
 from .inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
-from .naive import naive_output
 from .recorder import FailedCall, Recorder, seq_len
 from .results import CheckFailure
 from .tolerance import Comparison, compare, k_forward, reference_error, round_to
@@ -314,7 +314,7 @@ class Harness:
         self.require_params(inst)
         test = self.run(inst, inputs)
         gold = self.gold(inst, inputs)
-        ref = naive_output(self, inst, inputs) if inst.dtype != "float64" else None
+        ref = careful(self, inst, inputs) if inst.dtype != "float64" else None
         result = self.compare(inst, test, gold, ref=ref)
         self.record.calls.append(
             {

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tck.conformance import naive
+from tck.conformance import careful
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.inputs import Inputs, Shape
 from tck.conformance.results import CheckFailure
@@ -57,9 +57,9 @@ def test_gradients(tck: Harness, dtype: str) -> None:
     if tck.component == "embedding" and inst.config.padding_idx is not None:
         inputs["ids"][0, -1] = inst.config.padding_idx  # a padded position: §1.3's row
     cotangent = _cotangent(tck, inst, inputs, seed=5)
-    test = naive.gradients(tck, inst, inputs, cotangent)
-    gold = naive.gold_gradients(tck, inst, inputs, cotangent)
-    ref = naive.naive_gradients(tck, inst, inputs, cotangent) if dtype != "float64" else gold
+    test = careful.gradients(tck, inst, inputs, cotangent)
+    gold = careful.gold_gradients(tck, inst, inputs, cotangent)
+    ref = careful.naive_gradients(tck, inst, inputs, cotangent) if dtype != "float64" else gold
     missing = sorted(set(gold) - set(test))
     if missing:
         raise CheckFailure(
@@ -142,7 +142,7 @@ def test_masked_keys_have_zero_gradient(tck: Harness, dtype: str) -> None:
     else:  # decoders: the memory enters only as cross-attention keys and values
         keep = inputs["memory_key_padding"]
         probes = {"memory": (keep, 1)}
-    grads = naive.gradients(tck, inst, inputs, cotangent)
+    grads = careful.gradients(tck, inst, inputs, cotangent)
     for name, (keep, axis) in probes.items():
         if name not in grads:
             raise CheckFailure("gradients.missing", f"grad() returned no gradient for input {name}")

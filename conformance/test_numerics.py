@@ -4,7 +4,7 @@ Each check builds the subject in float32, float16 or bfloat16 (``Adapter.dtypes`
 it does not offer is a skip with the reason), rounds parameters and inputs to that dtype
 once, and compares the output with the float64 oracle on those rounded values. The bound is
 the tolerance rule's: ``k * max|ref - gold| + floor``, where ``ref`` is the torch reference
-model run in the same dtype (``naive.naive_output``: the careful reference of SPEC.md §10.10,
+model run in the same dtype (``careful.careful``: the careful reference of SPEC.md §10.10,
 norm statistics and softmax in float32). NaN where the oracle has none fails, and a
 failure that float64 does not show is named by the quantity that explains it
 (``tck.conformance.precision``).

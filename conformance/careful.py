@@ -1,4 +1,4 @@
-"""The naive reference, ``ref`` of the tolerance rule (SPEC.md §10.7, §10.10): the torch
+"""The careful (naive) reference, ``ref`` of the tolerance rule (SPEC.md §10.7, §10.10): the torch
 reference model of ``tck.reference.model`` under the subject's conventions, in the test
 dtype on the subject's device, with the instance's (rounded) parameters; and gradients
 (SPEC.md §10.8): the adapter's, the gold (float64 autograd through the torch reference on
@@ -22,17 +22,17 @@ if TYPE_CHECKING:  # the harness imports this module
     from .harness import Harness, Instance
 
 
-def naive_output(h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+def careful(h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
     """``ref`` of the tolerance rule, the careful reference (SPEC.md §10.10): the torch
     reference model under the subject's conventions, in ``inst.dtype`` on the subject's
     device, with the instance's (rounded) parameters. Within
     ``computed_in_input_dtype(...)`` it is a hypothesis with those quantities in the input
     dtype (``tck.conformance.precision``)."""
-    naive, handle = naive_reference(h, inst, inst.dtype, h.device)
+    naive, handle = careful_model(h, inst, inst.dtype, h.device)
     return np.asarray(naive.run(handle, dict(inputs)), dtype=np.float64)
 
 
-def naive_reference(
+def careful_model(
     h: Harness, inst: Instance, dtype: str, device: str = DEFAULT_DEVICE
 ) -> tuple[TorchModuleAdapter, Any]:
     key = (id(inst), dtype, device)
@@ -74,7 +74,7 @@ def gold_gradients(
 ) -> dict[str, np.ndarray]:
     """float64 autograd through the torch reference on the same (rounded) values, on the
     CPU (the gold of the gradient checks, as the oracle is of the forward ones)."""
-    naive, handle = naive_reference(h, inst, "float64")
+    naive, handle = careful_model(h, inst, "float64")
     return naive.grad(handle, dict(inputs), cotangent)
 
 
@@ -88,7 +88,7 @@ def naive_gradients(
     float16, seed 4)."""
     from tck.reference.model import computed_in_input_dtype
 
-    naive, handle = naive_reference(h, inst, inst.dtype, h.device)
+    naive, handle = careful_model(h, inst, inst.dtype, h.device)
     with computed_in_input_dtype("norm_statistics"):
         grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
     return {k: np.asarray(v, dtype=np.float64) for k, v in grads.items()}
