@@ -13,9 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from tck.reports.causes import root_causes
 from tck.reports.text import visible
-
-from .diagnosis import root_causes
 
 STYLE = {
     "pass": "green",

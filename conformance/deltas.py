@@ -90,6 +90,6 @@ def require_deterministic(
 
 def note_worst(tck: Harness, found: Delta, prefix: str = "") -> None:
     """Record ``found`` unless an earlier example (hypothesis runs many) moved more."""
-    old = tck.metrics.get(f"{prefix}max_abs_delta")
+    old = tck.record.metrics.get(f"{prefix}max_abs_delta")
     if old is None or not (found.max_abs <= old):
         tck.note(found.metrics(prefix))

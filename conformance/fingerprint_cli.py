@@ -28,6 +28,7 @@ from rich.text import Text
 
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, load_adapter
 from tck.reference import COMPONENTS
+from tck.reference.catalogue import KEEP, POLARITY_SHOWN
 from tck.usage import default_out, parse_only, writable_dir
 
 from .cli import require_components, run_checks
@@ -41,12 +42,6 @@ PROBES = {
 }
 SCALE_CHECKS = ("attention.effective_scale", "attention.effective_scale_per_head")
 POLARITY_CHECK = "masks.polarity"
-KEEP = "True = may attend"
-# What a failed polarity check shows, by its diagnosis code.
-POLARITY_SHOWN = {
-    "mask.polarity_inverted": "inverted (True = ignore)",
-    "mask.ignored": "ignored (no effect)",
-}
 STATUS_STYLE = {
     "agrees": "green",
     "convention": "yellow",

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from tck.reference import oracle
+from tck.reference import oracle, record
+from tck.reference.expected import expected
 
 Arrays = Mapping[str, np.ndarray]
 Hypothesis = tuple[str, str, np.ndarray]
@@ -244,7 +245,7 @@ def more_explanation(
 ) -> tuple[str, str] | None:
     """(code, message) of the first hypothesis of this module that reproduces ``test``
     within ``tolerance`` (the failed comparison's bound), else None. ``tck``: the Harness."""
-    from .harness import _within, expected
+    from .explain import _within
 
     def compute() -> np.ndarray:
         return tck.gold(inst, inputs)
@@ -268,12 +269,12 @@ def explained_by_one_other_field(
     The smallest explanation wins: with BERT's eps 1e-12 left undeclared, eps alone
     reproduces the output, and so does "eps outside the sqrt, with eps 1e-12" (at that eps
     the two placements agree); the probe of eps_placement must not accuse the placement."""
-    from .harness import FIELDS
+    from .explain import matching_values
 
-    for other in FIELDS.get(tck.component, ()):
+    for other in record(tck.component).fields:
         if other == field:
             continue
-        values = tck.matching_values(inst, inputs, test, other)
+        values = matching_values(tck, inst, inputs, test, other)
         if values and getattr(inst.conventions, other) not in values:
             return {other: values[0]}
     return None

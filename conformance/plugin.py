@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import faulthandler
 import hashlib
+import importlib
 import os
 import platform
 import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +51,12 @@ from . import repro, spaces
 from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
+from .recorder import Recorder
 from .results import SCHEMA, CheckFailure, Result, summarize, write_results
 from .verified import ORACLE_CHECKS, unverified_reason
 
 _STATE = pytest.StashKey[dict[str, Any]]()
-_HARNESS = pytest.StashKey["Harness"]()
+_RECORD = pytest.StashKey[Recorder]()
 _RESULT = "tck_result"
 
 
@@ -256,6 +259,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.config, metafunc.definition.path
     ):
         return
+    # every check declares its public id (UsageError, before anything runs, when one does not)
+    declared_id(metafunc.definition.get_closest_marker("spec"), metafunc.function.__name__, {})
     marker = metafunc.definition.get_closest_marker("components")
     wanted = set(marker.args) if marker else set(COMPONENTS)
     only = _only(metafunc.config)
@@ -279,26 +284,43 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def tck(request: pytest.FixtureRequest, subject: Subject) -> Harness:
+    record = request.node.stash[_RECORD] = Recorder()  # read back into the check's result
     harness = Harness(
         _adapter(request.config),
         subject,
         seed=request.config.getoption("--tck-seed"),
         device=_device(request.config),
+        record=record,
     )
-    request.node.stash[_HARNESS] = harness
     spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
     return harness
 
 
 def check_id(item: pytest.Item) -> str:
-    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else "checks"
-    area = module.removeprefix("test_")
-    name = getattr(item, "originalname", item.name).removeprefix("test_")
+    """The check's public id, as its ``@spec`` marker declares it (``id="masks.polarity"``;
+    a probe's is a template, ``"fingerprint.{field}"``, filled from its parameters): moving
+    a check to another file or renaming its function never renames it."""
     params = getattr(item, "callspec", None) and item.callspec.params
-    if params and "field" in params:  # a probe is named by what it measures
-        name = params["field"]
-    return f"{area}.{name}"
+    return declared_id(
+        item.get_closest_marker("spec"), getattr(item, "originalname", item.name), params or {}
+    )
+
+
+def declared_id(marker: pytest.Mark | None, function: str, params: Mapping[str, Any]) -> str:
+    """The id a check's ``@spec`` marker declares (UsageError when it declares none)."""
+    template = marker.kwargs.get("id") if marker is not None else None
+    if not isinstance(template, str) or not template:
+        raise pytest.UsageError(
+            f"check {function} declares no id: give its marker one, "
+            '@pytest.mark.spec(..., id="<area>.<name>")'
+        )
+    if "{" not in template:
+        return template
+    try:
+        return template.format(**params)
+    except (KeyError, IndexError):  # no parameters to fill it (a crashed probe): the template
+        return template
 
 
 @pytest.hookimpl(wrapper=True)
@@ -491,32 +513,43 @@ def _ids_to_subjects(adapter: Adapter) -> dict[str, Subject]:
     return out
 
 
-def _parse_id(config: pytest.Config, nodeid: str) -> tuple[str, str, str, Subject | None]:
-    """(area, check, the id's parameter, the subject) of a check's pytest node id."""
+def _parse_id(config: pytest.Config, nodeid: str) -> tuple[str, str, Subject | None]:
+    """(check id, the id's parameter, the subject) of a check's pytest node id: the id its
+    function's ``@spec`` marker declares (for a check that left no report to read it from)."""
     path, _, name = nodeid.partition("::")
     function, _, param = name.partition("[")
     param = param.removesuffix("]")
-    area = Path(path).stem.removeprefix("test_")
-    check = function.removeprefix("test_")
     try:
         subjects = _ids_to_subjects(_adapter(config))
     except pytest.UsageError:
         subjects = {}
     subject = subjects.get(param)
+    params: dict[str, Any] = {}
     if subject is None:  # "<subject>-<field>" (a probe) or "<subject>-<dtype>"
         fields = {f for names in FIELDS.values() for f in names}
         for key, s in subjects.items():
             if param.startswith(key + "-"):
                 subject, rest = s, param[len(key) + 1 :]
-                check = rest if rest in fields else check
-    return area, check, param, subject
+                if rest in fields:
+                    params["field"] = rest
+    return _id_of(Path(path).stem, function, params), param, subject
+
+
+def _id_of(module: str, function: str, params: Mapping[str, Any]) -> str:
+    """The declared id of ``function`` in the check module ``module``."""
+    try:
+        check = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+        marks = [m for m in getattr(check, "pytestmark", []) if m.name == "spec"]
+        return declared_id(marks[0] if marks else None, function, params)
+    except (ImportError, AttributeError, pytest.UsageError):  # not a check of ours
+        return f"{module.removeprefix('test_')}.{function.removeprefix('test_')}"
 
 
 def _missing_result(config: pytest.Config, nodeid: str, code: str, message: str) -> Result:
     """An ``error`` row for a check that produced no result, named from its node id."""
-    area, check, param, subject = _parse_id(config, nodeid)
+    check, param, subject = _parse_id(config, nodeid)
     return Result(
-        check=f"{area}.{check}",
+        check=check,
         clause=[],
         component=subject.component if subject else "unknown",
         subject=subject.name if subject else param,
@@ -528,7 +561,7 @@ def _missing_result(config: pytest.Config, nodeid: str, code: str, message: str)
 def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | None:
     """An ``error`` for the check a dead worker was running, named from its node id."""
     path, _, name = report.nodeid.partition("::")
-    area, check, param, subject = _parse_id(config, report.nodeid)
+    check, param, subject = _parse_id(config, report.nodeid)
     diagnosis = {
         "code": "adapter.crashed",
         "message": "the process running this check died (a segfault or an abort in "
@@ -543,7 +576,7 @@ def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | 
             "code): its worker process was killed. The checks after it ran in a fresh process.",
         }
     return Result(
-        check=f"{area}.{check}",
+        check=check,
         clause=[],
         component=subject.component if subject else "unknown",
         subject=subject.name if subject else param,
@@ -554,7 +587,7 @@ def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | 
             seed=config.getoption("--tck-seed"),
             module=Path(path).stem,
             test_id=name,
-            title=f"tck repro: {area}.{check} on {_adapter_spec(config)} [{param}]",
+            title=f"tck repro: {check} on {_adapter_spec(config)} [{param}]",
             **_export(config),
         ),
     )
@@ -567,17 +600,17 @@ def _result(
     excinfo: pytest.ExceptionInfo | None,
 ) -> Result:
     marker = item.get_closest_marker("spec")
-    harness = item.stash.get(_HARNESS, None)
-    metrics = dict(harness.metrics) if harness else {}
-    if harness and harness.calls:
-        metrics["calls"] = list(harness.calls)
+    record = item.stash.get(_RECORD, None)
+    metrics = dict(record.metrics) if record else {}
+    if record and record.calls:
+        metrics["calls"] = list(record.calls)
     params = getattr(item, "callspec", None) and item.callspec.params
     if params and isinstance(params.get("dtype"), str):  # skips too: one row per dtype
         metrics.setdefault("dtype", params["dtype"])
     where = getattr(item.config.stash[_STATE]["adapter"], "subject_metrics", None)
     if callable(where):  # --tck-export: where the subject ran (torch, onnxruntime)
         metrics = {**where(subject), **metrics}
-    clauses = harness.clauses if harness and harness.clauses else marker.args if marker else []
+    clauses = record.clauses if record and record.clauses else marker.args if marker else []
     result = Result(
         check=check_id(item),
         clause=list(clauses),
@@ -637,15 +670,15 @@ def _result(
                 "and was stopped: the adapter hangs, or is too slow for these sizes",
             }
         result.repro = _repro(item, subject, excinfo)
-    elif harness and harness.conventions_seen:
+    elif record and record.conventions:
         result.status = "convention"
-        codes = sorted({code for code, _ in harness.conventions_seen})
+        codes = sorted({code for code, _ in record.conventions})
         result.diagnosis = {
             "code": ",".join(codes),
-            "message": " ".join(dict.fromkeys(m for _, m in harness.conventions_seen)),
+            "message": " ".join(dict.fromkeys(m for _, m in record.conventions)),
         }
         result.notes = list(subject.notes)
-    effects = dict(harness.side_effects) if harness else {}
+    effects = dict(record.side_effects) if record else {}
     if effects:  # found beside the verdict, which used private copies (Harness.run)
         result.metrics["side_effects"] = sorted(effects)
         words = " ".join(effects.values())
@@ -655,8 +688,8 @@ def _result(
             result.repro = _repro(item, subject, excinfo)
         else:
             result.diagnosis["message"] += f" (also: {words})"
-    if result.status == "pass" and result.check in ORACLE_CHECKS and harness:
-        reason = unverified_reason(subject.component, harness.calls)  # SPEC.md §10.11
+    if result.status == "pass" and result.check in ORACLE_CHECKS and record:
+        reason = unverified_reason(subject.component, record.calls)  # SPEC.md §10.11
         if reason:
             result.status = "unverified"
             result.diagnosis = {"code": "verify.unmeasured", "message": reason}
@@ -694,10 +727,10 @@ def _export(config: pytest.Config) -> dict[str, Any]:
 
 
 def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | None) -> str:
-    harness = item.stash.get(_HARNESS, None)
+    record = item.stash.get(_RECORD, None)
     adapter, seed = _adapter_spec(item.config), item.config.getoption("--tck-seed")
     title = f"tck repro: {check_id(item)} on {adapter} [{subject.name}]"
-    failed = harness.failed_call if harness else None
+    failed = record.failed_call if record else None
     # A float64 comparison replays in full; in other dtypes the check (which rounds the
     # inputs and bounds by the careful run in that dtype) reruns instead.
     replayable = failed is not None and getattr(failed.inst, "dtype", "float64") == "float64"

@@ -31,8 +31,10 @@ import numpy as np
 
 from tck.adapters import Unsupported
 from tck.reference import RECORDS
+from tck.reference.codes import code
 from tck.reference.tolerance import compare, k_forward
 
+from . import careful as careful_run
 from .harness import Harness, Instance
 from .results import CheckFailure
 
@@ -46,7 +48,9 @@ QUANTITIES_OF: dict[str, tuple[str, ...]] = {
 # of it can only be that quantity.
 _ONLY = {"layer_norm": "norm_statistics", "rms_norm": "norm_statistics", "rope": "rope_angles"}
 
-CODES = {q: f"numerics.{q}_low_precision" for q in ("norm_statistics", "softmax", "rope_angles")}
+CODES = {
+    q: code(f"numerics.{q}_low_precision") for q in ("norm_statistics", "softmax", "rope_angles")
+}
 OVERFLOW = "numerics.overflow"
 PRECISION_LOSS = "numerics.precision_loss"
 DECLARED = "numerics.half_precision_input_dtype"
@@ -68,7 +72,7 @@ def hypothesis(
     from tck.reference.model import computed_in_input_dtype
 
     with computed_in_input_dtype(*quantities):
-        return tck.careful(inst, inputs)
+        return careful_run.careful(tck, inst, inputs)
 
 
 def name_precision_failure(
@@ -85,7 +89,7 @@ def name_precision_failure(
     gold = tck.gold(inst, inputs)
     if test.shape != gold.shape:
         return failure
-    careful = tck.careful(inst, inputs)
+    careful = careful_run.careful(tck, inst, inputs)
     ignore = tck.ignore_mask(inst, gold)
     careful_err = float(np.abs(np.where(np.isfinite(careful - gold), careful - gold, 0.0)).max())
     k = k_forward(tck.component)

@@ -61,7 +61,7 @@ def attention_weights(
     return np.concatenate(columns, axis=-1)
 
 
-@spec("3.1")
+@spec("3.1", id="attention.softmax_rows_sum_to_one")
 @components("attention")
 @given(
     seed=seeds,
@@ -215,7 +215,7 @@ def logit_pair(w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
         return np.log(w0) - np.log(w1)
 
 
-@spec("3.1", "3.2")
+@spec("3.1", "3.2", id="attention.effective_scale")
 @components("attention")
 def test_effective_scale(tck: Harness) -> None:
     """§3.1: scores are scaled by 1/sqrt(d_k), measured directly: with scores (s, 0) the
@@ -231,7 +231,7 @@ def test_effective_scale(tck: Harness) -> None:
     judge_scale(tck, logit_pair(w0, w1) / t, inst.config, "attention")
 
 
-@spec("3.1", "3.2")
+@spec("3.1", "3.2", id="attention.scaled_score_variance")
 @components("attention")
 def test_scaled_score_variance(tck: Harness) -> None:
     """§3.2: with q, k of independent unit-variance entries and d_k = 64, the scaled scores
@@ -263,7 +263,7 @@ def test_scaled_score_variance(tck: Harness) -> None:
     judge_scale(tck, (scores / raw)[usable], config, f"scaled score variance {variance:.3g}")
 
 
-@spec("3.1", "3.3", "3.4")
+@spec("3.1", "3.3", "3.4", id="attention.effective_scale_per_head")
 @components("mha")
 def test_effective_scale_per_head(tck: Harness) -> None:
     """§3.1 inside multi-head attention: with identity projections (H * d_k = d_model) each
@@ -351,7 +351,7 @@ def matches(test: np.ndarray, gold: np.ndarray) -> bool:
     return test.shape == gold.shape and compare(test, gold, ignore=np.isnan(gold)).passed
 
 
-@spec("3.4")
+@spec("3.4", id="attention.value_projection")
 @components("mha")
 def test_value_projection(tck: Harness) -> None:
     """§3.4: each input has its own projection. When the output disagrees with the oracle,
@@ -369,7 +369,7 @@ def test_value_projection(tck: Harness) -> None:
             "the output is the spec's with the values projected by the KEY weights "
             "(k.weight, k.bias) instead of v.weight, v.bias: v = k_proj(value) "
             "(SPEC.md §3.4)",
-            dict(tck.metrics),
+            dict(tck.record.metrics),
         )
     pytest.skip(
         "the output differs from the oracle, but not as values projected with the key "
@@ -377,7 +377,7 @@ def test_value_projection(tck: Harness) -> None:
     )
 
 
-@spec("3.3")
+@spec("3.3", id="attention.heads_merge_order")
 @components("mha")
 def test_heads_merge_order(tck: Harness) -> None:
     """§3.3: heads are concatenated in head order, [B, L, H, d_v] -> [B, L, H*d_v]. When the
@@ -397,7 +397,7 @@ def test_heads_merge_order(tck: Harness) -> None:
                 "attention.heads_merged_wrong_order",
                 f"the output is the spec's with a merge that {what}: positions and heads "
                 "are interleaved before the output projection (SPEC.md §3.3)",
-                dict(tck.metrics),
+                dict(tck.record.metrics),
             )
     pytest.skip(
         "the output differs from the oracle, but not as a wrong head merge would "

@@ -39,7 +39,7 @@ SECOND = Shape(batch=3, lq=11, lk=4, lengths=(4, 1, 2))  # other sizes, other ma
 # ---------------------------------------------------------------------- §10.2 batching
 
 
-@spec("10.2")
+@spec("10.2", id="blocks.batch_independence")
 @components(*MODELS)
 def test_batch_independence(tck: Harness) -> None:
     """§10.2: f(X, keep)[b] = f(X[b:b+1], keep[b:b+1])[0]: running the batch gives each row
@@ -72,7 +72,7 @@ def permute(inputs: Mapping[str, np.ndarray], names: tuple[str, ...], order, axi
     return out
 
 
-@spec("10.5")
+@spec("10.5", id="blocks.permutation_equivariance")
 @components("attention", "mha", "encoder_layer", "encoder", "decoder_layer", "decoder")
 def test_permutation_equivariance(tck: Harness) -> None:
     """§10.5: without positional information or a causal mask, permuting the positions
@@ -123,7 +123,7 @@ def expect(tck: Harness, want: np.ndarray, got: np.ndarray, what: str, order) ->
 # --------------------------------------------------------------------- §10.1 determinism
 
 
-@spec("10.1")
+@spec("10.1", id="blocks.eval_determinism")
 @components(*EVERYTHING)
 def test_eval_determinism(tck: Harness) -> None:
     """§10.1: in evaluation mode the same inputs give the same outputs. Two identical fresh
@@ -172,7 +172,7 @@ def same_params(first: Instance, twin: Instance) -> bool:
     return all(np.array_equal(first.params[k], twin.params[k]) for k in first.params)
 
 
-@spec("10.1")
+@spec("10.1", id="blocks.instance_reuse")
 @components(*EVERYTHING)
 def test_instance_reuse(tck: Harness) -> None:
     """§10.1: one instance reused across calls with other batch sizes, lengths and masks
@@ -257,7 +257,7 @@ def layer_variant(
     return x
 
 
-@spec("7.1", "7.2")
+@spec("7.1", "7.2", id="blocks.residual")
 @components("encoder_layer", "decoder_layer")
 def test_residual(tck: Harness) -> None:
     """§7.1, §7.2: every sublayer is wrapped in a residual connection. When the layer
@@ -285,7 +285,7 @@ def test_residual(tck: Harness) -> None:
                 f"the output is the spec's with the {which} sublayer{'s' * (len(drop) > 1)} "
                 "missing the residual connection: x + f(x) became f(x) under "
                 f"norm_placement={inst.conventions.norm_placement!r} (SPEC.md §7.1, §7.2)",
-                dict(tck.metrics),
+                dict(tck.record.metrics),
             )
     pytest.skip(
         "the output differs from the oracle, but not as a missing residual would "

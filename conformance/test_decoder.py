@@ -81,12 +81,12 @@ def run_or_skip(tck: Harness, inst: Instance, inputs: Inputs, why: str) -> np.nd
 # ------------------------------------------------------------------ oracle and causality
 
 
-@spec("11.1", "11.4", "11.5")
+@spec("11.1", "11.4", "11.5", id="decoder.oracle_lengths")
 @components(*CAUSAL)
 def test_oracle_lengths(tck: Harness) -> None:
     """The oracle on unpadded calls of lengths 1, 3, 7, 13 and 29 through one instance: the
     calls every causal implementation takes, whether or not it takes a padding mask."""
-    tck.clauses = [CLAUSE[tck.component]]
+    tck.record.measured(CLAUSE[tck.component])
     inst = instance(tck)
     tck.require_params(inst)
     for index, length in enumerate(LENGTHS):
@@ -99,7 +99,7 @@ def test_oracle_lengths(tck: Harness) -> None:
         tck.note({"unsupported_calls": [f"right-padded rows: {why}"]})
 
 
-@spec("11.2")
+@spec("11.2", id="decoder.grouped_query_attention")
 @components(*CAUSAL)
 def test_grouped_query_attention(tck: Harness) -> None:
     """§11.2: n_kv_heads = 2 of 4 query heads: key/value head j serves query heads 2j and
@@ -107,7 +107,7 @@ def test_grouped_query_attention(tck: Harness) -> None:
     check_kv_heads(tck, 2)
 
 
-@spec("11.2")
+@spec("11.2", id="decoder.multi_query_attention")
 @components(*CAUSAL)
 def test_multi_query_attention(tck: Harness) -> None:
     """§11.2: n_kv_heads = 1: one key/value head serves every query head."""
@@ -134,7 +134,7 @@ def check_kv_heads(tck: Harness, n_kv_heads: int) -> None:
         )
 
 
-@spec("4.3", "11.1")
+@spec("4.3", "11.1", id="decoder.causal_no_leak")
 @components(*CAUSAL)
 def test_causal_no_leak(tck: Harness) -> None:
     """§11.1: always causal. Changing the tokens at positions >= s leaves rows < s unchanged."""
@@ -167,7 +167,7 @@ def test_causal_no_leak(tck: Harness) -> None:
             )
 
 
-@spec("10.2", "11.8")
+@spec("10.2", "11.8", id="decoder.batch_rows_of_different_lengths")
 @components(*CAUSAL)
 def test_batch_rows_of_different_lengths(tck: Harness) -> None:
     """§11.8: a batch of right-padded rows of lengths 11, 6 and 1 gives, at each row's real
@@ -301,7 +301,7 @@ def check_cache(tck: Harness, inst: Instance, inputs: Inputs, what: str) -> None
         raise CheckFailure("cache.mismatch", f"{numbers} (SPEC.md §11.6)", result.metrics())
 
 
-@spec("11.6")
+@spec("11.6", id="decoder.kv_cache")
 @components(*CAUSAL)
 def test_kv_cache(tck: Harness) -> None:
     """§11.6: decoding with the subject's own cache, a prefill of 1 or 4 tokens and then one
@@ -310,7 +310,7 @@ def test_kv_cache(tck: Harness) -> None:
     check_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=500), "unpadded rows of length 11")
 
 
-@spec("11.6", "11.7")
+@spec("11.6", "11.7", id="decoder.kv_cache_left_padded")
 @components(*CAUSAL)
 def test_kv_cache_left_padded(tck: Harness) -> None:
     """§11.6, §11.7: the same with left-padded rows (lengths 11 and 7) and shifted position
@@ -326,7 +326,7 @@ def test_kv_cache_left_padded(tck: Harness) -> None:
 # ---------------------------------------------------------------------------- left padding
 
 
-@spec("11.7")
+@spec("11.7", id="decoder.left_padding")
 @components(*CAUSAL)
 def test_left_padding(tck: Harness) -> None:
     """§11.7: a left-padded row, key padding False on its pads and its position ids shifted

@@ -23,7 +23,7 @@ spec = pytest.mark.spec
 components = pytest.mark.components
 
 
-@spec("6.2", "10.2")
+@spec("6.2", "10.2", id="ffn.position_wise")
 @components("ffn")
 @given(seed=seeds, batch=st.integers(1, 3), length=st.integers(2, 9))
 def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None:
@@ -65,7 +65,7 @@ def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None
         )
 
 
-@spec("6.3", "10.2")
+@spec("6.3", "10.2", id="ffn.activation_elementwise")
 @components("activation")
 @given(seed=seeds, batch=st.integers(1, 3), length=st.integers(1, 9))
 def test_activation_elementwise(tck: Harness, seed: int, batch: int, length: int) -> None:

@@ -12,32 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tck.conformance import spaces
-from tck.conformance.harness import Harness, Instance, convention_code, plain_words
+from tck.conformance import explain, spaces
+from tck.conformance.harness import Harness, Instance
 from tck.conformance.hypotheses_more import explained_by_one_other_field
 from tck.conformance.results import CheckFailure
 from tck.reference import canonical_conventions
+from tck.reference.catalogue import FIELD_CLAUSES, convention_code, declared_code, plain_words
 from tck.reference.inputs import Inputs, Shape
-
-# field -> the SPEC clauses it belongs to
-FIELD_CLAUSES = {
-    "eps": ("5.1",),
-    "eps_placement": ("5.2",),
-    "variance": ("5.2",),
-    "activation": ("6.1",),
-    "norm_placement": ("7.1",),
-    "final_norm": ("7.3",),
-    "causal_alignment": ("4.3",),
-    "fully_masked_rows": ("4.4",),
-    "pe_layout": ("2.1",),
-    "pe_base": ("2.1",),
-    "rope_layout": ("2.3",),
-    "embedding_scale": ("1.2",),
-    "pooling": ("9.5",),
-    "padded_query_rows": ("4.2",),
-    "gate_activation": ("11.3",),
-    "positions": ("11.1", "11.5"),
-}
 
 
 def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
@@ -56,17 +37,19 @@ def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
     return inputs
 
 
-@pytest.mark.spec("0.3", *sorted({c for cs in FIELD_CLAUSES.values() for c in cs}))
+@pytest.mark.spec(
+    "0.3", *sorted({c for cs in FIELD_CLAUSES.values() for c in cs}), id="fingerprint.{field}"
+)
 @pytest.mark.fields(*FIELD_CLAUSES)
 def test_convention(tck: Harness, field: str) -> None:
-    tck.clauses = ["0.3", *FIELD_CLAUSES[field]]
+    tck.record.measured("0.3", *FIELD_CLAUSES[field])
     inst = tck.instance()
     tck.require_params(inst)
     inputs = probe_inputs(tck, inst, field)
     test = tck.run(inst, inputs)
     declared = getattr(inst.conventions, field)
     canonical = getattr(canonical_conventions(tck.component), field)
-    shown = tck.matching_values(inst, inputs, test, field)
+    shown = explain.matching_values(tck, inst, inputs, test, field)
     together: dict[str, object] = {}
     if not shown:  # another field alone explains it: this one shows its declared value
         other = explained_by_one_other_field(tck, inst, inputs, test, field)
@@ -74,7 +57,7 @@ def test_convention(tck: Harness, field: str) -> None:
             shown = [declared]
             tck.note({"explained_by_other_field": other})
     if not shown:  # several conventions at once? (an Annotated-Transformer LayerNorm: three)
-        together = tck.matching_combination(inst, inputs, test) or {}
+        together = explain.matching_combination(tck, inst, inputs, test) or {}
         if together:
             shown = [together.get(field, declared)]
     tck.note({"field": field, "declared": declared, "shown": shown, "canonical": canonical})
@@ -108,7 +91,7 @@ def test_convention(tck: Harness, field: str) -> None:
         else:
             what = ""
         tck.convention(
-            f"convention.{field}",
+            declared_code(field),
             f"It {plain_words(field, declared)}{what} (canonical: it "
             f"{plain_words(field, canonical)}). {field}={declared!r}, declared and shown.",
         )

@@ -30,11 +30,12 @@ from hypothesis import strategies as st
 
 from tck.adapters import Unsupported
 from tck.conformance.deltas import Delta, delta, note_worst, require_deterministic
-from tck.conformance.harness import Harness, Instance, convention_code, plain_words
+from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import batch_slice, perturb, rng, rows_where
 from tck.conformance.instances import cached_instance
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import padded_shapes, scales, seeds, split_points
+from tck.reference.catalogue import convention_code, plain_words
 from tck.reference.inputs import Inputs, Shape, padding
 from tck.reference.tolerance import compare
 
@@ -297,7 +298,7 @@ def fail_padded(probe: Probe, evidence: Evidence) -> CheckFailure:
 # ---------------------------------------------------------------------------- the checks
 
 
-@spec("4.1", "4.2", "3.5")
+@spec("4.1", "4.2", "3.5", id="masks.padding_invariance")
 @components(*MASKED)
 @given(seed=seeds, scale=scales, data=st.data())
 def test_padding_invariance(tck: Harness, seed: int, scale: float, data: st.DataObject) -> None:
@@ -314,7 +315,7 @@ def test_padding_invariance(tck: Harness, seed: int, scale: float, data: st.Data
             raise fail_padded(probe, gather_evidence(tck, inst, probe, base, generator, padded))
 
 
-@spec("4.1")
+@spec("4.1", id="masks.polarity")
 @components(*MASKED)
 def test_polarity(tck: Harness) -> None:
     """§4.1: True in a keep-mask means *may attend*.
@@ -409,7 +410,7 @@ def polarity_probe_attention(tck: Harness, inst: Instance) -> None:
     )
 
 
-@spec("4.2")
+@spec("4.2", id="masks.mask_on_keys_not_queries")
 @components(*MASKED)
 @given(seed=seeds, data=st.data())
 def test_mask_on_keys_not_queries(tck: Harness, seed: int, data: st.DataObject) -> None:
@@ -466,7 +467,7 @@ def declared_zero_rows(tck: Harness, probe: Probe, base: np.ndarray, queries: De
     )
 
 
-@spec("4.3")
+@spec("4.3", id="masks.causal_no_leak")
 @components("attention", "mha", *SELF_ATTENTION, *DECODERS)
 @given(seed=seeds, split=split_points(), data=st.data())
 def test_causal_no_leak(
@@ -517,7 +518,7 @@ def causal_inputs(tck: Harness, inst: Instance, length: int) -> Inputs:
     return inputs
 
 
-@spec("4.3", "4.4")
+@spec("4.3", "4.4", id="masks.causal_diagonal")
 @components("attention", "mha", *SELF_ATTENTION, *DECODERS)
 def test_causal_diagonal(tck: Harness) -> None:
     """§4.3: the diagonal is kept, a token sees itself. Row 0 attends to key 0 alone, so
@@ -650,7 +651,7 @@ def empty_row_inputs(tck: Harness, inst: Instance) -> Inputs:
     return inputs
 
 
-@spec("4.4", "10.2")
+@spec("4.4", "10.2", id="masks.fully_masked_rows")
 @components(*MASKED)
 def test_fully_masked_rows(tck: Harness) -> None:
     """§4.4: a query row with no key kept follows the declared policy (zero: 0, nan: NaN,
@@ -685,7 +686,7 @@ def test_fully_masked_rows(tck: Harness) -> None:
     first = shown[0] if shown else "other"
     found = delta(candidates[declared][EMPTY], out[EMPTY])
     raise CheckFailure(
-        f"mask.fully_masked_rows_{first}",
+        convention_code("fully_masked_rows", first) if shown else "mask.fully_masked_rows_other",
         f"a fully-masked row comes out as {first!r} but the adapter declares "
         f"fully_masked_rows={declared!r}: {found.describe()} against the declared policy "
         "(SPEC.md §4.4)",

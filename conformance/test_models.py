@@ -23,7 +23,7 @@ spec = pytest.mark.spec
 components = pytest.mark.components
 
 
-@spec("8.2")
+@spec("8.2", id="models.logits_not_probabilities")
 @components("seq2seq")
 def test_logits_not_probabilities(tck: Harness) -> None:
     """§8.2: the model returns unnormalised logits; the softmax belongs to the loss.
@@ -52,7 +52,7 @@ def test_logits_not_probabilities(tck: Harness) -> None:
         )
 
 
-@spec("8.1", "4.3")
+@spec("8.1", "4.3", id="models.causal")
 @components("seq2seq")
 @given(seed=seeds, split=split_points(max_len=9))
 def test_causal(tck: Harness, seed: int, split: tuple[int, int]) -> None:
@@ -96,7 +96,7 @@ def other_tokens(ids: np.ndarray, config) -> np.ndarray:
     return allowed[(np.searchsorted(allowed, ids) + 1) % len(allowed)]
 
 
-@spec("8.1", "4.2")
+@spec("8.1", "4.2", id="models.source_padding_invariance")
 @components("seq2seq")
 @given(seed=seeds, more=st.integers(1, 4))
 def test_source_padding_invariance(tck: Harness, seed: int, more: int) -> None:

@@ -15,11 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tck.conformance.deltas import delta, note_worst, require_deterministic
-from tck.conformance.harness import Harness, convention_code
+from tck.conformance.harness import Harness
 from tck.conformance.input_edits import rng
 from tck.conformance.instances import cached_instance, zero_params
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import seeds
+from tck.reference.catalogue import convention_code
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -34,7 +35,7 @@ def rows(seed: int, batch: int, length: int, d: int, spread: float = 1.0) -> np.
     return x + generator.uniform(-3, 3, size=(batch, length, 1))
 
 
-@spec("5.1", "5.2")
+@spec("5.1", "5.2", id="norm.shift_invariance")
 @components("layer_norm")
 @given(seed=seeds, shift=st.floats(-100, 100, allow_nan=False))
 def test_shift_invariance(tck: Harness, seed: int, shift: float) -> None:
@@ -57,7 +58,7 @@ def test_shift_invariance(tck: Harness, seed: int, shift: float) -> None:
         )
 
 
-@spec("5.3")
+@spec("5.3", id="norm.rms_scale_equivariance")
 @components("rms_norm")
 @given(seed=seeds, factor=st.floats(0.01, 100.0))
 def test_rms_scale_equivariance(tck: Harness, seed: int, factor: float) -> None:
@@ -82,7 +83,7 @@ def test_rms_scale_equivariance(tck: Harness, seed: int, factor: float) -> None:
         )
 
 
-@spec("5.1", "5.3", "10.2")
+@spec("5.1", "5.3", "10.2", id="norm.rows_independent")
 @components(*NORMS)
 @given(seed=seeds, batch=st.integers(2, 3), length=st.integers(2, 5))
 def test_rows_independent(tck: Harness, seed: int, batch: int, length: int) -> None:
@@ -129,7 +130,7 @@ def expected_variance(x: np.ndarray, eps: float, placement: str, variance: str) 
     return biased / denominator
 
 
-@spec("5.1", "5.2", "5.3")
+@spec("5.1", "5.2", "5.3", id="norm.output_statistics")
 @components(*NORMS)
 def test_output_statistics(tck: Harness) -> None:
     """§5.1: with unit gain and zero bias, LayerNorm output rows have mean 0 and biased

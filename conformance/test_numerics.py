@@ -4,7 +4,7 @@ Each check builds the subject in float32, float16 or bfloat16 (``Adapter.dtypes`
 it does not offer is a skip with the reason), rounds parameters and inputs to that dtype
 once, and compares the output with the float64 oracle on those rounded values. The bound is
 the tolerance rule's: ``k * max|careful - gold| + floor``, where ``careful`` is the torch
-model run in the same dtype (``Harness.careful``: the careful run of SPEC.md §10.10,
+model run in the same dtype (``careful.careful``: the careful run of SPEC.md §10.10,
 norm statistics and softmax in float32). NaN where the oracle has none fails, and a
 failure that float64 does not show is named by the quantity that explains it
 (``tck.conformance.precision``).
@@ -98,7 +98,7 @@ def _instance(tck: Harness, dtype: str, **config: object) -> Instance:
     return inst
 
 
-@spec("10.7")
+@spec("10.7", id="numerics.dtype_sweep")
 @dtypes
 def test_dtype_sweep(tck: Harness, dtype: str) -> None:
     """Ordinary inputs in each dtype, and self-attention through one tensor for mha."""
@@ -117,7 +117,7 @@ def test_dtype_sweep(tck: Harness, dtype: str) -> None:
     _finish(tck, unsupported, len(calls))
 
 
-@spec("10.7", "3.1", "5.1")
+@spec("10.7", "3.1", "5.1", id="numerics.large_magnitudes")
 # Not bfloat16: scores of ~1e3 are spaced 4 to 8 apart there, so the softmax of every
 # implementation is noise (measured: naive and torch.nn differ by up to 10x their errors).
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
@@ -132,7 +132,7 @@ def test_large_magnitudes(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "5.1", "5.3")
+@spec("10.7", "5.1", "5.3", id="numerics.low_variance_rows")
 @dtypes
 @components("layer_norm", "rms_norm")
 def test_low_variance_rows(tck: Harness, dtype: str) -> None:
@@ -148,7 +148,7 @@ def test_low_variance_rows(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "2.1", "2.3")
+@spec("10.7", "2.1", "2.3", id="numerics.long_positions")
 @dtypes
 @components("sinusoidal_pe", "rope")
 def test_long_positions(tck: Harness, dtype: str) -> None:
@@ -166,7 +166,7 @@ def test_long_positions(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "4.4")
+@spec("10.7", "4.4", id="numerics.fully_masked_rows")
 @dtypes
 @components("attention", "mha")
 def test_fully_masked_rows(tck: Harness, dtype: str) -> None:
@@ -210,7 +210,7 @@ def outlier_activations(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-@spec("10.10", "10.7", "5.1", "5.3")
+@spec("10.10", "10.7", "5.1", "5.3", id="numerics.outlier_activations")
 @dtypes
 @components("layer_norm", "rms_norm", *NORM_FIRST)
 def test_outlier_activations(tck: Harness, dtype: str) -> None:
@@ -293,7 +293,7 @@ def _solve_scores(
     return None
 
 
-@spec("10.10", "10.7", "3.1")
+@spec("10.10", "10.7", "3.1", id="numerics.softmax_sum_beyond_float16")
 @dtypes
 @components("attention", "mha")
 def test_softmax_sum_beyond_float16(tck: Harness, dtype: str) -> None:
@@ -306,7 +306,7 @@ def test_softmax_sum_beyond_float16(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.10", "10.7", "3.1")
+@spec("10.10", "10.7", "3.1", id="numerics.softmax_exp_beyond_float16")
 @dtypes
 @components("attention", "mha")
 def test_softmax_exp_beyond_float16(tck: Harness, dtype: str) -> None:

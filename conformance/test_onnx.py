@@ -74,7 +74,7 @@ def _failure_of_export(error: AdapterFailure) -> CheckFailure:
 
 
 @exported
-@spec("10.9", "4.4")
+@spec("10.9", "4.4", id="onnx.opset")
 @pytest.mark.parametrize("opset", OPSETS)
 def test_opset(tck: Harness, opset: int) -> None:
     """Export at ``opset`` passes onnx.checker, and the graph matches the oracle on a call
@@ -100,7 +100,7 @@ def test_opset(tck: Harness, opset: int) -> None:
 
 
 @exported
-@spec("10.9", "10.6")
+@spec("10.9", "10.6", id="onnx.dynamic_axes")
 def test_dynamic_axes(tck: Harness) -> None:
     """The graph exported from one call gives the oracle's output at other batch sizes and
     lengths, and what the original torch module gives."""
@@ -126,7 +126,7 @@ def test_dynamic_axes(tck: Harness) -> None:
 
 
 @exported
-@spec("10.9", "10.7")
+@spec("10.9", "10.7", id="onnx.opt_levels")
 def test_opt_levels(tck: Harness) -> None:
     """ORT_ENABLE_ALL gives ORT_DISABLE_ALL's result, within §10.7's rule, in every dtype
     the graph runs in (float64 where ONNX Runtime has the kernels, and float32)."""

@@ -22,7 +22,7 @@ def _own_params(tck: Harness, inst) -> dict[str, np.ndarray]:
         pytest.skip(f"{tck.adapter.name} does not export canonical parameters: {why}")
 
 
-@pytest.mark.spec("0.2", "0.5")
+@pytest.mark.spec("0.2", "0.5", id="params.round_trip")
 @pytest.mark.components(*WITH_PARAMS)
 def test_round_trip(tck: Harness) -> None:
     """Loading canonical parameters and reading them back gives the same arrays."""
@@ -51,7 +51,7 @@ def test_round_trip(tck: Harness) -> None:
             )
 
 
-@pytest.mark.spec("10.3")
+@pytest.mark.spec("10.3", id="params.count")
 @pytest.mark.components(*WITH_PARAMS)
 def test_count(tck: Harness) -> None:
     """The implementation holds exactly the spec's number of parameters (a tied matrix once)."""
@@ -70,7 +70,7 @@ def test_count(tck: Harness) -> None:
         )
 
 
-@pytest.mark.spec("1.3")
+@pytest.mark.spec("1.3", id="params.padding_row_starts_at_zero")
 @pytest.mark.components("embedding")
 def test_padding_row_starts_at_zero(tck: Harness) -> None:
     """A freshly built embedding maps padding_idx to the zero vector."""

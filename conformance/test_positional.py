@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from tck.conformance import spaces
 from tck.conformance.deltas import delta
-from tck.conformance.harness import Harness, Instance, convention_code
+from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import rng
 from tck.conformance.instances import cached_instance
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import seeds
+from tck.reference.catalogue import convention_code
 from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
@@ -55,7 +56,7 @@ def encode(tck: Harness, inst: Instance, at: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- sinusoidal PE (§2.1, §2.2)
 
 
-@spec("2.2")
+@spec("2.2", id="positional.bounded")
 @components("sinusoidal_pe")
 def test_bounded(tck: Harness) -> None:
     """§2.2: every entry lies in [-1, 1] and is finite, also at long positions."""
@@ -75,7 +76,7 @@ def test_bounded(tck: Harness) -> None:
         )
 
 
-@spec("2.2")
+@spec("2.2", id="positional.relative")
 @components("sinusoidal_pe")
 @given(t=positions, k=st.integers(0, 2_000), other=positions)
 def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
@@ -90,7 +91,7 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
     forward, elsewhere, backward = pe[0] @ pe[1], pe[2] @ pe[3], pe[0] @ pe[4]
     bound = 1e-9 * pe.shape[1]  # float64 sin/cos at arguments up to 6e4, summed over d/2
     worst = max(abs(forward - elsewhere), abs(forward - backward))
-    if tck.metrics.get("max_abs_delta", -1.0) < worst:
+    if tck.record.metrics.get("max_abs_delta", -1.0) < worst:
         tck.note({"max_abs_delta": worst, "bound": bound})
     if worst > bound:
         precision_lost(tck, inst, np.array(at), pe)
@@ -107,7 +108,7 @@ def test_relative(tck: Harness, t: int, k: int, other: int) -> None:
         )
 
 
-@spec("2.2")
+@spec("2.2", id="positional.distinct")
 @components("sinusoidal_pe")
 def test_distinct(tck: Harness) -> None:
     """§2.2: distinct integer positions get distinct codes."""
@@ -186,7 +187,7 @@ def precision_lost(tck: Harness, inst: Instance, at: np.ndarray, pe: np.ndarray)
     )
 
 
-@spec("2.1", "2.2")
+@spec("2.1", "2.2", id="positional.frequencies")
 @components("sinusoidal_pe")
 def test_frequencies(tck: Harness) -> None:
     """§2.1: PE[pos, 2i] = sin(pos * base^(-2i/d)) and PE[pos, 2i+1] = cos(...) under the
@@ -260,7 +261,7 @@ def rope_vectors(inst: Instance, seed: int, n: int) -> np.ndarray:
     return rng(seed).standard_normal((1, 1, n, inst.config.head_dim_k))
 
 
-@spec("2.4")
+@spec("2.4", id="positional.rope_norm_preserving")
 @components("rope")
 @given(seed=seeds, at=st.lists(positions, min_size=1, max_size=6))
 def test_rope_norm_preserving(tck: Harness, seed: int, at: list[int]) -> None:
@@ -279,7 +280,7 @@ def test_rope_norm_preserving(tck: Harness, seed: int, at: list[int]) -> None:
         )
 
 
-@spec("2.4")
+@spec("2.4", id="positional.rope_relative")
 @components("rope")
 @given(seed=seeds, m=positions, n=positions, shift=st.integers(0, 5_000))
 def test_rope_relative(tck: Harness, seed: int, m: int, n: int, shift: int) -> None:
@@ -306,7 +307,7 @@ def test_rope_relative(tck: Harness, seed: int, m: int, n: int, shift: int) -> N
         )
 
 
-@spec("2.3", "2.4")
+@spec("2.3", "2.4", id="positional.rope_identity_at_zero")
 @components("rope")
 def test_rope_identity_at_zero(tck: Harness) -> None:
     """§2.4: RoPE(x, 0) = x; and values are rotated, not replaced: position 0 is the

@@ -29,7 +29,7 @@ def output_shape(component: str, inputs: Mapping[str, np.ndarray], c: Config) ->
     return record(component).shape_of(inputs, c)
 
 
-@spec("10.6")
+@spec("10.6", id="shapes.output_shapes")
 @components(*COMPONENTS)
 def test_output_shapes(tck: Harness) -> None:
     """§10.6: valid inputs of lengths 1, 3 and 113 and batch 1 and 3 give the listed shapes."""
@@ -75,7 +75,7 @@ def altered(inputs: Inputs, name: str, change: Callable[[np.ndarray], np.ndarray
     return {**inputs, name: change(np.asarray(inputs[name]))}
 
 
-@spec("1.1", "10.6")
+@spec("1.1", "10.6", id="shapes.rejects_out_of_range_ids")
 @components("embedding", "seq2seq")
 def test_rejects_out_of_range_ids(tck: Harness) -> None:
     """§1.1: every id lies in [0, V); V itself and -1 must be refused, never wrapped or
@@ -101,7 +101,7 @@ def test_rejects_out_of_range_ids(tck: Harness) -> None:
             )
 
 
-@spec("9.1", "10.6")
+@spec("9.1", "10.6", id="shapes.rejects_bad_image_size")
 @components("patch_embed", "vit")
 def test_rejects_bad_image_size(tck: Harness) -> None:
     """§9.1: an image whose sides are not multiples of the patch size is refused."""
@@ -132,7 +132,7 @@ MASK_INPUT = {
 }
 
 
-@spec("4.1", "10.6")
+@spec("4.1", "10.6", id="shapes.rejects_bad_mask")
 @components(*MASK_INPUT)
 def test_rejects_bad_mask(tck: Harness) -> None:
     """§4.1: a mask whose key axis does not match the keys (Lk + 2 columns) does not
@@ -154,7 +154,7 @@ def test_rejects_bad_mask(tck: Harness) -> None:
     )
 
 
-@spec("2.2", "10.6", "0.6")
+@spec("2.2", "10.6", "0.6", id="shapes.rejects_beyond_max_len")
 @components("sinusoidal_pe", "seq2seq")
 def test_rejects_beyond_max_len(tck: Harness) -> None:
     """§2.2: the encoding is defined up to Config.max_len; a longer sequence is refused,

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from tck.conformance.deltas import delta
-from tck.conformance.harness import Harness, Instance, convention_code
+from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import rng
 from tck.conformance.results import CheckFailure
 from tck.reference import oracle
+from tck.reference.catalogue import convention_code
 from tck.reference.inputs import Inputs
 from tck.reference.tolerance import compare
 
@@ -49,7 +50,7 @@ def expected_with(
     return tck.gold(patched, {"images": images})
 
 
-@spec("9.1")
+@spec("9.1", id="vit.patch_order")
 @components("patch_embed", "vit")
 def test_patch_order(tck: Harness) -> None:
     """§9.1: a patch is flattened channel-major (c, y, x) and patches are ordered
@@ -72,7 +73,7 @@ def test_patch_order(tck: Harness) -> None:
             "the output is the spec's with each patch flattened channel-last (y, x, c) "
             "while the weight is laid out (c, y, x): the linear map is not the convolution "
             "(SPEC.md §9.1)",
-            dict(tck.metrics),
+            dict(tck.record.metrics),
         )
     # The row-major patches of the transposed image are the column-major patches of the
     # image, each transposed; transposing the kernel too undoes the latter.
@@ -82,7 +83,7 @@ def test_patch_order(tck: Harness) -> None:
             "vit.patch_order",
             "the output is the spec's with the patch grid read column-major: patch (r, c) "
             "must be token r * (W/p) + c (SPEC.md §9.1)",
-            dict(tck.metrics),
+            dict(tck.record.metrics),
         )
     pytest.skip(
         "the output differs from the oracle, but not as a patch-order bug would "
@@ -90,7 +91,7 @@ def test_patch_order(tck: Harness) -> None:
     )
 
 
-@spec("2.5", "9.2", "9.3")
+@spec("2.5", "9.2", "9.3", id="vit.cls_position_embedding")
 @components("vit")
 def test_cls_position_embedding(tck: Harness) -> None:
     """§2.5, §9.3: the learned position embedding has a row for the class token, added
@@ -117,7 +118,7 @@ def test_cls_position_embedding(tck: Harness) -> None:
         )
 
 
-@spec("9.5")
+@spec("9.5", id="vit.pooling")
 @components("vit")
 def test_pooling(tck: Harness) -> None:
     """§9.5: the head reads the class token (token 0), or the mean of the patch tokens
@@ -145,7 +146,7 @@ def test_pooling(tck: Harness) -> None:
             code or "vit.pooling_wrong_token",
             f"the logits are the head applied to {what}, but the adapter declares "
             f"pooling={declared!r} (SPEC.md §9.5)",
-            dict(tck.metrics),
+            dict(tck.record.metrics),
         )
     pytest.skip(
         "the logits differ from the oracle, but not as reading another token would "

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from tck.conformance.diagnosis import root_causes
+from tck.reports.causes import root_causes
 
 from . import plots
 from .text import visible

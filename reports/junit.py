@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
-from tck.conformance.diagnosis import root_causes
+from tck.reports.causes import root_causes
 
 from .text import visible
 

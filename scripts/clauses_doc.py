@@ -15,12 +15,13 @@ Where each column comes from:
 - **Oracle**: the names on the clause's ``**Oracle:**`` line that resolve to a function or
   class (a bare name in ``tck.reference.oracle``, ``tck.reference`` or
   ``tck.reference.model``; a dotted ``tck.``, ``torch.`` or ``Harness.`` path).
-- **Checks**: the check ids (``area.name``, as results.json names them) whose ``@spec`` marker
-  cites the clause; a probe (``@fields``) is listed once per field, with its field's clauses.
+- **Checks**: the check ids (the ``id`` of each check's ``@spec`` marker, as results.json
+  names them) whose marker cites the clause; a probe (``id="fingerprint.{field}"``) is
+  listed once per field, with its field's clauses (``tck.reference.catalogue``).
 - **Fixtures**: the entries of ``fixtures/data/manifest.json`` whose ``clauses`` hold it.
-- **Mutants** and **codes**: SPEC.md Appendix C maps each diagnosis code to its clauses; a
-  mutant targets the clauses of the codes it must be reported with (``EXPECTED_CODES`` and
-  ``TOP_CAUSES``).
+- **Mutants** and **codes**: the code registry (``tck.reference.codes``, SPEC.md Appendix C)
+  maps each diagnosis code to its clauses; a mutant targets the clauses of the codes it must
+  be reported with (``EXPECTED_CODES`` and ``TOP_CAUSES``).
 """
 
 from __future__ import annotations
@@ -35,11 +36,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# tck.reports before any check module: a check module imported first meets the cycle
-# conformance.harness -> reports -> reports.junit -> conformance.diagnosis -> harness (it goes
-# when the root-cause ranking moves below reports/, h21s).
-import tck.reports  # noqa: F401
-
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "SPEC.md"
 OUT = ROOT / "docs" / "CLAUSES.md"
@@ -47,8 +43,6 @@ COMMAND = "python scripts/clauses_doc.py"
 
 CLAUSE_HEADING = re.compile(r"^### §(\d+\.\d+) (.+)$", re.MULTILINE)
 ORACLE_LINE = re.compile(r"^\*\*Oracle:\*\*(.*?)(?=\n\n|\n#|\Z)", re.MULTILINE | re.DOTALL)
-CODES_APPENDIX = "## Appendix C. Diagnosis codes of the bug classes"
-CODE_ROW = re.compile(r"^\| `([a-z_0-9]+\.[a-z_0-9]+)` \| ([^|]+) \| ([^|]+) \|$", re.MULTILINE)
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(\(.*\))?$")
 
 
@@ -143,43 +137,36 @@ def oracle_functions(text: str | None = None) -> dict[str, list[str]]:
     return out
 
 
-def code_clauses(text: str | None = None) -> dict[str, list[str]]:
-    """{diagnosis code: its clauses}, from SPEC.md Appendix C."""
-    text = spec_text() if text is None else text
-    start = text.find(CODES_APPENDIX)
-    if start == -1:
-        raise ValueError(f"SPEC.md has no {CODES_APPENDIX!r}")
-    end = text.find("\n## ", start + len(CODES_APPENDIX))
-    table = text[start : end if end != -1 else len(text)]
-    return {
-        code: re.findall(r"§(\d+\.\d+)", clauses) for code, clauses, _ in CODE_ROW.findall(table)
-    }
+def code_clauses() -> dict[str, list[str]]:
+    """{diagnosis code: its clauses}, from the registry (``tck.reference.codes``)."""
+    from tck.reference.codes import CODES
+
+    return {name: list(entry.clauses) for name, entry in CODES.items() if entry.clauses}
 
 
 def check_ids() -> dict[str, list[str]]:
-    """{check id: the clauses its @spec marker cites}; probes once per field."""
+    """{check id: the clauses its @spec marker cites}; a probe once per field."""
     import tck.conformance
+    from tck.reference.catalogue import FIELD_CLAUSES
 
     checks: dict[str, list[str]] = {}
     for info in sorted(pkgutil.iter_modules(tck.conformance.__path__), key=lambda i: i.name):
         if not info.name.startswith("test_"):
             continue
         module = importlib.import_module(f"tck.conformance.{info.name}")
-        area = info.name.removeprefix("test_")
         for name, function in vars(module).items():
             if not name.startswith("test_") or not callable(function):
                 continue
             marks = {m.name: m for m in getattr(function, "pytestmark", [])}
             if "spec" not in marks:
                 continue
-            clauses = list(marks["spec"].args)
-            per_field = getattr(module, "FIELD_CLAUSES", None)
-            if "fields" in marks and isinstance(per_field, dict):
-                shared = [c for c in clauses if not any(c in cs for cs in per_field.values())]
+            check, clauses = marks["spec"].kwargs["id"], list(marks["spec"].args)
+            if "{field}" in check:
+                shared = [c for c in clauses if not any(c in cs for cs in FIELD_CLAUSES.values())]
                 for field in marks["fields"].args:
-                    checks[f"{area}.{field}"] = [*shared, *per_field.get(field, ())]
+                    checks[check.format(field=field)] = [*shared, *FIELD_CLAUSES[field]]
             else:
-                checks[f"{area}.{name.removeprefix('test_')}"] = clauses
+                checks[check] = clauses
     return checks
 
 
@@ -209,7 +196,7 @@ def render() -> str:
     text = spec_text()
     clauses = spec_clauses(text)
     oracles = oracle_functions(text)
-    codes = code_clauses(text)
+    codes = code_clauses()
     checks = check_ids()
     fixtures = fixture_clauses()
     mutants = mutant_codes()
@@ -223,15 +210,15 @@ def render() -> str:
     lines = [
         "# Clauses: where each is computed, checked, fixed and diagnosed",
         "",
-        f"Generated by `{COMMAND}` from SPEC.md (its Oracle lines and",
-        "Appendix C), the checks' `@spec` markers, fixtures/data/manifest.json and the mutants'",
-        "expected codes; do not edit by hand (`tests/test_spec_traceability.py` fails when it",
-        "is stale).",
+        f"Generated by `{COMMAND}` from SPEC.md's Oracle lines, the code registry",
+        "(tck.reference.codes), the checks' `@spec` markers, fixtures/data/manifest.json and",
+        "the mutants' expected codes; do not edit by hand (`tests/test_spec_traceability.py`",
+        "fails when it is stale).",
         "",
         "Per clause: **oracle** (the functions that compute it), **checks** (check ids as",
         "results.json names them), **fixtures** (golden fixtures that cover it), **mutants**",
         "(`tck run --adapter mutants.NAME`: the bugs that must be caught there) and **codes**",
-        "(the diagnosis codes that name its violation, SPEC.md Appendix C).",
+        "(the diagnosis codes that name its violation: tck.reference.codes, SPEC.md Appendix C).",
         "",
     ]
     for clause, title in clauses.items():

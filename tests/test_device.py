@@ -29,6 +29,7 @@ from tck.adapters.devices import (
 from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
 from tck.cli import main
+from tck.conformance import careful
 from tck.conformance.harness import DEFAULT_CONFIG, Harness
 from tck.conformance.results import CheckFailure
 from tck.reference import Config
@@ -199,8 +200,8 @@ def test_the_naive_reference_runs_on_the_device_and_gold_gradients_on_the_cpu(mo
     inst = harness.instance(params=False)
     inst.params = {"weight": np.ones(24), "bias": np.zeros(24)}
     inputs = harness.inputs(inst)
-    harness.careful(inst, inputs)
-    harness.gold_gradients(inst, inputs, np.ones((2, 5, 24)))
+    careful.careful(harness, inst, inputs)
+    careful.gold_gradients(harness, inst, inputs, np.ones((2, 5, 24)))
     assert seen == [("float64", "cuda"), ("float64", "cpu")]
 
 

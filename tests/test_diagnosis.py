@@ -18,11 +18,12 @@ from _pytest.outcomes import Skipped
 from tck.adapters import Adapter, load_adapter
 from tck.adapters.mutants import matrix
 from tck.conformance import test_attention, test_gradients, test_positional
-from tck.conformance.diagnosis import named_exception, root_causes, top_cause
+from tck.conformance.diagnosis import named_exception
 from tck.conformance.fingerprint_cli import build_fingerprint, failed
 from tck.conformance.harness import Harness
 from tck.conformance.results import CheckFailure
 from tck.reference.inputs import Shape, padding
+from tck.reports.causes import root_causes, top_cause
 
 
 def harness(adapter: Adapter | str, subject: str | None = None) -> Harness:
@@ -197,7 +198,7 @@ def test_a_probe_that_cannot_measure_says_not_measured_never_inf():
     saturated = np.full((4, 4), np.inf)  # every weight pair 0/1: log ratio inf
     with pytest.raises(Skipped, match="not measured"):
         test_attention.judge_scale(tck, saturated, config, "attention")
-    assert "not_measured" in tck.metrics and "effective_scale" not in tck.metrics
+    assert "not_measured" in tck.record.metrics and "effective_scale" not in tck.record.metrics
     partly = np.array([[0.2, 0.2], [np.inf, 0.9]])  # some saturated, the rest disagree
     tck = harness("reference", "attention")
     with pytest.raises(Skipped, match="not measured"):

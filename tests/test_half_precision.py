@@ -101,7 +101,7 @@ def test_norm_with_float16_statistics_fails_in_float16_naming_the_statistics(mut
     assert "statistics" in failure.value.message and "float16" in failure.value.message
     for dtype in ("float32", "bfloat16"):  # the same module, where nothing overflows
         tck = run_check(adapter, name, checks.test_outlier_activations, dtype)
-        assert tck.calls and all(call["passed"] for call in tck.calls)
+        assert tck.record.calls and all(call["passed"] for call in tck.record.calls)
 
 
 @pytest.mark.spec("10.10", "3.1")
@@ -138,8 +138,8 @@ def test_declared_input_dtype_gets_a_convention_row_not_a_pass():
         ),
     )
     tck = run_check(declared, "layer_norm", checks.test_outlier_activations, "float16")
-    assert [code for code, _ in tck.conventions_seen] == [precision.DECLARED]
-    assert "half_precision='input_dtype'" in tck.conventions_seen[0][1]
+    assert [code for code, _ in tck.record.conventions] == [precision.DECLARED]
+    assert "half_precision='input_dtype'" in tck.record.conventions[0][1]
     assert Conventions(half_precision="input_dtype").deviations() == {
         "half_precision": ("float32", "input_dtype")
     }
@@ -190,5 +190,5 @@ CORRECT = [
 def test_correct_implementations_pass_the_half_precision_stress(adapter, name, check, dtype):
     implementation = load_adapter(adapter)
     tck = run_check(implementation, name, getattr(checks, f"test_{check}"), dtype)
-    assert tck.calls and all(call["passed"] for call in tck.calls)
-    assert not tck.conventions_seen
+    assert tck.record.calls and all(call["passed"] for call in tck.record.calls)
+    assert not tck.record.conventions

@@ -26,7 +26,7 @@ import heldout
 import pytest
 from support.forked_run import tck_run
 
-from tck.conformance.diagnosis import root_causes, top_cause
+from tck.reports.causes import root_causes, top_cause
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("TCK_HELDOUT_OUT", ROOT / "reports" / "out" / "heldout"))

@@ -16,8 +16,8 @@ import pytest
 from markupsafe import escape
 
 from tck.cli import main
-from tck.conformance.diagnosis import root_causes
 from tck.reports import junit_xml, load_results
+from tck.reports.causes import root_causes
 
 MUTANT = "mutants.mask_polarity_inverted"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -76,10 +76,10 @@ def diagnosis_scores(
     ``runs``: mutant -> its results (the ``results`` list of results.json, or the whole
     document); ``expected``: mutant -> the codes it must get. A mutant is *detected* when a
     failing result carries one of its codes, and *diagnosed* when the run's top-ranked root
-    cause (``tck.conformance.diagnosis.top_cause``) is one of them. Returns per-mutant rows,
+    cause (``tck.reports.causes.top_cause``) is one of them. Returns per-mutant rows,
     ``detection_rate`` and ``accuracy`` (shares of all mutants, 0..1) and the misses.
     """
-    from tck.conformance.diagnosis import top_cause
+    from tck.reports.causes import top_cause
 
     rows: dict[str, dict[str, Any]] = {}
     for name, run in sorted(runs.items()):

@@ -1,0 +1,374 @@
+"""Diagnosis: when a check's output disagrees with the oracle, find the bug class that
+explains it (``explain``), so that the failure names a cause, not just a number.
+
+The hypotheses, first that fits wins: another value of one convention field
+(``matching_values``), a parameter mix-up (``tck.conformance.decoding``), a mask inverted
+or ignored, positions counted from another origin, a structural bug
+(``tck.conformance.structural``), several convention fields at once
+(``matching_combination``), the same at float32 precision for a float64 subject, state
+carried between calls; an overflow last. Each hypothesis is the oracle under that change,
+compared by the tolerance rule of the failed comparison. The codes and words of the
+conventions come from the catalogue (``tck.reference.catalogue``); every code is registered
+in ``tck.reference.codes``. Named exceptions are ``tck.conformance.diagnosis``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tck.reference import Conventions, param_shapes, record
+from tck.reference.catalogue import convention_code, plain_words
+from tck.reference.codes import code as registered
+from tck.reference.conventions import CHOICES
+from tck.reference.expected import expected
+from tck.reference.tolerance import Comparison, compare
+
+from .decoding import param_hypotheses
+from .harness import Harness, Instance, _area
+
+# Explanations that change several convention fields at once (issue 19): at most this many
+# fields, this many oracle evaluations per search, this many searches per check.
+MAX_COMBINED_FIELDS = 3
+COMBINATION_BUDGET = 400
+COMBINATION_SEARCHES = 3
+
+_ALTERNATIVES: dict[str, tuple[Any, ...]] = {
+    "eps": (1e-5, 1e-6, 1e-12, 1e-8, 1e-3, 0.0),
+    "pe_base": (10000.0, 1000.0, 500000.0),
+}
+
+
+def combination_diagnosis(declared: Conventions, changed: Mapping[str, Any]) -> tuple[str, str]:
+    """Code and message for an implementation that follows several undeclared conventions
+    at once: the code is the first field's (in FIELDS order), the message names them all."""
+    fields = list(changed)
+    code = convention_code(fields[0], changed[fields[0]])
+    shown = ", ".join(f"{f}={changed[f]!r}" for f in fields)
+    words = "; ".join(plain_words(f, changed[f]) for f in fields)
+    claimed = ", ".join(f"{f}={getattr(declared, f)!r}" for f in fields)
+    return code, (
+        f"behaves as {shown} together ({len(fields)} conventions at once: it {words}), but "
+        f"the adapter declares {claimed}"
+    )
+
+
+def alternatives(field: str, declared: Any) -> list[Any]:
+    """The values of a convention field to try besides the declared one."""
+    values = _ALTERNATIVES.get(field, CHOICES.get(field, ()))
+    # 'undefined' is a promise not to promise: no output can show it.
+    return [v for v in values if v != declared and v != "undefined"]
+
+
+def gold_under(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], conventions: Conventions
+) -> np.ndarray:
+    """The oracle under other ``conventions`` (a hypothesis). A norm those conventions
+    have and the declared ones do not (a final LayerNorm after a post-LN stack) has no
+    canonical parameters here: it gets what a fresh ``nn.LayerNorm`` holds, unit gain
+    and zero bias."""
+    params = inst.params
+    if params is not None:
+        wanted = param_shapes(h.component, inst.config, conventions)
+        missing = {k: v for k, v in wanted.items() if k not in params}
+        if missing and all(len(shape) == 1 for shape in missing.values()):
+            params = {
+                **params,
+                **{
+                    k: np.ones(v) if k.endswith("weight") else np.zeros(v)
+                    for k, v in missing.items()
+                },
+            }
+    return expected(h.component, inputs, params, inst.config, conventions)
+
+
+def matching_values(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    field: str,
+    tolerance: Comparison | None = None,
+) -> list[Any]:
+    """The values of convention ``field`` under which the oracle reproduces ``test``
+    (within the bound of ``tolerance``, the failed comparison, when given)."""
+    declared = getattr(inst.conventions, field)
+    found = []
+    for value in [declared, *alternatives(field, declared)]:
+        try:
+            conv = dataclasses.replace(inst.conventions, **{field: value})
+            gold = gold_under(h, inst, inputs, conv)
+        except (ValueError, KeyError):  # e.g. a final norm the params do not have
+            continue
+        if test.shape == gold.shape and _within(test, gold, tolerance):
+            found.append(value)
+    return found
+
+
+def explain(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    result: Comparison,
+) -> tuple[str, str]:
+    """A diagnosis code and message for a mismatch with the oracle."""
+    numbers = (
+        f"max |test - oracle| = {result.max_abs_err:.3g} > bound {result.bound:.3g} "
+        f"(ratio {result.ratio:.3g}) at index {result.worst_index}"
+    )
+    if result.nan_mismatch:
+        numbers = (
+            f"{result.nan_mismatch} position(s) are NaN in exactly one of the "
+            f"implementation and the oracle (first at {result.worst_index})"
+        )
+    found = _hypotheses(h, inst, inputs, test, result)
+    if found is None and inst.dtype == "float64":
+        # A float64 subject that computes or stores some step in float32 (a table built
+        # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
+        # see tck.adapters.onnx_runtime): the same hypotheses, at float32's precision.
+        hint = _precision_hint(h, inst)
+        loose = dataclasses.replace(result, dtype="float32", careful_err=0.0)
+        found = _hypotheses(h, inst, inputs, test, loose)
+        if found is None and _within(test, h.gold(inst, inputs), loose):
+            found = (
+                "numerics.float64_precision_lost",
+                "agrees with the oracle to float32 precision only: a value is computed "
+                "or stored in float32 somewhere in a subject built in float64 (a buffer, "
+                "a table or a constant kept at the lower precision)",
+            )
+        if found is not None and hint is not None:
+            found = (found[0], f"{found[1]} ({hint})")
+    if found is None:  # last: it builds and runs a fresh instance
+        found = _state_hypothesis(h, inst, inputs, result)
+    gold = h.gold(inst, inputs) if found is None else None
+    if gold is not None and gold.shape == test.shape:
+        blown = ~np.isfinite(test) & np.isfinite(gold)
+        if blown.any():
+            found = (
+                "numerics.overflow",
+                f"the output is inf or NaN at {int(blown.sum())} position(s) where the "
+                f"oracle is finite, in {inst.dtype}: an intermediate overflows the dtype's "
+                "range or divides 0 by 0 (exp of a score without subtracting the row "
+                "maximum, a sum of squares, a normalisation by zero)",
+            )
+    if found is not None:
+        return found[0], f"{found[1]}; {numbers}"
+    return registered(
+        f"{_area(h.component)}.oracle_mismatch"
+    ), f"disagrees with the oracle: {numbers}"
+
+
+def _hypotheses(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    tolerance: Comparison,
+) -> tuple[str, str] | None:
+    """The first convention or mask bug that explains ``test`` within ``tolerance``."""
+    for field in record(h.component).fields:
+        values = matching_values(h, inst, inputs, test, field, tolerance)
+        if values and getattr(inst.conventions, field) not in values:
+            value = values[0]
+            return (
+                convention_code(field, value),
+                f"behaves as {field}={value!r}, but the adapter declares "
+                f"{field}={getattr(inst.conventions, field)!r}",
+            )
+    for code, message, params in param_hypotheses(h.component, inst.config, inst.params):
+        gold = expected(h.component, inputs, params, inst.config, inst.conventions)
+        if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
+            return code, message
+    for code, message, altered in _mask_hypotheses(inputs):
+        gold = h.gold(inst, altered)
+        if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
+            return code, message
+    for code, message, altered in _offset_hypotheses(h.component, inputs):
+        gold = h.gold(inst, altered)
+        if test.shape == gold.shape and _within(test, gold, tolerance):
+            return code, message
+    from .structural import (
+        extra_norm_hypotheses,
+        patch_order_hypotheses,
+        pooling_hypotheses,
+    )
+
+    compute = functools.partial(h.gold, inst, inputs)
+    for code, message, gold in extra_norm_hypotheses(h.component, compute):
+        if test.shape == gold.shape and _within(test, gold, tolerance):
+            return code, f"{message}, and its adapter does not declare it"
+    for code, message, gold in itertools.chain(
+        patch_order_hypotheses(h.component, compute),
+        pooling_hypotheses(h.component, compute),
+    ):
+        if test.shape == gold.shape and _within(test, gold, tolerance):
+            return code, message
+    combination = matching_combination(h, inst, inputs, test, tolerance=tolerance)
+    if combination:
+        h.note({"explained_by": combination})
+        return combination_diagnosis(inst.conventions, combination)
+    from .hypotheses_more import more_explanation  # head split/merge, bias, gain, residual
+
+    return more_explanation(h, inst, inputs, test, tolerance)
+
+
+def matching_combination(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    fields: Iterable[str] | None = None,
+    tolerance: Comparison | None = None,
+    max_fields: int = MAX_COMBINED_FIELDS,
+) -> dict[str, Any] | None:
+    """The smallest set of convention values (2 to ``max_fields`` fields changed at
+    once) under which the oracle reproduces ``test``; None when none does.
+
+    A field none of whose alternatives changes the oracle's output on these inputs is
+    left out (it cannot be told apart here), and the search stops after
+    ``COMBINATION_BUDGET`` oracle evaluations, the first ``COMBINATION_SEARCHES`` times
+    per check (hypothesis may explain many failing examples)."""
+    if h.combination_searches >= COMBINATION_SEARCHES:
+        return None
+    h.combination_searches += 1
+    declared = inst.conventions
+    names = tuple(record(h.component).fields if fields is None else fields)
+    try:
+        base = h.gold(inst, inputs)
+    except (ValueError, KeyError):
+        return None
+    options: dict[str, list[Any]] = {}
+    for field in names:
+        for value in alternatives(field, getattr(declared, field)):
+            try:
+                gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **{field: value}))
+            except (ValueError, KeyError):
+                continue
+            if gold.shape == base.shape and not np.array_equal(gold, base, equal_nan=True):
+                options.setdefault(field, []).append(value)
+    budget = COMBINATION_BUDGET
+    for size in range(2, max_fields + 1):
+        for combo in itertools.combinations(options, size):
+            for values in itertools.product(*(options[f] for f in combo)):
+                budget -= 1
+                if budget < 0:
+                    return None
+                changed = dict(zip(combo, values, strict=True))
+                try:
+                    gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **changed))
+                except (ValueError, KeyError):
+                    continue
+                if gold.shape == test.shape and _within(test, gold, tolerance):
+                    return changed
+    return None
+
+
+def _state_hypothesis(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], tolerance: Comparison
+) -> tuple[str, str] | None:
+    """An instance called before that fails where a fresh one (same config, seed and
+    parameters) passes carries state from one call to the next."""
+    calls = h.runs.get(id(inst), 0)
+    if calls < 2:
+        return None
+    try:
+        fresh = h.instance(inst.config, seed=inst.seed, dtype=inst.dtype)
+        if (fresh.params is None) != (inst.params is None):
+            return None
+        again = h.run(fresh, inputs)
+        gold = h.gold(fresh, inputs)
+    except Exception:  # a hypothesis that cannot be tested explains nothing
+        return None
+    ignore = h.ignore_mask(fresh, gold)
+    if again.shape != gold.shape or not _within(again, gold, tolerance, ignore):
+        return None
+    return (
+        "state.leaks_between_calls",
+        f"a fresh instance gives the right output for these inputs, the instance that had "
+        f"already been called {calls - 1} time(s) does not: the subject carries state from "
+        "one call to the next (a mask, table or cache kept from an earlier call and reused "
+        "for inputs of the same shape, a buffer updated in forward)",
+    )
+
+
+def _precision_hint(h: Harness, inst: Instance) -> str | None:
+    """The adapter's account of float64 precision it may lose (``precision_hint``)."""
+    hint = getattr(h.adapter, "precision_hint", None)
+    return hint(inst.handle) if callable(hint) else None
+
+
+def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[tuple[str, str, dict]]:
+    masks = [
+        k for k in ("keep_mask", "key_padding", "attn_mask", "memory_key_padding") if k in inputs
+    ]
+    if masks:
+        yield (
+            "mask.polarity_inverted",
+            "the output is what the spec gives with every keep-mask inverted: the "
+            "implementation attends to the padded keys and ignores the real ones",
+            {**inputs, **{k: ~np.asarray(inputs[k]) for k in masks}},
+        )
+        yield (
+            "mask.ignored",
+            "the output is what the spec gives with no mask at all: the mask has no "
+            "effect (a float/bool mask mix-up, or a mask that never reaches softmax)",
+            {k: v for k, v in inputs.items() if k not in masks},
+        )
+
+
+POSITION_OFFSETS = (1, 2, -1)
+
+
+def _offset_hypotheses(
+    component: str, inputs: Mapping[str, np.ndarray]
+) -> Iterable[tuple[str, str, dict]]:
+    """Positions counted from another origin: the encoding at p is the spec's at p + offset
+    (fairseq counts positions from padding_idx + 1; a cache index off by one)."""
+    if component not in ("sinusoidal_pe", "rope") or "positions" not in inputs:
+        return
+    positions = np.asarray(inputs["positions"])
+    area = "positional" if component == "sinusoidal_pe" else "rope"
+    counted = np.arange(positions.size)
+    if positions.ndim == 1 and not np.array_equal(positions, counted):
+        yield (
+            registered(f"{area}.positions_ignored"),
+            "the encoding ignores the positions it is given and uses 0, 1, ..., L-1 (its index "
+            "in the sequence) instead: position ids passed in never reach it",
+            {**inputs, "positions": counted},
+        )
+    for offset in POSITION_OFFSETS:
+        if positions.size and int(positions.min()) + offset < 0:
+            continue
+        yield (
+            registered(f"{area}.position_offset"),
+            f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
+            f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
+            "positions that start at padding_idx + 1, or a cache read one step off)",
+            {**inputs, "positions": positions + offset},
+        )
+
+
+def _within(
+    test: np.ndarray,
+    gold: np.ndarray,
+    tolerance: Comparison | None,
+    ignore: np.ndarray | None = None,
+) -> bool:
+    """Does ``gold`` (an alternative hypothesis) explain ``test`` as well as the rule asks,
+    in the dtype and with the naive reference's error of the failed comparison?"""
+    if tolerance is None or tolerance.dtype == "float64":
+        return compare(test, gold, ignore=ignore).passed
+    return compare(
+        test,
+        gold,
+        dtype=tolerance.dtype,
+        careful_err=tolerance.careful_err,
+        k=tolerance.k,
+        ignore=ignore,
+    ).passed

@@ -1,0 +1,522 @@
+"""The registry of diagnosis codes: every code the suite can give, with its area, its
+meaning in plain words, the SPEC.md clauses it names a violation of, and its rank class.
+
+A diagnosis code (``mask.polarity_inverted``) names a bug class; results.json, the reports
+and the mutants' expectations carry it. Emitting code uses the names registered here:
+``code(name)`` returns ``name`` and raises ``UnknownCode`` for a name the registry lacks,
+and ``tests/test_codes.py`` finds every code-shaped string literal of the suite in it, so a
+typo'd code fails a test. SPEC.md's Appendix C is generated from this registry
+(``markdown_table``) and a test keeps the two equal.
+
+Rank classes (how the reports choose a root cause, ``tck.reports.causes``):
+
+- ``overriding``: makes every other observation of the run unreliable (the output depends
+  on earlier calls, or on chance); ranked above everything;
+- ``cause``: names why the output is wrong (a convention, a precision finding, a named
+  exception, a structural bug);
+- ``symptom``: describes what a wrong number does rather than why: ranked below a cause,
+  above a generic code;
+- ``generic``: says only *that* something is wrong (``*.oracle_mismatch``,
+  ``*.assertion``, ``adapter.exception``): a root cause only when nothing else fits.
+
+Nothing here imports anything above ``tck.reference``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import catalogue
+
+RANKS = ("generic", "symptom", "cause", "overriding")  # least to most specific
+SPECIFICITY = {rank: i for i, rank in enumerate(RANKS)}
+
+
+@dataclass(frozen=True)
+class Code:
+    name: str  # "<area>.<what>"; a family's name has "*" for its area ("*.assertion")
+    rank: str  # one of RANKS
+    clauses: tuple[str, ...]  # SPEC.md clauses ("" where no clause applies)
+    meaning: str  # in plain words
+
+    @property
+    def area(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+class UnknownCode(KeyError):
+    """A diagnosis code the registry does not have (a typo, or a code not yet registered)."""
+
+
+_ROWS: list[tuple[str, str, str, str]] = [
+    # (code, rank, clauses separated by spaces, meaning)
+    # --- the adapter and the run
+    ("adapter.exception", "generic", "", "the adapter raised an exception while a check ran"),
+    ("adapter.build_failed", "generic", "", "building the subject or the check's setup failed"),
+    (
+        "adapter.crashed",
+        "cause",
+        "",
+        "the process running the check died (a segfault, an abort, os._exit)",
+    ),
+    ("adapter.timeout", "cause", "", "the check did not finish within tck run --timeout"),
+    ("adapter.input_modified", "cause", "10.6", "run() changed its inputs in place"),
+    ("adapter.output_reused", "cause", "10.6", "run() returned memory it had returned before"),
+    (
+        "adapter.output_not_array",
+        "cause",
+        "10.6",
+        "run() returned something other than a numpy array",
+    ),
+    (
+        "adapter.output_not_float",
+        "cause",
+        "10.6",
+        "run() returned an array of a non-floating dtype",
+    ),
+    (
+        "adapter.grad_not_a_dict",
+        "cause",
+        "10.8",
+        "grad() returned something other than a dict of arrays",
+    ),
+    (
+        "run.not_run",
+        "cause",
+        "10.11",
+        "the check produced no result (its worker died, or the run stopped early)",
+    ),
+    ("run.interrupted", "cause", "10.11", "the run was interrupted before the check ran"),
+    ("skip", "generic", "", "the check did not apply, or the adapter cannot offer what it needs"),
+    (
+        "verify.unmeasured",
+        "cause",
+        "10.11",
+        "an oracle check passed without measuring what its clause needs",
+    ),
+    ("fixtures.file_corrupted", "cause", "", "a fixture file does not match its manifest's hash"),
+    (
+        "*.assertion",
+        "generic",
+        "",
+        "a check's assertion failed without naming a bug class (the area is the check id)",
+    ),
+    (
+        "*.fixture_mismatch",
+        "generic",
+        "",
+        "the output disagrees with a stored fixture, no bug class named",
+    ),
+    # --- oracle comparisons that name no bug class
+    ("attention.oracle_mismatch", "generic", "3.1 3.3", "attention disagrees with the oracle"),
+    (
+        "blocks.oracle_mismatch",
+        "generic",
+        "7.1 7.2 7.3",
+        "a layer or stack disagrees with the oracle",
+    ),
+    ("embedding.oracle_mismatch", "generic", "1.1", "the embedding disagrees with the oracle"),
+    ("ffn.oracle_mismatch", "generic", "6.1", "the feed-forward network disagrees with the oracle"),
+    ("layer_norm.oracle_mismatch", "generic", "5.1", "the norm disagrees with the oracle"),
+    ("model.oracle_mismatch", "generic", "8.1", "the model disagrees with the oracle"),
+    (
+        "positional.oracle_mismatch",
+        "generic",
+        "2.1",
+        "the positional encoding disagrees with the oracle",
+    ),
+    ("rope.oracle_mismatch", "generic", "2.3", "the rotary encoding disagrees with the oracle"),
+    (
+        "vit.oracle_mismatch",
+        "generic",
+        "9.1 9.4",
+        "the ViT or its patch embedding disagrees with the oracle",
+    ),
+    ("gradients.oracle_mismatch", "generic", "10.8", "gradients disagree with float64 autograd"),
+    # --- attention
+    ("attention.scale_missing", "cause", "3.1 3.2", "the scores are not scaled by 1/sqrt(d_k)"),
+    (
+        "attention.scale_wrong",
+        "cause",
+        "3.1 3.2",
+        "the scores are scaled by something other than 1/sqrt(d_k) (1/sqrt(d_model), 1/d_k)",
+    ),
+    (
+        "attention.scale_inverted",
+        "cause",
+        "3.1 3.2",
+        "the scores are multiplied by sqrt(d_k) instead of divided",
+    ),
+    ("attention.softmax_axis_wrong", "cause", "3.1", "the softmax runs over the query axis"),
+    (
+        "attention.weights_not_normalized",
+        "cause",
+        "3.1",
+        "attention weight rows are negative or do not sum to 1",
+    ),
+    ("attention.heads_merged_wrong_order", "cause", "3.3", "heads are merged in the wrong order"),
+    (
+        "attention.heads_split_wrong_order",
+        "cause",
+        "3.3",
+        "heads are split from d_model by a reshape without the transpose",
+    ),
+    (
+        "params.bias_unused",
+        "cause",
+        "0.5 3.3 6.1",
+        "a bias the subject loads is never added (attention, FFN, norm shift or head)",
+    ),
+    ("layer_norm.gain_plus_one", "cause", "5.1 5.3", "the norm gain is read as 1 + weight"),
+    (
+        "blocks.residual_after_norm",
+        "cause",
+        "7.1",
+        "a pre-LN sublayer adds its output to the normalised input instead of the input",
+    ),
+    (
+        "ffn.not_elementwise",
+        "cause",
+        "6.3",
+        "the activation is not elementwise: one feature changes the others at its position",
+    ),
+    (
+        "attention.value_uses_key_projection",
+        "cause",
+        "3.4",
+        "the values go through the key projection",
+    ),
+    ("attention.kv_heads_tiled", "cause", "11.2", "key/value heads are tiled instead of grouped"),
+    # --- masks and batches
+    (
+        "mask.polarity_inverted",
+        "cause",
+        "4.1 4.2",
+        "the keep-mask is read inverted (True = ignore)",
+    ),
+    ("mask.ignored", "symptom", "4.1", "the mask has no effect"),
+    (
+        "mask.fully_masked_rows_other",
+        "cause",
+        "4.4",
+        "a fully-masked row is none of the policies (zero, NaN, the mean of V)",
+    ),
+    ("mask.applied_to_queries", "cause", "4.2", "the padding mask masks queries instead of keys"),
+    ("mask.causal_leak", "cause", "4.3", "a query sees keys after it"),
+    (
+        "mask.causal_diagonal_hidden",
+        "cause",
+        "4.3",
+        "the causal mask hides the diagonal (a token cannot see itself)",
+    ),
+    ("mask.masked_key_gradient", "symptom", "4.1 10.8", "a masked key receives gradient"),
+    (
+        "batch.rows_interact",
+        "cause",
+        "10.2",
+        "a row's output changes with its neighbours in the batch",
+    ),
+    (
+        "batch.padded_rows_differ",
+        "cause",
+        "10.2 11.8",
+        "a right-padded row in a batch differs from the same row alone",
+    ),
+    (
+        "padding.left_positions_not_shifted",
+        "cause",
+        "11.7",
+        "position ids are not shifted for left padding",
+    ),
+    (
+        "padding.left_padding_changes_output",
+        "cause",
+        "11.7",
+        "left padding changes the output of the real tokens",
+    ),
+    # --- norms
+    ("layer_norm.not_centred", "symptom", "5.1", "the norm's output rows are not centred"),
+    (
+        "layer_norm.not_shift_invariant",
+        "symptom",
+        "5.1",
+        "the norm's output changes when a constant is added to a row",
+    ),
+    (
+        "layer_norm.wrong_statistics",
+        "symptom",
+        "5.1 5.2",
+        "the norm's output rows have the wrong variance",
+    ),
+    (
+        "layer_norm.positions_interact",
+        "cause",
+        "5.1",
+        "the norm runs over the wrong axis (positions interact)",
+    ),
+    (
+        "layer_norm.rms_not_scale_equivariant",
+        "cause",
+        "5.3",
+        "RMSNorm is not equivariant to scaling a row",
+    ),
+    ("layer_norm.rms_wrong_statistics", "cause", "5.3", "RMSNorm rows have the wrong mean square"),
+    # --- positions
+    ("positional.frequency_wrong", "symptom", "2.1 2.2", "the positional frequencies are wrong"),
+    (
+        "positional.not_relative",
+        "symptom",
+        "2.2",
+        "the encoding of p + k is not a fixed linear map of p's",
+    ),
+    ("positional.not_distinct", "cause", "2.2", "two positions get the same encoding"),
+    ("positional.unbounded", "cause", "2.2", "an encoding entry is not finite or outside [-1, 1]"),
+    ("positional.position_offset", "cause", "2.1", "the encoding at p is the spec's at p + k"),
+    (
+        "positional.positions_ignored",
+        "cause",
+        "2.1",
+        "the encoding ignores the positions it is given",
+    ),
+    (
+        "rope.not_relative",
+        "symptom",
+        "2.4",
+        "rotated dot products depend on more than the relative position",
+    ),
+    ("rope.not_norm_preserving", "cause", "2.3", "the rotation changes a vector's norm"),
+    ("rope.not_identity_at_zero", "cause", "2.3", "position 0 is not the identity"),
+    ("rope.position_offset", "cause", "2.3", "the rotation at p is the spec's at p + k"),
+    ("rope.positions_ignored", "cause", "2.3", "the rotation ignores the positions it is given"),
+    # --- FFN, blocks, models
+    ("ffn.not_position_wise", "cause", "6.2", "the FFN mixes positions"),
+    ("ffn.gate_up_swapped", "cause", "11.3", "the gate and up projections are swapped"),
+    ("blocks.residual_missing", "cause", "7.1 7.2", "a sublayer's residual connection is missing"),
+    (
+        "blocks.not_permutation_equivariant",
+        "cause",
+        "10.5",
+        "without positions, permuting the tokens does not permute the output",
+    ),
+    (
+        "blocks.extra_norm_before_layers",
+        "cause",
+        "7.3",
+        "an extra LayerNorm before the first layer",
+    ),
+    (
+        "dropout.active_in_eval",
+        "overriding",
+        "10.1",
+        "dropout is active in evaluation mode (repeated calls differ)",
+    ),
+    (
+        "state.leaks_between_calls",
+        "overriding",
+        "10.1",
+        "the subject carries state from one call to the next",
+    ),
+    ("model.returns_probabilities", "cause", "8.2", "the model returns probabilities, not logits"),
+    (
+        "model.returns_log_probabilities",
+        "cause",
+        "8.2",
+        "the model returns log-probabilities, not logits",
+    ),
+    (
+        "embedding.padding_row_not_zero",
+        "cause",
+        "1.3",
+        "the padding row of the embedding is not zero",
+    ),
+    ("vit.cls_pos_embed_missing", "cause", "9.2 9.3", "the class token gets no position embedding"),
+    (
+        "vit.pooling_wrong_token",
+        "cause",
+        "9.5",
+        "the head reads another token than the class token",
+    ),
+    ("vit.pooling_mean_with_cls", "cause", "9.5", "mean pooling counts the class token"),
+    ("vit.patch_order", "cause", "9.1", "the patch grid is read column-major"),
+    (
+        "vit.patch_flatten_order",
+        "cause",
+        "9.1",
+        "patches are flattened channels-last against a conv-ordered weight",
+    ),
+    ("vit.extra_norm_in_patch_embed", "cause", "9.1", "an extra LayerNorm in the patch embedding"),
+    # --- decoding with a cache
+    ("cache.mismatch", "cause", "11.6", "cached decoding disagrees with the full forward"),
+    (
+        "cache.ignored",
+        "cause",
+        "11.6",
+        "each decoded token attends only itself: the cache is not used",
+    ),
+    (
+        "cache.rope_offset_wrong",
+        "cause",
+        "11.6 2.3",
+        "cached steps are rotated at the wrong position",
+    ),
+    ("cache.position_offset_wrong", "cause", "11.6", "cached steps get the wrong learned position"),
+    ("cache.causal_off_by_one", "cause", "11.6 4.3", "a decoded token misses its own key"),
+    ("cache.wrong_axis", "cause", "11.6", "the cache grows along the wrong axis"),
+    # --- shapes and parameters
+    ("shape.wrong_output_shape", "cause", "10.6", "the output shape is not the spec's"),
+    ("shape.accepts_bad_mask", "cause", "10.6", "a mask of the wrong shape is accepted"),
+    ("shape.accepts_too_long", "cause", "10.6", "a sequence longer than max_len is accepted"),
+    (
+        "shape.accepts_out_of_range_ids",
+        "cause",
+        "10.6",
+        "token ids outside the vocabulary are accepted",
+    ),
+    ("shape.accepts_bad_image_size", "cause", "10.6", "an image of the wrong size is accepted"),
+    (
+        "params.names_differ",
+        "cause",
+        "0.5",
+        "the parameter names read back differ from the canonical layout",
+    ),
+    ("params.shape_differs", "cause", "0.5", "a parameter read back has another shape than loaded"),
+    (
+        "params.round_trip_changed",
+        "cause",
+        "0.5",
+        "a parameter read back differs from what was loaded",
+    ),
+    ("params.count_wrong", "cause", "10.3", "the parameter count is not the spec's"),
+    # --- gradients
+    ("gradients.missing", "cause", "10.8", "grad() returned no gradient for an input or parameter"),
+    ("gradients.wrong_shape", "cause", "10.8", "a gradient has the wrong shape"),
+    ("gradients.nan", "cause", "10.8", "a gradient is NaN where float64 autograd is finite"),
+    (
+        "gradients.padding_row",
+        "cause",
+        "1.3 10.8",
+        "the padding row of the embedding receives gradient",
+    ),
+    # --- numerics
+    (
+        "numerics.overflow",
+        "cause",
+        "10.7 10.10",
+        "inf or NaN where the oracle is finite: an intermediate overflows",
+    ),
+    (
+        "numerics.float64_precision_lost",
+        "cause",
+        "10.7",
+        "a float64 subject agrees to float32 precision only",
+    ),
+    (
+        "numerics.fill_value_overflow",
+        "cause",
+        "4.1 10.7",
+        "a fill value does not fit the dtype (masked_fill(-1e9) in float16)",
+    ),
+    (
+        "numerics.precision_loss",
+        "cause",
+        "10.7 10.10",
+        "the lower-precision output is off by more than the careful reference's error",
+    ),
+    (
+        "numerics.norm_statistics_low_precision",
+        "cause",
+        "5.1 5.3 10.10",
+        "norm statistics are formed in the input dtype",
+    ),
+    (
+        "numerics.softmax_low_precision",
+        "cause",
+        "3.1 10.10",
+        "the softmax is formed in the input dtype",
+    ),
+    (
+        "numerics.rope_angles_low_precision",
+        "cause",
+        "2.3 10.10",
+        "RoPE angles are formed in low precision",
+    ),
+    (
+        "numerics.half_precision_input_dtype",
+        "cause",
+        "10.10",
+        "a declared half_precision = input_dtype, shown (a convention result)",
+    ),
+    # --- ONNX export
+    ("onnx.export_failed", "cause", "10.9", "torch.onnx.export failed"),
+    ("onnx.checker_failed", "cause", "10.9", "onnx.checker rejects the exported graph"),
+    ("onnx.axis_not_dynamic", "cause", "10.9", "the exported graph fixed an axis a call changes"),
+    ("onnx.runtime_error", "cause", "10.9", "ONNX Runtime failed to run the graph"),
+    (
+        "onnx.opt_level_changes_result",
+        "cause",
+        "10.9",
+        "ONNX Runtime's graph optimisations change the result",
+    ),
+]
+
+
+def _build() -> dict[str, Code]:
+    out: dict[str, Code] = {}
+    for name, rank, clauses, meaning in _ROWS:
+        assert name not in out and rank in RANKS, name
+        out[name] = Code(name, rank, tuple(clauses.split()), meaning)
+    for name, (clauses, meaning) in catalogue.all_codes().items():
+        assert name not in out, name
+        out[name] = Code(name, "cause", clauses, meaning)
+    return out
+
+
+CODES: dict[str, Code] = _build()
+FAMILIES: dict[str, Code] = {c.name[1:]: c for c in CODES.values() if c.name.startswith("*.")}
+AREAS = frozenset(c.area for c in CODES.values() if c.area != "*")
+
+
+def lookup(name: str) -> Code | None:
+    """The registry's entry for ``name`` (a family's for ``<check>.assertion``), or None."""
+    if name in CODES:
+        return CODES[name]
+    for suffix, family in FAMILIES.items():
+        if name.endswith(suffix) and "." in name.removesuffix(suffix):
+            return family
+    return None
+
+
+def code(name: str) -> str:
+    """``name``, once the registry has it; UnknownCode otherwise (a typo'd code)."""
+    if lookup(name) is None:
+        raise UnknownCode(f"{name!r} is not a registered diagnosis code (tck.reference.codes)")
+    return name
+
+
+def rank(name: str) -> str:
+    """The rank class of a code. A code the registry lacks (an older results.json, a
+    comma-joined list of side effects) ranks by its suffix: generic for ``*.oracle_mismatch``,
+    ``*.fixture_mismatch`` and ``*.assertion``, a cause otherwise."""
+    if not name:
+        return "generic"
+    entry = lookup(name)
+    if entry is not None:
+        return entry.rank
+    return (
+        "generic"
+        if name.endswith((".oracle_mismatch", ".fixture_mismatch", ".assertion"))
+        else "cause"
+    )
+
+
+def markdown_table() -> str:
+    """SPEC.md's Appendix C table, generated from the registry."""
+    lines = ["| code | rank | clauses | meaning |", "|---|---|---|---|"]
+    for entry in sorted(CODES.values(), key=lambda c: (c.area == "*", c.name)):
+        clauses = ", ".join(f"§{c}" for c in entry.clauses) or "-"
+        lines.append(f"| `{entry.name}` | {entry.rank} | {clauses} | {entry.meaning} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m tck.reference.codes: SPEC.md's Appendix C table
+    print(markdown_table())
