@@ -20,7 +20,8 @@ values).
 What the graph cannot do becomes ``Unsupported`` (a skip with the reason): gradients, and a
 dtype ONNX Runtime has no CPU kernel for (e.g. float64 ``Conv`` and ``Erf``). What export
 breaks becomes ``AdapterFailure`` with a diagnosis code: ``onnx.export_failed``,
-``onnx.checker_failed``, ``onnx.axis_not_dynamic``, ``onnx.runtime_error``.
+``onnx.checker_failed``, ``onnx.axis_not_dynamic``, ``onnx.runtime_error``, and
+``onnx.runtime_crashed`` where creating the session would crash ONNX Runtime (ort_probe.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from torch import nn
 
 from tck.reference import Config
 
+from . import ort_probe
 from .base import Adapter, AdapterFailure, Arrays, Subject, Unsupported
 from .torch_module import TorchHandle, TorchModuleAdapter
 
@@ -436,9 +438,13 @@ def _session(exported: Exported, level: str) -> Any:
         options.intra_op_num_threads = 1  # the checks' tensors are tiny (see --tck-threads)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        data = exported.model.SerializeToString()
+        crash = ort_probe.crash_of(exported.model, data, OPT_LEVELS[level])
+        if crash is not None:  # it would end this process (adapters/ort_probe.py)
+            raise AdapterFailure("onnx.runtime_crashed", crash)
         try:
             exported.sessions[level] = ort.InferenceSession(
-                exported.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+                data, options, providers=["CPUExecutionProvider"]
             )
         except Exception as err:
             text = str(err)

@@ -452,6 +452,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ("onnx.axis_not_dynamic", "cause", "10.9", "the exported graph fixed an axis a call changes"),
     ("onnx.runtime_error", "cause", "10.9", "ONNX Runtime failed to run the graph"),
     (
+        "onnx.runtime_crashed",
+        "cause",
+        "10.9",
+        "ONNX Runtime crashes creating a session for the graph (probed in a child process)",
+    ),
+    (
         "onnx.opt_level_changes_result",
         "cause",
         "10.9",

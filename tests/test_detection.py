@@ -44,15 +44,16 @@ def _only_when_selected(request: pytest.FixtureRequest) -> None:
         pytest.skip("detection run: select it with -m detection (tox -e detection)")
 
 
-def run_suite(spec: str, out: Path, seed: int = 0) -> dict[str, Any]:
-    """``tck run`` on one adapter, ci profile, one seed; its results.json."""
+def run_suite(spec: str, out: Path, seed: int = 0, *, html: bool = False) -> dict[str, Any]:
+    """``tck run`` on one adapter, ci profile, one seed; its results.json (and junit.xml;
+    index.html only with ``html``: nothing here reads it)."""
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     results.unlink(missing_ok=True)
     log = out / "tck-run.log"
     args = ["--adapter", spec, "--profile", PROFILE, "--seed", str(seed), "--out", str(out)]
     # cwd: hypothesis keeps its .hypothesis folder there
-    code = tck_run(args, cwd=out, log=log, timeout_s=TIMEOUT_S)
+    code = tck_run(args, cwd=out, log=log, timeout_s=TIMEOUT_S, html=html)
     if not results.exists():
         raise AssertionError(
             f"tck run --adapter {spec} wrote no results (exit {code}):\n"
@@ -137,7 +138,8 @@ def test_diagnosis_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
 @detection
 def test_control_passes() -> None:
     """The tutorial modules unbroken: no failure, so a mutant's failures are its bug's."""
-    document = run_suite(f"{mutants.CONTROL}:adapter", OUT / "tutorial")
+    # with its HTML report: one run of the env renders the page a user opens
+    document = run_suite(f"{mutants.CONTROL}:adapter", OUT / "tutorial", html=True)
     bad = [r for r in document["results"] if r["status"] in ("fail", "error")]
     assert not bad, "the control fails: " + "; ".join(
         f"{r['check']} [{r['subject']}]: {r['diagnosis']['code']}" for r in bad

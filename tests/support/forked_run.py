@@ -9,29 +9,59 @@ worker: a crash in it is this run's, not the test process's), with its own stdou
 working folder, a deadline, and ``os._exit`` so that nothing of the parent's pytest session
 runs twice. The test modules of ``tck.conformance`` are not imported before the fork, so each
 run imports them itself under its own pytest's assertion rewriting, as a subprocess would.
+
+What each run would otherwise repeat is done once here (measured in tests/test_detection.py's
+docstring): matplotlib and the report modules are imported before the fork, and
+``gc.freeze()`` moves everything loaded so far out of the collector's generations, so that the
+children's collections (pytest's at session end, hypothesis') do not walk torch's objects
+again in every run. ``html=False`` writes results.json and junit.xml but not index.html: the
+detection tests read results.json only, and the HTML report (three matplotlib plots, a few
+CPU seconds a run) is tested by tests/test_reports.py.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from tck.cli import main  # loaded once here, before any fork
+from tck.conformance import cli
+from tck.reports import html as _html  # noqa: F401  (loaded once: jinja2 and the templates)
+from tck.reports import junit_xml
+from tck.reports.files import atomic_write
+from tck.reports.plots import _pyplot
+
+_pyplot()  # matplotlib and pyplot, loaded once
 
 
-def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float) -> int:
+def _junit_only(document: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """write_reports without index.html (``tck_run(html=False)``)."""
+    out = Path(out_dir)
+    paths = {"html": out / "index.html (not rendered: html=False)", "junit": out / "junit.xml"}
+    atomic_write(paths["junit"], junit_xml(document))
+    return paths
+
+
+def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float, html: bool = True) -> int:
     """``tck run ARGS -n 0`` in a forked child; its exit status. stdout and stderr go to
-    ``log``; past ``timeout_s`` the child is killed and the status is -SIGKILL."""
+    ``log``; past ``timeout_s`` the child is killed and the status is -SIGKILL. With
+    ``html=False`` the run writes no index.html."""
     sys.stdout.flush()
     sys.stderr.flush()
+    gc.collect()
+    gc.freeze()  # the children inherit a frozen heap: their collections skip it
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 70
         try:
+            if not html:
+                cli.write_reports = _junit_only
             os.chdir(cwd)
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(fd, 1)
@@ -47,11 +77,22 @@ def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float) -> int:
             os._exit(code)
     deadline = time.monotonic() + timeout_s
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
+            _cpu_line(log, usage)
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return -signal.SIGKILL
         time.sleep(0.05)
+
+
+def _cpu_line(log: Path, usage: Any) -> None:
+    """The run's CPU seconds, last line of its log (what tests/test_detection.py's timings
+    were measured with: wall time means little on a shared machine)."""
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(
+            f"tck_run: CPU {usage.ru_utime + usage.ru_stime:.2f} s "
+            f"(user {usage.ru_utime:.2f}, sys {usage.ru_stime:.2f})\n"
+        )
