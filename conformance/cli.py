@@ -268,7 +268,11 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 # --model DIR: the adapters that check a local save_pretrained folder as it is
-PRETRAINED = {"hf.bert": "tck.adapters.pretrained:bert", "hf.vit": "tck.adapters.pretrained:vit"}
+PRETRAINED = {
+    "hf.bert": "tck.adapters.pretrained:bert",
+    "hf.vit": "tck.adapters.pretrained:vit",
+    "timm.vit": "tck.adapters.timm_pretrained:vit",  # a folder or a weights file
+}
 
 
 def _pretrained(args: argparse.Namespace) -> str | None:
@@ -282,9 +286,14 @@ def _pretrained(args: argparse.Namespace) -> str | None:
     import os
 
     from tck.adapters.pretrained import ENV, ModelError, _folder
+    from tck.adapters.timm_pretrained import checkpoint
 
-    try:
-        os.environ[ENV] = str(_folder(args.model).resolve())
+    try:  # the path only (no weights read yet): a bad one is one line, exit 2
+        if args.adapter == "timm.vit":
+            checkpoint(args.model)
+            os.environ[ENV] = str(Path(args.model).resolve())
+        else:
+            os.environ[ENV] = str(_folder(args.model).resolve())
     except ModelError as err:
         raise UsageError(str(err)) from None
     return PRETRAINED[args.adapter]
@@ -294,8 +303,14 @@ def _onnx_file(args: argparse.Namespace) -> str | None:
     """The adapter spec of ``--adapter onnx:FILE --component C [--map M]`` (passed on in the
     environment, for the worker processes)."""
     if not (args.adapter or "").startswith("onnx:"):
-        if args.component or args.map:
-            raise UsageError("--component and --map apply to --adapter onnx:FILE")
+        if (args.component or args.map) and ":" not in (args.adapter or ""):
+            raise UsageError(
+                "--component and --map apply to --adapter onnx:FILE or module:attr naming an "
+                "nn.Module instance"
+            )
+        from tck.adapters import instance
+
+        instance.set_env(args.component, args.map)  # for an nn.Module instance (module:attr)
         return None
     if not args.component:
         raise UsageError("--adapter onnx:FILE needs --component (e.g. --component encoder_layer)")
@@ -321,11 +336,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ImportError, onnx_file.OnnxFileError) as err:
             raise UsageError(str(err)) from None
     elif pretrained is not None:
-        from tck.adapters import pretrained as module
+        import importlib
 
+        from tck.adapters.pretrained import ModelError
+
+        module = importlib.import_module(pretrained.partition(":")[0])
         try:  # called here, not through load_adapter: its own one-line message
             adapter = getattr(module, pretrained.rpartition(":")[2])()
-        except (ImportError, module.ModelError) as err:
+        except (ImportError, ModelError) as err:
             raise UsageError(str(err)) from None
     else:
         adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
@@ -456,12 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="with --adapter hf.bert or hf.vit: check the save_pretrained folder DIR as it "
-        "is, at its own sizes with its own weights (local files and safetensors only)",
+        "is, at its own sizes with its own weights (local files and safetensors only); with "
+        "timm.vit: a timm checkpoint folder or weights file",
     )
     run.add_argument(
         "--component",
         default=None,
-        help="with --adapter onnx:FILE: the component the graph computes (e.g. encoder_layer)",
+        help="with --adapter onnx:FILE or module:attr naming an nn.Module instance: the "
+        "component it computes (e.g. encoder_layer)",
     )
     run.add_argument(
         "--map",
