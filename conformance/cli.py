@@ -277,8 +277,13 @@ PRETRAINED = {
 
 def _pretrained(args: argparse.Namespace) -> str | None:
     """The adapter spec of ``--adapter NAME --model DIR`` (DIR passed on in $TCK_MODEL)."""
+    from tck.adapters import instance
+
+    instance.set_env(None, None)  # _onnx_file sets them for an nn.Module instance
     if args.model is None:
         return None
+    if args.component or args.map:
+        raise UsageError("--component and --map do not apply with --model")
     if args.adapter not in PRETRAINED:
         raise UsageError(
             f"--model works with --adapter {' or '.join(PRETRAINED)}, not {args.adapter!r}"
@@ -314,6 +319,9 @@ def _onnx_file(args: argparse.Namespace) -> str | None:
         return None
     if not args.component:
         raise UsageError("--adapter onnx:FILE needs --component (e.g. --component encoder_layer)")
+    from tck.adapters import instance
+
+    instance.set_env(None, None)  # --component and --map are the ONNX file's here
     import os
 
     from tck.adapters import onnx_file
