@@ -495,8 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--map",
         default=None,
         metavar="MAP.json",
-        help="with --adapter onnx:FILE: the graph's initializers as canonical parameters "
-        "(and its config, conventions, input names); without it the oracle checks skip",
+        help="with --adapter onnx:FILE (or module:attr naming an nn.Module instance): its "
+        "initializers (parameters) as canonical parameters, and its config, conventions, "
+        "input names; without it the oracle checks skip",
     )
     run.add_argument("--profile", default="ci", choices=PROFILES, help="hypothesis profile")
     run.add_argument("--out", default=None, help="results folder (default reports/out/ADAPTER)")
