@@ -70,6 +70,7 @@ def load_adapter(spec: str | None = None) -> Adapter:
         obj = getattr(module, attr)
     except AttributeError:
         raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
+    obj = _instance(obj, spec)
     if callable(obj) and not isinstance(obj, Adapter):  # an Adapter subclass or a factory
         try:
             obj = obj()
@@ -85,6 +86,32 @@ def load_adapter(spec: str | None = None) -> Adapter:
             f"{spec!r} is a {type(obj).__name__}, not an adapter: it needs a 'name' and the "
             f"methods subjects(), build() and run() (missing: {', '.join(missing) or 'name'}); "
             "see tck.adapters.Adapter"
+        )
+    return obj
+
+
+def _instance(obj: object, spec: str) -> object:
+    """An ``nn.Module`` instance as its adapter (tck.adapters.instance); a module *class* is
+    refused (calling it would build fresh weights, not the ones the user means)."""
+    from torch import nn
+
+    from . import instance
+
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        raise AdapterError(
+            f"{spec!r} is the class {obj.__name__}, not an instance: name a ready nn.Module "
+            "instance with its weights (e.g. layer = MyLayer(...); layer.load_state_dict(...)) "
+            "or an Adapter"
+        )
+    if isinstance(obj, nn.Module):
+        try:
+            return instance.adapt(obj, spec)
+        except instance.InstanceError as err:
+            raise AdapterError(str(err)) from None
+    if os.environ.get(instance.ENV_COMPONENT) or os.environ.get(instance.ENV_MAP):
+        raise AdapterError(
+            f"--component and --map apply to an nn.Module instance (or onnx:FILE); {spec!r} is "
+            f"a {type(obj).__name__}"
         )
     return obj
 

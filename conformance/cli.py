@@ -228,13 +228,22 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 # --model DIR: the adapters that check a local save_pretrained folder as it is
-PRETRAINED = {"hf.bert": "tck.adapters.pretrained:bert", "hf.vit": "tck.adapters.pretrained:vit"}
+PRETRAINED = {
+    "hf.bert": "tck.adapters.pretrained:bert",
+    "hf.vit": "tck.adapters.pretrained:vit",
+    "timm.vit": "tck.adapters.timm_pretrained:vit",  # a folder or a weights file
+}
 
 
 def _pretrained(args: argparse.Namespace) -> str | None:
     """The adapter spec of ``--adapter NAME --model DIR`` (DIR passed on in $TCK_MODEL)."""
+    from tck.adapters import instance
+
+    instance.set_env(None, None)  # _onnx_file sets them for an nn.Module instance
     if args.model is None:
         return None
+    if args.component or args.map:
+        raise UsageError("--component and --map do not apply with --model")
     if args.adapter not in PRETRAINED:
         raise UsageError(
             f"--model works with --adapter {' or '.join(PRETRAINED)}, not {args.adapter!r}"
@@ -242,9 +251,14 @@ def _pretrained(args: argparse.Namespace) -> str | None:
     import os
 
     from tck.adapters.pretrained import ENV, ModelError, _folder
+    from tck.adapters.timm_pretrained import checkpoint
 
-    try:
-        os.environ[ENV] = str(_folder(args.model).resolve())
+    try:  # the path only (no weights read yet): a bad one is one line, exit 2
+        if args.adapter == "timm.vit":
+            checkpoint(args.model)
+            os.environ[ENV] = str(Path(args.model).resolve())
+        else:
+            os.environ[ENV] = str(_folder(args.model).resolve())
     except ModelError as err:
         raise UsageError(str(err)) from None
     return PRETRAINED[args.adapter]
@@ -254,11 +268,20 @@ def _onnx_file(args: argparse.Namespace) -> str | None:
     """The adapter spec of ``--adapter onnx:FILE --component C [--map M]`` (passed on in the
     environment, for the worker processes)."""
     if not (args.adapter or "").startswith("onnx:"):
-        if args.component or args.map:
-            raise UsageError("--component and --map apply to --adapter onnx:FILE")
+        if (args.component or args.map) and ":" not in (args.adapter or ""):
+            raise UsageError(
+                "--component and --map apply to --adapter onnx:FILE or module:attr naming an "
+                "nn.Module instance"
+            )
+        from tck.adapters import instance
+
+        instance.set_env(args.component, args.map)  # for an nn.Module instance (module:attr)
         return None
     if not args.component:
         raise UsageError("--adapter onnx:FILE needs --component (e.g. --component encoder_layer)")
+    from tck.adapters import instance
+
+    instance.set_env(None, None)  # --component and --map are the ONNX file's here
     import os
 
     from tck.adapters import onnx_file
@@ -281,11 +304,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ImportError, onnx_file.OnnxFileError) as err:
             raise UsageError(str(err)) from None
     elif pretrained is not None:
-        from tck.adapters import pretrained as module
+        import importlib
 
+        from tck.adapters.pretrained import ModelError
+
+        module = importlib.import_module(pretrained.partition(":")[0])
         try:  # called here, not through load_adapter: its own one-line message
             adapter = getattr(module, pretrained.rpartition(":")[2])()
-        except (ImportError, module.ModelError) as err:
+        except (ImportError, ModelError) as err:
             raise UsageError(str(err)) from None
     else:
         adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
@@ -408,19 +434,22 @@ def add_parsers(sub: Any) -> None:
         default=None,
         metavar="DIR",
         help="with --adapter hf.bert or hf.vit: check the save_pretrained folder DIR as it "
-        "is, at its own sizes with its own weights (local files and safetensors only)",
+        "is, at its own sizes with its own weights (local files and safetensors only); with "
+        "timm.vit: a timm checkpoint folder or weights file",
     )
     run.add_argument(
         "--component",
         default=None,
-        help="with --adapter onnx:FILE: the component the graph computes (e.g. encoder_layer)",
+        help="with --adapter onnx:FILE or module:attr naming an nn.Module instance: the "
+        "component it computes (e.g. encoder_layer)",
     )
     run.add_argument(
         "--map",
         default=None,
         metavar="MAP.json",
-        help="with --adapter onnx:FILE: the graph's initializers as canonical parameters "
-        "(and its config, conventions, input names); without it the oracle checks skip",
+        help="with --adapter onnx:FILE (or module:attr naming an nn.Module instance): its "
+        "initializers (parameters) as canonical parameters, and its config, conventions, "
+        "input names; without it the oracle checks skip",
     )
     run.add_argument("--profile", default="ci", choices=PROFILES, help="hypothesis profile")
     run.add_argument("--out", default=None, help="results folder (default reports/out/ADAPTER)")

@@ -201,6 +201,13 @@ class Harness:
         self._recipes[id(made)] = (made, shape, seed)
         return made
 
+    def release(self) -> None:
+        """Drop what the harness holds between calls (the careful runs' modules, the input
+        recipes, the last outputs): a check is over."""
+        self.naive_handles.clear()
+        self._recipes.clear()
+        self._outputs = []
+
     def recipe(self, inputs: Mapping[str, np.ndarray]) -> tuple[Shape, int] | None:
         """How ``inputs`` were made (shape, seed), if by ``self.inputs`` (possibly changed
         since: the caller compares before relying on it)."""

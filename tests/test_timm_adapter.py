@@ -77,3 +77,96 @@ def test_timm_runs_with_no_failure(timm_available: None, tmp_path: Path) -> None
     summary = document["summary"]
     assert summary["passed"] > 100, summary  # the whole suite ran, not a handful of checks
     assert_agrees("timm.vit", build_fingerprint(document))
+
+
+def _save_timm(folder: Path, **extra: object) -> None:
+    """A small timm ViT, randomly initialised, saved as timm saves it (config.json naming the
+    architecture and its model_args, model.safetensors)."""
+    import timm
+    import torch
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        img_size=16,
+        patch_size=4,
+        embed_dim=40,  # not the suite's default d_model (24): the checkpoint's own
+        depth=2,
+        num_heads=5,
+        mlp_ratio=1.8,
+        num_classes=3,
+        **extra,
+    )
+    save_for_hf(model, str(folder), safe_serialization=True)
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.spec("0.2", "0.5", "9.1")
+def test_timm_checkpoint_as_it_is(timm_available: None, tmp_path: Path) -> None:
+    """--model on a save_for_hf folder: 0 failures at the checkpoint's own width, its weights
+    read and never written; a bare safetensors file with num_heads in its metadata too."""
+    model = tmp_path / "vit"
+    _save_timm(model)
+    before = _digest(model)
+    out = tmp_path / "out"
+    proc = tck("run", "--adapter", "timm.vit", "--model", str(model), "-n", "0", "--out", str(out))
+    assert _digest(model) == before  # read, never written
+    document = json.loads((out / "results.json").read_text())
+    bad = [
+        f"{r['check']}[{r['subject']}]: {r['diagnosis']}"
+        for r in document["results"]
+        if r["status"] in ("fail", "error")
+    ]
+    assert proc.returncode == 0 and not bad, "\n".join(bad) + proc.stderr[-2000:]
+    summary = document["summary"]
+    assert summary["unverified"] == 0 and summary["passed"] > 100, summary
+    notes = [n for ns in document["adapter"]["notes"].values() for n in ns]
+    assert any("d_model=40" in n and "n_heads=5" in n for n in notes), notes
+    oracle = next(
+        r
+        for r in document["results"]
+        if (r["check"], r["subject"]) == ("equality.oracle", "encoder[fused]")
+    )
+    assert (
+        oracle["status"] == "pass"
+        and max(c["seq_len"] or 0 for c in oracle["metrics"]["calls"]) > 1
+    )
+    reasons = [r["diagnosis"]["message"] for r in document["results"] if r["status"] == "skip"]
+    assert any("own weights" in m or "the subject fixes" in m for m in reasons), reasons[:5]
+
+    # the same weights as one safetensors file, the heads in its metadata
+    from safetensors.torch import load_file, save_file
+
+    single = tmp_path / "weights.safetensors"
+    save_file(load_file(str(model / "model.safetensors")), str(single), {"num_heads": "5"})
+    out = tmp_path / "out-file"
+    proc = tck(
+        "run", "--adapter", "timm.vit", "--model", str(single), "-n", "0",
+        "--only", "encoder_layer,vit", "--out", str(out),
+    )  # fmt: skip
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    assert proc.returncode == 0 and summary["failed"] == summary["errors"] == 0, summary
+
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        ({"init_values": 1e-5}, "ls1.gamma"),  # LayerScale: parameters the canonical ViT lacks
+        ({"global_pool": "avg", "fc_norm": False}, "global_pool='avg'"),
+    ],
+)
+def test_timm_checkpoint_not_canonical_is_one_line(
+    timm_available: None, tmp_path: Path, extra: dict, words: str
+) -> None:
+    _save_timm(tmp_path / "vit", **extra)
+    proc = tck("run", "--adapter", "timm.vit", "--model", str(tmp_path / "vit"), "--out",
+               str(tmp_path / "out"))  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -1,0 +1,502 @@
+"""A ready ``nn.Module`` instance as the implementation, checked with its own weights:
+
+    tck run --adapter mypkg.models:trained_encoder_layer [--component C] [--map MAP.json]
+
+``load_adapter`` hands an ``nn.Module`` instance here. Its configuration is read from the
+instance, never assumed: width, heads, d_ff, LayerNorm eps, norm placement, activation and
+biases (SPEC.md §0.5), and every build is a deep copy of it (the suite reads its canonical
+parameters with ``params`` and never writes them: ``load`` is ``Unsupported``, so checks that
+need other parameters skip and say so). Recognised without a map:
+
+- ``torch.nn.TransformerEncoderLayer`` (``encoder_layer``, with PyTorch's fast path off and,
+  where it can run, on; its ``self_attn`` as ``mha``), ``torch.nn.MultiheadAttention``
+  (``mha``), ``torch.nn.LayerNorm`` (``layer_norm``);
+- transformers' ``BertLayer`` and ``ViTLayer`` (``encoder_layer`` and their ``mha``), with the
+  attention implementation their config names.
+
+Any other module needs ``--component C`` (the component it computes) and, for the checks
+that compare with the oracle, ``--map MAP.json`` naming its parameters. The map is the one
+``onnx:FILE`` takes, with the module's parameter names::
+
+    {"params": {"self_attn.q.weight": "attn.wq.weight",
+                "self_attn.q.bias": null,                          (absent: reads as zeros)
+                "self_attn.k.weight": {"name": "attn.wqkv", "slice": [0, 64, 128]},
+                "ffn.fc1.weight": {"name": "mlp.w1", "permute": [1, 0]}, ...},
+     "config": {"n_heads": 4},                      (what the module's attributes lack)
+     "conventions": {"norm_placement": "pre", "eps": 1e-6},
+     "inputs": {"key_padding": "pad_mask"},         (keyword names of the module's forward)
+     "masks": "ignore"}                             (True = masked; default "keep")
+
+The first input of the component goes positionally (``x``; ``query``, ``key``, ``value``),
+the others by keyword (the map's name, or the canonical one if ``forward`` takes it); an
+input the module cannot take makes that call ``Unsupported``. Without a map the checks that
+need no parameters still run (padding, batching, causal no-leak, determinism, shapes).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
+
+from .base import INPUTS, Unsupported
+from .pretrained import _activation, _AsIs
+from .torch_module import ABSENT, Param, ParamRef, TorchEntry, TorchHandle, TorchModuleAdapter
+
+ENV_COMPONENT, ENV_MAP = "TCK_INSTANCE_COMPONENT", "TCK_INSTANCE_MAP"
+CONFIG_ATTRS = {  # Config field -> attribute names modules commonly use for it
+    "d_model": ("d_model", "embed_dim", "hidden_size", "dim", "n_embd", "model_dim"),
+    "n_heads": ("n_heads", "num_heads", "nhead", "num_attention_heads", "n_head", "heads"),
+    "d_ff": ("d_ff", "dim_feedforward", "intermediate_size", "ffn_dim", "hidden_dim"),
+}
+EPS_ATTRS = ("eps", "layer_norm_eps", "norm_eps", "layernorm_eps")
+TORCH_ACTIVATIONS = {1: "relu", 2: "gelu"}  # TransformerEncoderLayer.activation_relu_or_gelu
+
+
+class InstanceError(Exception):
+    """The instance cannot be checked as given; the message says why and what to do."""
+
+
+def set_env(component: str | None, mapping: str | None) -> None:
+    """Pass ``--component`` and ``--map`` on to the run's worker processes."""
+    for key, value in ((ENV_COMPONENT, component), (ENV_MAP, mapping)):
+        if value:
+            os.environ[key] = str(Path(value).resolve()) if key == ENV_MAP else value
+        else:
+            os.environ.pop(key, None)
+
+
+def _read_map(path: str | None) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        mapping = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InstanceError(f"--map {path!r} is not a readable JSON file: {err}") from None
+    if not isinstance(mapping, dict):
+        raise InstanceError(f"--map {path!r} holds a {type(mapping).__name__}, not an object")
+    unknown = sorted(set(mapping) - {"params", "config", "conventions", "inputs", "masks"})
+    if unknown:
+        raise InstanceError(
+            f"--map {path!r} has unknown keys {unknown}; it takes params, config, conventions, "
+            "inputs and masks"
+        )
+    if mapping.get("masks", "keep") not in ("keep", "ignore"):
+        raise InstanceError(f"--map {path!r}: masks is 'keep' (True = attend) or 'ignore'")
+    return mapping
+
+
+class InstanceAdapter(_AsIs, TorchModuleAdapter):
+    """Subjects copied from one instance; ``load`` refused (its weights are the ones checked).
+    Without a parameter map, ``params`` and ``grad`` are Unsupported with the reason."""
+
+    unmapped: frozenset[str] = frozenset()
+
+    def params(self, handle: TorchHandle) -> dict[str, Any]:
+        self._require_map(handle)
+        return super().params(handle)
+
+    def grad(self, handle: TorchHandle, inputs: Any, cotangent: Any) -> dict[str, Any]:
+        self._require_map(handle)
+        return super().grad(handle, inputs, cotangent)
+
+    def _require_map(self, handle: TorchHandle) -> None:
+        if handle.subject.name in self.unmapped:
+            raise Unsupported(
+                f"{self.name}: no parameter map for {type(handle.module).__name__}, so the "
+                "checks that compare with the oracle skip; give one with --map MAP.json"
+            )
+
+
+# -------------------------------------------------------------------------- recognisers
+
+
+def _torch_encoder_layer(m: nn.TransformerEncoderLayer, label: str) -> list[TorchEntry]:
+    from . import torch_nn
+
+    sa = m.self_attn
+    _require_plain_mha(sa, label)
+    d, h, d_ff = sa.embed_dim, sa.num_heads, m.linear1.out_features
+    bias = m.linear1.bias is not None
+    if m.norm1.eps != m.norm2.eps:
+        raise InstanceError(f"{label}: norm1.eps={m.norm1.eps} != norm2.eps={m.norm2.eps}")
+    act = TORCH_ACTIVATIONS.get(getattr(m, "activation_relu_or_gelu", 0))
+    if act is None and isinstance(m.activation, nn.GELU):
+        act = "gelu_tanh" if m.activation.approximate == "tanh" else "gelu"
+    if act is None and isinstance(m.activation, nn.ReLU):
+        act = "relu"
+    if act is None:
+        raise InstanceError(
+            f"{label}: the activation {m.activation!r} is not one tck checks (relu, gelu, "
+            "gelu_tanh)"
+        )
+    fixed = {"d_model": d, "n_heads": h, "d_ff": d_ff, "bias": bias}
+    conv = {"norm_placement": "pre" if m.norm_first else "post", "activation": act}
+    conv["eps"] = float(m.norm1.eps)
+    seq_first = not sa.batch_first
+
+    def layer_map(config: Config) -> dict[str, ParamRef]:
+        mapping: dict[str, ParamRef] = dict(torch_nn._encoder_layer_map(config))
+        if not bias:  # bias=False drops the LayerNorm biases too: zeros, as §0.2 reads them
+            mapping.update({"norm1.bias": ABSENT, "norm2.bias": ABSENT})
+        return mapping
+
+    def forward(fast: bool) -> Any:
+        inner = torch_nn._encoder_layer_forward(fast_path=fast)
+
+        def call(
+            module: nn.Module,
+            x: torch.Tensor,
+            key_padding: torch.Tensor | None = None,
+            attn_mask: torch.Tensor | None = None,
+            causal: bool = False,
+        ) -> torch.Tensor:
+            if not seq_first:
+                return inner(module, x, key_padding, attn_mask, causal)
+            # the module wants (L, B, D); the boundary speaks (B, L, D)
+            out = inner(module, x.transpose(0, 1), key_padding, attn_mask, causal)
+            return out.transpose(0, 1)
+
+        return call
+
+    note = f"{label}: nn.TransformerEncoderLayer as built" + (" (batch_first=False)" * seq_first)
+    entries = [
+        TorchEntry(
+            "encoder_layer",
+            name="encoder_layer[slow_path]",
+            make=lambda c: copy.deepcopy(m),
+            forward=forward(False),
+            param_map=layer_map,
+            conventions=Conventions(**conv),
+            config=fixed,
+            notes=(note, torch_nn.SLOW_PATH_NOTE, torch_nn.MHA_MASK_NOTE),
+        )
+    ]
+    if sa.batch_first and bias and h % 2 == 0:  # where PyTorch's fast path can run
+        entries.append(
+            dataclasses.replace(
+                entries[0],
+                name="encoder_layer[fast_path]",
+                forward=forward(True),
+                conventions=Conventions(**conv, fully_masked_rows="nan"),
+                notes=(note, torch_nn.FAST_PATH_NOTE, torch_nn.MHA_MASK_NOTE),
+            )
+        )
+    mha = _torch_mha(sa, f"{label}.self_attn")[0]
+    entries.append(dataclasses.replace(mha, make=lambda c: copy.deepcopy(m.self_attn)))
+    return entries
+
+
+def _require_plain_mha(sa: nn.MultiheadAttention, label: str) -> None:
+    if not sa._qkv_same_embed_dim or sa.bias_k is not None or sa.add_zero_attn:
+        raise InstanceError(
+            f"{label}: kdim/vdim, add_bias_kv or add_zero_attn are not the canonical multi-head "
+            "attention (SPEC.md §3)"
+        )
+
+
+def _torch_mha(m: nn.MultiheadAttention, label: str) -> list[TorchEntry]:
+    from . import torch_nn
+
+    _require_plain_mha(m, label)
+    bias = m.in_proj_bias is not None
+    fixed = {"d_model": m.embed_dim, "n_heads": m.num_heads, "bias": bias}
+    extra = () if m.batch_first else ("batch_first=False: (L, B, D) tensors.",)
+    return [
+        TorchEntry(
+            "mha",
+            make=lambda c: copy.deepcopy(m),
+            forward=torch_nn._mha_forward(seq_first=not m.batch_first),
+            param_map=torch_nn._mha_map,
+            config=fixed,
+            notes=(f"{label}: nn.MultiheadAttention", torch_nn.MHA_ROWS_NOTE, *extra),
+        )
+    ]
+
+
+def _torch_layer_norm(m: nn.LayerNorm, label: str) -> list[TorchEntry]:
+    if len(m.normalized_shape) != 1 or not m.elementwise_affine:
+        raise InstanceError(
+            f"{label}: LayerNorm{tuple(m.normalized_shape)} with elementwise_affine="
+            f"{m.elementwise_affine}: tck checks a LayerNorm over the last axis with its gain"
+        )
+    mapping: dict[str, ParamRef] = {"weight": "weight", "bias": "bias"}
+    if m.bias is None:
+        mapping["bias"] = ABSENT
+    return [
+        TorchEntry(
+            "layer_norm",
+            make=lambda c: copy.deepcopy(m),
+            forward=lambda module, x: module(x),
+            param_map=mapping,
+            conventions=Conventions(eps=float(m.eps)),
+            config={"d_model": int(m.normalized_shape[0])},
+            notes=(f"{label}: nn.LayerNorm(eps={m.eps})",),
+        )
+    ]
+
+
+def _hf_layer(m: nn.Module, label: str, kind: str) -> list[TorchEntry]:
+    """transformers' BertLayer or ViTLayer: hf.bert's / hf.vit's subjects on a shell that holds
+    a copy of this layer where their forwards look (``encoder.layer[0]``, ``vit.layers[0]``)."""
+    from . import hf
+
+    config = m.attention.self.config if kind == "bert" else m.attention.config
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl not in hf.IMPLEMENTATIONS:
+        raise InstanceError(
+            f"{label}: attn_implementation={impl!r}; tck checks {', '.join(hf.IMPLEMENTATIONS)}"
+        )
+    if kind == "vit" and not getattr(config, "qkv_bias", True):
+        raise InstanceError(f"{label}: qkv_bias=False with a biased output projection")
+    fixed = {
+        "d_model": config.hidden_size,
+        "n_heads": config.num_attention_heads,
+        "d_ff": config.intermediate_size,
+    }
+    try:
+        act = _activation(config.hidden_act, Path(label))
+    except Exception as err:  # pretrained.ModelError
+        raise InstanceError(str(err)) from None
+    conv = {"eps": float(config.layer_norm_eps), "activation": act}
+    base = hf.bert if kind == "bert" else hf.vit
+
+    def shell(c: Config) -> nn.Module:
+        outer, inner = nn.Module(), nn.Module()
+        outer.config = config
+        if kind == "bert":
+            outer.encoder = inner
+            inner.layer = nn.ModuleList([copy.deepcopy(m)])
+        else:
+            outer.vit = inner
+            inner.layers = nn.ModuleList([copy.deepcopy(m)])
+        return outer
+
+    entries = []
+    for name in (f"encoder_layer[{impl}]", f"mha[{impl}]"):
+        entry = base._entries[name]
+        conventions = entry.conventions
+        if entry.component == "encoder_layer" and conventions is not None:
+            conventions = dataclasses.replace(conventions, **conv)
+        entries.append(
+            dataclasses.replace(
+                entry,
+                make=shell,
+                conventions=conventions,
+                config=fixed,
+                notes=(f"{label}: {type(m).__name__} with its own weights", *entry.notes),
+            )
+        )
+    return entries
+
+
+def _recognise(m: nn.Module, label: str) -> list[TorchEntry] | None:
+    if isinstance(m, nn.TransformerEncoderLayer):
+        return _torch_encoder_layer(m, label)
+    if isinstance(m, nn.MultiheadAttention):
+        return _torch_mha(m, label)
+    if isinstance(m, nn.LayerNorm):
+        return _torch_layer_norm(m, label)
+    for kind, module, cls in (
+        ("bert", "transformers.models.bert.modeling_bert", "BertLayer"),
+        ("vit", "transformers.models.vit.modeling_vit", "ViTLayer"),
+    ):
+        loaded = sys.modules.get(module)  # imported already if m is one
+        if loaded is not None and isinstance(m, getattr(loaded, cls)):
+            return _hf_layer(m, label, kind)
+    return None
+
+
+# ------------------------------------------------------------------- any other module
+
+
+def _read_config(m: nn.Module, mapping: dict[str, Any] | None) -> dict[str, Any]:
+    """Config fields from the module's attributes (or its ``config``), then the map's."""
+    sources = [m, getattr(m, "config", None)]
+    fixed: dict[str, Any] = {}
+    for field, names in CONFIG_ATTRS.items():
+        for source in sources:
+            value = next(
+                (getattr(source, n) for n in names if isinstance(getattr(source, n, None), int)),
+                None,
+            )
+            if value is not None and not isinstance(value, bool):
+                fixed[field] = value
+                break
+    fixed.update((mapping or {}).get("config", {}))
+    return fixed
+
+
+def _ref(value: Any, canonical: str) -> ParamRef:
+    if value is None:
+        return ABSENT
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        unknown = set(value) - {"name", "slice", "permute", "shape"}
+        if not unknown:
+            return Param(
+                value["name"],
+                slice=tuple(value["slice"]) if value.get("slice") is not None else None,
+                permute=tuple(value["permute"]) if value.get("permute") is not None else None,
+                shape=tuple(value["shape"]) if value.get("shape") is not None else None,
+            )
+    raise InstanceError(
+        f"--map: params[{canonical!r}] is a parameter name, null (absent) or "
+        '{"name": ..., "slice": [dim, start, stop], "permute": [...], "shape": [...]}'
+    )
+
+
+def _generic(
+    m: nn.Module, label: str, component: str, mapping: dict[str, Any] | None
+) -> tuple[list[TorchEntry], bool]:
+    fixed = _read_config(m, mapping)
+    try:
+        config = Config(**fixed)
+    except (TypeError, ValueError) as err:
+        raise InstanceError(f"{label}: the config read from it is not a Config: {err}") from None
+    if component not in ("embedding", "patch_embed", "vit", "seq2seq", "causal_lm") and (
+        "d_model" not in fixed
+    ):
+        raise InstanceError(
+            f"{label}: its width is not an attribute tck knows "
+            f"({', '.join(CONFIG_ATTRS['d_model'])}); give it in the map: --map MAP.json "
+            'with {"config": {"d_model": ...}}'
+        )
+    try:
+        conv = {
+            **canonical_conventions(component).to_dict(),
+            **_read_eps(m),
+            **(mapping or {}).get("conventions", {}),
+        }
+        conventions = Conventions(**conv)
+    except (TypeError, ValueError) as err:
+        raise InstanceError(f"{label}: the map's conventions are not Conventions: {err}") from None
+    params = (mapping or {}).get("params")
+    param_map: dict[str, ParamRef] = {}
+    if params:
+        shapes = param_shapes(component, config, conventions)
+        unknown = sorted(set(params) - set(shapes))
+        if unknown:
+            raise InstanceError(
+                f"--map names {unknown}, which are not canonical parameters of {component} "
+                f"({', '.join(shapes)})"
+            )
+        param_map = {k: _ref(v, k) for k, v in params.items()}
+        own = dict(m.named_parameters())
+        absent = sorted({r if isinstance(r, str) else r.name for r in param_map.values()
+                         if not isinstance(r, type(ABSENT))} - set(own))  # fmt: skip
+        if absent:
+            raise InstanceError(f"--map names parameters {label} lacks: {absent[:4]}")
+        lacking = sorted(set(shapes) - set(param_map))
+        if lacking:
+            raise InstanceError(
+                f"--map lacks canonical parameters {lacking[:4]} of {component} (null: absent)"
+            )
+    first, optional = INPUTS[component]
+    bound = {**{k: k for k in optional}, **(mapping or {}).get("inputs", {})}
+    takes = _keywords(m)
+    ignore = (mapping or {}).get("masks", "keep") == "ignore"
+
+    def forward(module: nn.Module, **inputs: Any) -> Any:
+        args = [inputs.pop(k) for k in first]
+        kwargs = {}
+        for name, value in inputs.items():
+            keyword = bound.get(name)
+            if keyword is None or (takes is not None and keyword not in takes):
+                raise Unsupported(
+                    f"{label} takes no {name} (its forward has no {keyword or name!r}); bind it "
+                    'in the map: {"inputs": {"' + name + '": "its_keyword"}}'
+                )
+            if ignore and isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+                value = ~value
+            kwargs[keyword] = value
+        return module(*args, **kwargs)
+
+    sizes = ", ".join(f"{k}={v}" for k, v in fixed.items())
+    entry = TorchEntry(
+        component,
+        make=lambda c: copy.deepcopy(m),
+        forward=forward,
+        param_map=param_map or {},
+        conventions=conventions,
+        config=fixed,
+        notes=(f"{label}: {type(m).__name__} as built, its own weights ({sizes})",),
+    )
+    return [entry], not param_map
+
+
+def _read_eps(m: nn.Module) -> dict[str, Any]:
+    for source in (m, getattr(m, "config", None)):
+        for name in EPS_ATTRS:
+            value = getattr(source, name, None)
+            if isinstance(value, float):
+                return {"eps": value}
+    return {}
+
+
+def _keywords(m: nn.Module) -> set[str] | None:
+    try:
+        params = inspect.signature(m.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+def adapt(
+    module: nn.Module,
+    spec: str,
+    component: str | None = None,
+    map_path: str | None = None,
+) -> InstanceAdapter:
+    """The adapter of one instance (``component`` and ``map_path`` default to the
+    environment that ``tck run --component/--map`` sets)."""
+    component = component or os.environ.get(ENV_COMPONENT) or None
+    mapping = _read_map(map_path or os.environ.get(ENV_MAP))
+    if component is not None and component not in COMPONENTS:
+        raise InstanceError(
+            f"--component {component!r} is not a component; choose one of {', '.join(COMPONENTS)}"
+        )
+    label = spec
+    entries = None if mapping else _recognise(module, label)
+    unmapped = False
+    if entries is not None:
+        offered = {e.component for e in entries}
+        if component is not None and component not in offered:
+            raise InstanceError(
+                f"{label} is a {type(module).__name__}: tck checks it as "
+                f"{' and '.join(sorted(offered))}, not {component}"
+            )
+        entries = [e for e in entries if component is None or e.component == component]
+    else:
+        if component is None:
+            raise InstanceError(
+                f"{label} is a {type(module).__name__}, which tck does not recognise: name what "
+                "it computes with --component C (e.g. encoder_layer), and its parameters with "
+                "--map MAP.json for the oracle checks"
+            )
+        entries, unmapped = _generic(module, label, component, mapping)
+    adapter = InstanceAdapter(label, entries)
+    adapter.fixed = {}  # each entry fixes its own config (Subject.config): _AsIs checks none
+    adapter.folder = Path(label.replace("/", "_"))
+    if unmapped:
+        adapter.unmapped = frozenset(e.name or e.component for e in entries)
+    return adapter
+
+
+__all__ = ["ENV_COMPONENT", "ENV_MAP", "InstanceAdapter", "InstanceError", "adapt", "set_env"]
