@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Where codes are emitted or expected: the checks, the adapters and mutants, the reports.
 EMITTERS = ("conformance", "adapters", "reports", "fixtures", "bench", "reference")
 CODE_SHAPED = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
-# Dotted strings with a code's area that are not codes: parameter names (SPEC.md §0.5).
-PARAMETER_SUFFIXES = (".weight", ".bias")
+# Dotted strings with a code's area that are not codes: parameter names (SPEC.md §0.5) and
+# checkpoint file names (model.safetensors).
+NOT_CODE_SUFFIXES = (".weight", ".bias", ".safetensors", ".pth", ".bin", ".json", ".onnx")
+# Attribute paths into third-party modules whose first name happens to be a code area.
+MODULE_PATHS = frozenset({"vit.layers", "vit.layernorm"})  # transformers' ViTModel
 
 
 def code_literals() -> dict[str, set[str]]:
@@ -41,9 +44,9 @@ def code_literals() -> dict[str, set[str]]:
                 if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
                     continue
                 text = node.value
-                if not CODE_SHAPED.fullmatch(text) or text.endswith(PARAMETER_SUFFIXES):
+                if not CODE_SHAPED.fullmatch(text) or text.endswith(NOT_CODE_SUFFIXES):
                     continue
-                if text.split(".", 1)[0] in codes.AREAS:
+                if text.split(".", 1)[0] in codes.AREAS and text not in MODULE_PATHS:
                     found.setdefault(text, set()).add(str(path.relative_to(ROOT)))
     return found
 
