@@ -58,6 +58,7 @@ from .torch_module import (
     TorchHandle,
     TorchModuleAdapter,
     linear_params,
+    stack_params,
 )
 
 REQUIRES = "5.23"
@@ -273,10 +274,7 @@ def _bert_layer_map(ours: str, theirs: str) -> ParamMap:
 
 
 def _bert_encoder_map(config: Config) -> ParamMap:
-    mapping: ParamMap = {}
-    for i in range(config.n_layers):
-        mapping.update(_bert_layer_map(f"layers.{i}.", f"encoder.layer.{i}."))
-    return mapping
+    return stack_params(_bert_layer_map, config.n_layers, "", "encoder.layer.{i}.")
 
 
 def _require_self_attention(query: Tensor, key: Tensor, value: Tensor, module: str) -> None:
@@ -424,10 +422,7 @@ def _vit_layer_map(ours: str, theirs: str) -> ParamMap:
 
 
 def _vit_encoder_map(config: Config, ours: str = "") -> ParamMap:
-    mapping: ParamMap = {}
-    for i in range(config.n_layers):
-        mapping.update(_vit_layer_map(f"{ours}layers.{i}.", f"vit.layers.{i}."))
-    return {**mapping, **linear_params(f"{ours}norm.", "vit.layernorm.")}
+    return stack_params(_vit_layer_map, config.n_layers, ours, "vit.layers.{i}.", "vit.layernorm.")
 
 
 def _vit_model_map(config: Config) -> ParamMap:

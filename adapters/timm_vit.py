@@ -35,7 +35,14 @@ except Exception as err:  # a torchvision built for another torch fails in many 
 from tck.reference import Config, Conventions
 
 from .base import Unsupported
-from .torch_module import Chunk, ParamMap, TorchEntry, TorchModuleAdapter, linear_params
+from .torch_module import (
+    Chunk,
+    ParamMap,
+    TorchEntry,
+    TorchModuleAdapter,
+    linear_params,
+    stack_params,
+)
 
 VARIANTS = {"fused": True, "unfused": False}
 EPS = 1e-6  # timm's LayerNorm default, as in the JAX ViT
@@ -133,10 +140,7 @@ def _block_map(ours: str, theirs: str) -> ParamMap:
 
 
 def _encoder_map(config: Config, ours: str = "") -> ParamMap:
-    mapping: ParamMap = {}
-    for i in range(config.n_layers):
-        mapping.update(_block_map(f"{ours}layers.{i}.", f"blocks.{i}."))
-    return {**mapping, **linear_params(f"{ours}norm.", "norm.")}
+    return stack_params(_block_map, config.n_layers, ours, "blocks.{i}.", "norm.")
 
 
 def _model_map(config: Config) -> ParamMap:

@@ -126,6 +126,25 @@ def linear_params(ours: str, theirs: str, *, bias: bool = True) -> ParamMap:
     return mapping
 
 
+def stack_params(
+    layer: Callable[[str, str], ParamMap],
+    n_layers: int,
+    ours: str,
+    theirs: str,
+    final_norm: str | None = None,
+) -> ParamMap:
+    """The map of a stack of ``n_layers`` layers: ``layer(ours_i, theirs_i)`` for each, where
+    ``ours_i`` is ``{ours}layers.{i}.`` (SPEC.md §0.2) and ``theirs_i`` is ``theirs`` with
+    ``{i}`` filled in (``"encoder.layer.{i}."``); then the final norm, ``{ours}norm.`` ->
+    ``final_norm``, when the stack has one."""
+    mapping: ParamMap = {}
+    for i in range(n_layers):
+        mapping.update(layer(f"{ours}layers.{i}.", theirs.format(i=i)))
+    if final_norm is not None:
+        mapping.update(linear_params(f"{ours}norm.", final_norm))
+    return mapping
+
+
 @dataclass
 class TorchEntry:
     """One subject of a torch adapter: how to make it, call it, and find its parameters."""

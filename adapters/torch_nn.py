@@ -48,7 +48,14 @@ from tck.reference.model import sinusoidal_pe
 
 from .base import Unsupported
 from .sdpa import SDPA_BACKENDS, pinned
-from .torch_module import Chunk, ParamMap, TorchEntry, TorchModuleAdapter, linear_params
+from .torch_module import (
+    Chunk,
+    ParamMap,
+    TorchEntry,
+    TorchModuleAdapter,
+    linear_params,
+    stack_params,
+)
 
 Forward = Callable[..., Tensor]
 
@@ -252,12 +259,13 @@ LayerMap = Callable[[Config, str, str], ParamMap]
 def _stack_map(
     config: Config, layer: LayerMap, n_layers: int, final_norm: bool, ours: str, theirs: str
 ) -> ParamMap:
-    mapping: ParamMap = {}
-    for i in range(n_layers):
-        mapping.update(layer(config, f"{ours}layers.{i}.", f"{theirs}layers.{i}."))
-    if final_norm:
-        mapping.update(linear_params(f"{ours}norm.", f"{theirs}norm."))
-    return mapping
+    return stack_params(
+        functools.partial(layer, config),
+        n_layers,
+        ours,
+        theirs + "layers.{i}.",
+        f"{theirs}norm." if final_norm else None,
+    )
 
 
 # ---------------------------------------------------------------------------- attention
