@@ -144,8 +144,18 @@ FORBIDDEN = [
     "weights_only" + "=False",
     "pickle" + ".load",
     "pickle" + ".loads",
-    "torch" + ".load(",  # every torch.load must say weights_only=True: none is needed today
 ]
+TORCH_LOAD = "torch" + ".load("  # allowed only with weights_only=True in the same call
+
+
+def _call_text(text: str, start: int) -> str:
+    """The argument text of the call whose "(" ends at ``start`` (balanced parentheses)."""
+    depth = 1
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[start:end]
+    return text[start:]
 
 
 def test_nothing_loads_pickles():
@@ -161,6 +171,12 @@ def test_nothing_loads_pickles():
             for match in re.finditer(re.escape(pattern), text):
                 line = text.count("\n", 0, match.start()) + 1
                 offenders.append(f"{path.relative_to(ROOT)}:{line}: {pattern}")
+        for match in re.finditer(re.escape(TORCH_LOAD), text):
+            if "weights_only" + "=True" not in _call_text(text, match.end()):
+                line = text.count("\n", 0, match.start()) + 1
+                offenders.append(
+                    f"{path.relative_to(ROOT)}:{line}: {TORCH_LOAD} without weights_only"
+                )
     assert not offenders, offenders
 
 
