@@ -104,6 +104,23 @@ def test_patch_layouts_cover_every_grid_order_and_exclude_the_spec() -> None:
     assert any(np.allclose(gold, column_major) for gold in golds)
 
 
+def test_a_one_token_call_that_is_all_nan_is_the_hidden_diagonal() -> None:
+    """triu(diagonal=0) with a -inf fill: a one-token call has no key at all, so the whole
+    output is NaN where the spec's is finite; the hypothesis names that, not an overflow."""
+    from tck.conformance.explain import explain
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "causal_self_attention")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape(batch=2, lq=1, lk=1))
+    gold = tck.gold(inst, inputs)
+    assert np.isfinite(gold).all()
+    test = np.full_like(gold, np.nan)
+    code, message = explain(tck, inst, inputs, test, tck.compare(inst, test, gold))
+    assert code == "mask.causal_diagonal_hidden", message
+
+
 def test_cls_position_hypotheses_only_for_vit() -> None:
     assert not list(cls_position_hypotheses("encoder", lambda: np.zeros(1)))
 
