@@ -61,6 +61,10 @@ def attention_weights(
     return np.concatenate(columns, axis=-1)
 
 
+# The axes of the [B, H, Lq, Lk] weights a softmax may run over by mistake (dim=2, 1, 0).
+SOFTMAX_AXES = ((2, "the query axis"), (1, "the head axis"), (0, "the batch axis"))
+
+
 @spec("3.1", id="attention.softmax_rows_sum_to_one")
 @components("attention")
 @given(
@@ -74,7 +78,8 @@ def test_softmax_rows_sum_to_one(
 ) -> None:
     """§3.1: W = softmax over the **key** axis: every row of weights is >= 0 and sums to 1.
 
-    A softmax over the query axis makes the columns sum to 1 instead.
+    A softmax over the query axis makes the columns sum to 1 instead; one over the heads
+    (or the batch) makes the weights of one (query, key) pair sum to 1 across the heads.
     """
     inst = cached_instance(tck, "default", lambda: tck.instance(params=False))
     c = inst.config
@@ -90,19 +95,24 @@ def test_softmax_rows_sum_to_one(
         return
     if delta(weights, attention_weights(tck, inst, q, k)).changed:
         pytest.skip("two identical calls differ: see blocks.eval_determinism (SPEC.md §10.1)")
-    # Shrinking may leave one query row, where the two axes look alike: read the columns
-    # of a fixed call with several queries.
+    # Shrinking may leave one query row (or one batch row), where the axes look alike: read
+    # the sums over every other axis of a fixed call with several of each.
     fixed = rng(0)
-    q3 = fixed.standard_normal((1, c.n_heads, 3, c.head_dim_k))
-    k5 = fixed.standard_normal((1, c.n_heads, 5, c.head_dim_k))
-    columns = attention_weights(tck, inst, q3, k5).sum(axis=-2)
-    if not delta(np.ones_like(columns), columns).changed:
-        raise CheckFailure(
-            "attention.softmax_axis_wrong",
-            f"the weight COLUMNS sum to 1, the rows do not ({sums.describe()} for a row sum): "
-            "the softmax runs over the query axis instead of the key axis (SPEC.md §3.1)",
-            sums.metrics(),
-        )
+    q3 = fixed.standard_normal((2, c.n_heads, 3, c.head_dim_k))
+    k5 = fixed.standard_normal((2, c.n_heads, 5, c.head_dim_k))
+    fixed_weights = attention_weights(tck, inst, q3, k5)
+    for axis, words in SOFTMAX_AXES:
+        if fixed_weights.shape[axis] < 2:
+            continue  # one head: that axis cannot be told apart
+        other = fixed_weights.sum(axis=axis)
+        if not delta(np.ones_like(other), other).changed:
+            raise CheckFailure(
+                "attention.softmax_axis_wrong",
+                f"the weights sum to 1 over {words}, the rows over the keys do not "
+                f"({sums.describe()} for a row sum): the softmax runs over {words} instead of "
+                "the key axis (SPEC.md §3.1)",
+                {**sums.metrics(), "softmax_axis": axis},
+            )
     raise CheckFailure(
         "attention.weights_not_normalized",
         f"attention weight rows must be >= 0 and sum to 1: {sums.describe()} for a row sum, "

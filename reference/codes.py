@@ -147,7 +147,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "3.1 3.2",
         "the scores are multiplied by sqrt(d_k) instead of divided",
     ),
-    ("attention.softmax_axis_wrong", "cause", "3.1", "the softmax runs over the query axis"),
+    (
+        "attention.softmax_axis_wrong",
+        "cause",
+        "3.1",
+        "the softmax runs over another axis than the keys (the queries, the heads, the batch)",
+    ),
     (
         "attention.weights_not_normalized",
         "cause",
@@ -337,7 +342,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the head reads another token than the class token",
     ),
     ("vit.pooling_mean_with_cls", "cause", "9.5", "mean pooling counts the class token"),
-    ("vit.patch_order", "cause", "9.1", "the patch grid is read column-major"),
+    (
+        "vit.patch_order",
+        "cause",
+        "9.1",
+        "the patch tokens are read from the patch grid in the wrong axis order (column-major, "
+        "or the conv output reshaped without the transpose)",
+    ),
     (
         "vit.patch_flatten_order",
         "cause",

@@ -28,6 +28,38 @@ def specificity(code: str) -> int:
     return SPECIFICITY[rank(code)]
 
 
+def reproduced(result: Mapping[str, Any]) -> bool:
+    """Did an explanation reproduce the result's output (``tck.conformance.explain`` records
+    the code of the hypothesis under which the oracle gives the implementation's output)?
+    Such a finding is stronger evidence than a property's: a leak across the causal diagonal
+    follows from a mask added to the scores, not the reverse."""
+    code = (result.get("diagnosis") or {}).get("code", "")
+    return bool(code) and (result.get("metrics") or {}).get("reproduced_by") == code
+
+
+def _strength(result: Mapping[str, Any]) -> int:
+    """The rank class of a result's code, a reproduced symptom counted as a cause (the mask
+    that the oracle without it reproduces is the cause, whatever else it also describes)."""
+    code = (result.get("diagnosis") or {}).get("code", "")
+    strength = specificity(code)
+    if reproduced(result) and not is_generic(code):
+        strength = max(strength, SPECIFICITY["cause"])
+    return strength
+
+
+def _generic_order(code: str) -> int:
+    """Among codes of one rank: a gradient disagreement follows from a forward one (and is
+    ranked below it), a component's own code above the family codes ``*.assertion``.
+    Codes that are not generic are not ordered here."""
+    if not is_generic(code):
+        return 2
+    if code.startswith("gradients."):
+        return 0
+    if code.startswith(("adapter.", "equality.")) or code.endswith(".assertion"):
+        return 1
+    return 2
+
+
 def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The failing results (fail and error) grouped by cause, most specific cause first.
 
@@ -54,7 +86,7 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 except KeyError:  # a field or value this version's catalogue lacks
                     continue
             joined.setdefault((r["subject"], lead[0]), lead)
-    best: dict[str, tuple[int, int, str, str]] = {}  # subject -> (rank, -order, code, msg)
+    best: dict[str, tuple[int, ...]] = {}  # subject -> (key..., code, msg)
     counts: dict[tuple[str, str], int] = {}
     for r in failing:
         code = (r.get("diagnosis") or {}).get("code", "")
@@ -62,18 +94,34 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for order, r in enumerate(failing):
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
-        # Most specific; among equals, the code most results of the subject share; then
-        # the first reported.
-        key = (specificity(code), counts[(r["subject"], code)], -order)
-        if r["subject"] not in best or key > best[r["subject"]][:3]:
+        # Most specific; among equals, one an explanation reproduced, a forward finding
+        # before a gradient's, the code most results of the subject share; then the first
+        # reported.
+        key = (
+            _strength(r),
+            int(reproduced(r)),
+            _generic_order(code),
+            counts[(r["subject"], code)],
+            -order,
+        )
+        if r["subject"] not in best or key > best[r["subject"]][:5]:
             best[r["subject"]] = (*key, code, diagnosis.get("message", ""))
+    strength: dict[str, int] = {}  # code -> its strongest rank in this run
+    won: set[str] = set()  # codes some result reproduced
+    for r in failing:
+        code = (r.get("diagnosis") or {}).get("code", "")
+        strength[code] = max(strength.get(code, 0), _strength(r))
+        if reproduced(r):
+            won.add(code)
     groups: dict[str, dict[str, Any]] = {}
     for r in failing:
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
-        rank, _, _, top, top_message = best[r["subject"]]
+        rank, _, _, _, _, top, top_message = best[r["subject"]]
         cause, message = (code, diagnosis.get("message", ""))
-        if specificity(code) < rank:
+        # A weaker code, or a generic one beside another of the same subject, is a symptom
+        # of the subject's best cause.
+        if _strength(r) < rank or (is_generic(code) and code != top):
             cause, message = top, top_message
         cause, message = joined.get((r["subject"], cause), (cause, message))
         group = groups.setdefault(
@@ -81,7 +129,8 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             {
                 "code": cause,
                 "message": message,
-                "specificity": specificity(cause),
+                "specificity": strength.get(cause, specificity(cause)),
+                "reproduced": cause in won,
                 "subjects": [],
                 "symptoms": [],
             },
@@ -99,7 +148,14 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return sorted(
-        groups.values(), key=lambda g: (-g["specificity"], -len(g["symptoms"]), g["code"])
+        groups.values(),
+        key=lambda g: (
+            -g["specificity"],
+            -int(g["reproduced"]),
+            -_generic_order(g["code"]),
+            -len(g["symptoms"]),
+            g["code"],
+        ),
     )
 
 

@@ -108,6 +108,14 @@ NAMES: tuple[str, ...] = (
     "lm_embedding_scaled",
     "cache_dropped",
     "vit_merge_no_permute",
+    # the diagnosis benchmark, continued: the softmax over another axis, a bool mask added to
+    # the scores, a causal mask without its diagonal in a decoder, the patch grid read in
+    # another order, the position table added before the class token
+    "softmax_batch_axis",
+    "mask_added_padding",
+    "decoder_causal_diagonal",
+    "vit_patch_grid_column_major",
+    "vit_pos_before_cls",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
