@@ -120,7 +120,7 @@ class _AsIs:
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
         (``real_size.stack_skip``); None when it runs."""
-        return stack_skip(subject, check, params)
+        return stack_skip(subject, check, params, self.dtypes(subject))
 
     def build(
         self,

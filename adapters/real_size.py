@@ -12,6 +12,9 @@ whole stack runs the set below, which is what depth can change:
 - ``masks.padding_invariance``: padding through every layer;
 - ``gradients.gradients`` in float64 only: the backward pass through every layer, against
   float64 autograd through the reference (one call, every parameter);
+- a stack its adapter does not offer in float64 (hf.vit's eager subjects: a float32
+  softmax) runs ``numerics.dtype_sweep`` and ``gradients.gradients`` in its most precise
+  dtype instead (the oracle comparison and gradients of that dtype's tolerance rule);
 - the shape and parameter checks (``shapes.output_shapes``, ``params.round_trip``,
   ``params.count``) and, for ``vit``, the ViT checks (``vit.*``).
 
@@ -34,6 +37,7 @@ from typing import Any
 from .base import Subject
 
 ENV = "TCK_STACK_PLAN"
+PRECISIONS = ("float64", "float32", "float16", "bfloat16")
 STACKS = ("encoder", "decoder", "vit")  # the subjects that hold every layer
 REAL_SIZE_LAYER_PARAMS = 1_000_000
 KEPT = frozenset(
@@ -72,14 +76,19 @@ def applies(subject: Subject) -> bool:
     return size is not None and size > REAL_SIZE_LAYER_PARAMS
 
 
-def stack_skip(subject: Subject, check: str, params: dict[str, Any]) -> str | None:
-    """Why ``check`` (with its parameters, e.g. ``dtype``) is skipped on ``subject``, or None
-    when it runs."""
-    if not applies(subject):
-        return None
+def stack_skip(
+    subject: Subject, check: str, params: dict[str, Any], dtypes: tuple[str, ...] = ("float64",)
+) -> str | None:
+    """Why ``check`` (with its parameters, e.g. ``dtype``) is skipped on ``subject``, whose
+    adapter offers ``dtypes``, or None when it runs."""
+    if not applies(subject) or ("dtype" in params and params["dtype"] not in dtypes):
+        return None  # a dtype it does not offer skips with the adapter's own reason
+    top = next((d for d in PRECISIONS if d in dtypes), "float64")  # its most precise dtype
     kept = check in KEPT or (subject.component == "vit" and check.startswith("vit."))
-    if check == "gradients.gradients" and params.get("dtype", "float64") != "float64":
-        kept = False
+    if top != "float64" and check == "numerics.dtype_sweep":  # no float64, no oracle.equality
+        kept = True
+    if check in ("gradients.gradients", "numerics.dtype_sweep"):
+        kept = kept and params.get("dtype", "float64") == top
     if kept:
         return None
     return (

@@ -106,3 +106,36 @@ def test_one_wrong_layer_fails_the_stack(tmp_path) -> None:
     # the layer subjects are layer 0, which is right: the stack is what covers the others
     layer = _rows(document, "encoder_layer[eager]")["equality.oracle"][0]
     assert layer["status"] == "pass", layer
+
+
+def test_stack_plan_rule(monkeypatch) -> None:
+    """Which checks a real-size stack runs: the rule, at BERT-base / ViT-B sizes."""
+    from tck.adapters.base import Subject
+    from tck.adapters.config_space import ConfigSpace
+    from tck.adapters.real_size import ENV, stack_skip
+
+    monkeypatch.delenv(ENV, raising=False)
+    space = ConfigSpace(fixed={"d_model": 768, "d_ff": 3072, "n_layers": 12})
+    stack = Subject("encoder[sdpa]", "encoder", supports=space)
+    every = ("float64", "float32", "float16", "bfloat16")
+    assert stack_skip(stack, "equality.oracle", {}, every) is None
+    assert stack_skip(stack, "masks.padding_invariance", {}, every) is None
+    assert stack_skip(stack, "gradients.gradients", {"dtype": "float64"}, every) is None
+    assert "real-size stack" in stack_skip(
+        stack, "gradients.gradients", {"dtype": "float16"}, every
+    )
+    assert "real-size stack" in stack_skip(stack, "masks.causal_no_leak", {}, every)
+    # the layer subjects run everything; a small checkpoint's stack too (auto)
+    layer = Subject("encoder_layer[sdpa]", "encoder_layer", supports=space)
+    assert stack_skip(layer, "masks.causal_no_leak", {}, every) is None
+    small = Subject("encoder", "encoder", supports=ConfigSpace(fixed={"d_model": 32, "d_ff": 64}))
+    assert stack_skip(small, "masks.causal_no_leak", {}, every) is None
+    # a stack without float64 (hf.vit eager): its most precise dtype takes float64's place
+    vit = Subject("vit[eager]", "vit", supports=space)
+    lower = ("float32", "float16", "bfloat16")
+    assert stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float32"}, lower) is None
+    assert stack_skip(vit, "gradients.gradients", {"dtype": "float32"}, lower) is None
+    assert stack_skip(vit, "vit.pooling", {}, lower) is None
+    assert "real-size stack" in stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float16"}, lower)
+    monkeypatch.setenv(ENV, "off")
+    assert stack_skip(stack, "masks.causal_no_leak", {}, every) is None
