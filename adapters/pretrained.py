@@ -9,8 +9,9 @@ the longest sequence its position table takes; SPEC.md §0.6), with
 the conventions its config states (LayerNorm eps, activation). The suite reads the
 checkpoint's canonical parameters (``params``) and never writes them: ``load`` is
 ``Unsupported``, so the oracle checks compare with the checkpoint's own weights, and checks
-that need other parameters (the shipped fixtures) skip with that reason. Every build is a
-copy of the loaded model, so a check that converts it (float16) leaves the original alone.
+that need other parameters (the shipped fixtures) skip with that reason. In float64 every
+check of a subject shares the loaded model's own parts (read-only: nothing writes them); a
+build in another dtype is a copy, so a check that converts it (float16) leaves them alone.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from .base import Arrays, Unsupported
+from .base import Arrays, Config, Subject, Unsupported
 from .config_space import ConfigSpace
+from .real_size import stack_skip
 from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
 
 ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck run --model)
@@ -96,12 +99,71 @@ class _AsIs:
 
     fixed: dict[str, Any]
     folder: Path
+    # The harness reads ``params`` straight away instead of drawing canonical parameters
+    # for a ``load`` that refuses them (a BERT-base encoder's draw: 2.4 s, per instance).
+    loads_params = False
 
     def load(self, handle: TorchHandle, params: Arrays) -> None:
         raise Unsupported(
             f"the checkpoint {self.folder.name} is checked with its own weights, which tck "
             "never overwrites; this check needs other parameters"
         )
+
+    def real_length(self, subject: Subject) -> int | None:
+        """The sequence length the checkpoint runs at, for ``subject`` (BERT: its position
+        table, 512 for BERT-base; ViT: its patches and the class token, 197 at 224 px): the
+        oracle comparison makes one call at it (``equality.oracle``). None: no such length."""
+        if subject.component not in ("mha", "encoder_layer", "encoder"):
+            return None
+        return getattr(self, "positions", None)
+
+    def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
+        """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
+        (``real_size.stack_skip``); None when it runs."""
+        return stack_skip(subject, check, params, self.dtypes(subject))
+
+    def build(
+        self,
+        subject: Subject,
+        config: Config,
+        *,
+        seed: int,
+        dtype: str = "float64",
+        device: str = "cpu",
+    ) -> TorchHandle:
+        """In float64 on the CPU, every check of a subject shares one read-only module per
+        process: the loaded checkpoint's own parts (``copy_parts(deep=False)``, nothing
+        copied) where the adapter knows them, else one copy. Nothing writes it: ``load``
+        refuses, the forwards run in eval mode under ``no_grad``, and ``grad`` asks
+        ``torch.autograd.grad``, which accumulates nothing. In another dtype or on another
+        device, a fresh copy converted from the checkpoint (which stays float64)."""
+        plain = dtype == "float64" and device == "cpu" and self.dtype == torch.float64
+        if not plain or dtype not in self.dtypes(subject):  # its checks, its reasons
+            return super().build(subject, config, seed=seed, dtype=dtype, device=device)
+        shared = self.__dict__.setdefault("_shared", {})  # subject name -> its module
+        view = self.__dict__.get("views", {}).get(subject.name)
+        if subject.name not in shared and view is not None:  # the loaded model's own parts
+            shared[subject.name] = copy_parts(*view, deep=False).eval()
+        if subject.name not in shared:
+            handle = super().build(subject, config, seed=seed, dtype=dtype, device=device)
+            shared[subject.name] = handle.module
+            return handle
+        entry = self._entries[subject.name]
+        self.require_device(subject, device)
+        return TorchHandle(entry, subject, shared[subject.name], config, torch.float64)
+
+    def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
+        """The canonical parameters, exported once per shared copy and handed out read-only
+        (a new dict each time: a check may replace an entry, never write into one)."""
+        if self.__dict__.get("_shared", {}).get(handle.subject.name) is not handle.module:
+            return super().params(handle)  # type: ignore[misc]
+        exported = self.__dict__.setdefault("_exported", {})  # subject name -> its params
+        if handle.subject.name not in exported:
+            values = super().params(handle)  # type: ignore[misc]
+            for value in values.values():
+                value.setflags(write=False)
+            exported[handle.subject.name] = values
+        return dict(exported[handle.subject.name])
 
 
 # The parts of the model each subject's forward reads (None: the whole model). Each build
@@ -122,13 +184,14 @@ PARTS: dict[str, dict[str, tuple[str, ...] | None]] = {
 }
 
 
-def copy_parts(model: nn.Module, paths: tuple[str, ...] | None) -> nn.Module:
+def copy_parts(model: nn.Module, paths: tuple[str, ...] | None, *, deep: bool = True) -> nn.Module:
     """Deep copies of ``model``'s submodules at ``paths`` (dotted, ``encoder.layer.0``) in a
     shell that holds them under the same names (``shell.encoder.layer[0]``), with the model's
     ``config``; the whole model copied when ``paths`` is None. Parameters are never shared
-    with ``model``, so converting the copy (float16) leaves the checkpoint alone."""
+    with ``model``, so converting the copy (float16) leaves the checkpoint alone. With
+    ``deep=False`` the shell holds the model's own submodules (a view: nothing copied)."""
     if paths is None:
-        return copy.deepcopy(model)
+        return copy.deepcopy(model) if deep else model
     shell = nn.Module()
     if hasattr(model, "config"):
         shell.config = model.config
@@ -140,7 +203,8 @@ def copy_parts(model: nn.Module, paths: tuple[str, ...] | None) -> nn.Module:
             if name not in target._modules:
                 target.add_module(name, nn.Module())
             target = target._modules[name]
-        part = copy.deepcopy(source[int(leaf)] if leaf.isdigit() else getattr(source, leaf))
+        part = source[int(leaf)] if leaf.isdigit() else getattr(source, leaf)
+        part = copy.deepcopy(part) if deep else part
         if leaf.isdigit():  # index 0 of a ModuleList: the only index the forwards read
             if leaf != "0":
                 raise ValueError(f"copy_parts copies layer 0 of a list, not {path!r}")
@@ -159,6 +223,7 @@ def _entries(
     models: dict[str, nn.Module],
     fixed: dict[str, Any],
     max_len: int | None = None,
+    views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] | None = None,
     **conv: Any,
 ) -> list[TorchEntry]:
     space = ConfigSpace(fixed=fixed, max_len=max_len)
@@ -173,6 +238,8 @@ def _entries(
         if conventions is not None and entry.component in LAYERED:
             conventions = dataclasses.replace(conventions, **conv)
         paths = PARTS.get(base.name, {}).get(entry.component)
+        if views is not None:
+            views[name] = (model, paths)
         out.append(
             dataclasses.replace(
                 entry,
@@ -213,9 +280,12 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "padding_idx": c.pad_token_id,
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
-    entries = _entries(hf.bert, models, fixed, c.max_position_embeddings, **conv)
+    views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
+    entries = _entries(hf.bert, models, fixed, c.max_position_embeddings, views, **conv)
     adapter = _PretrainedBert(f"hf.bert:{path.name}", entries)
+    adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
+    adapter.positions = int(c.max_position_embeddings)
     return adapter
 
 
@@ -244,8 +314,12 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "n_classes": models["eager"].classifier.out_features,
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
-    adapter = _PretrainedViT(f"hf.vit:{path.name}", _entries(hf.vit, models, fixed, **conv))
+    views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
+    entries = _entries(hf.vit, models, fixed, views=views, **conv)
+    adapter = _PretrainedViT(f"hf.vit:{path.name}", entries)
+    adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
+    adapter.positions = (c.image_size // c.patch_size) ** 2 + 1  # the patches and [CLS]
     return adapter
 
 

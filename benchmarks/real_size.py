@@ -97,6 +97,18 @@ def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> di
         row["summary"] = document["summary"]
         slow = sorted(document["results"], key=lambda r: -(r.get("duration_s") or 0))
         row["slowest"] = [f"{r['check']}[{r['subject']}]={r.get('duration_s')}s" for r in slow[:12]]
+        calls = [
+            c.get("seq_len") or 0
+            for r in document["results"]
+            if r["check"] == "equality.oracle"
+            for c in (r.get("metrics") or {}).get("calls", [])
+        ]
+        row["longest_oracle_call"] = max(calls, default=0)
+        row["stack_plan_skips"] = sum(
+            "real-size stack" in ((r.get("diagnosis") or {}).get("message") or "")
+            for r in document["results"]
+            if r["status"] == "skip"
+        )
         row["not_passed"] = [
             f"{r['check']}[{r['subject']}]: {r['status']}"
             for r in document["results"]

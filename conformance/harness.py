@@ -132,7 +132,12 @@ class Harness:
         seed = self.seed if seed is None else seed
         handle = self.build(config, seed=seed, dtype=dtype)
         values = None
-        if params:
+        if params and not getattr(self.adapter, "loads_params", True):
+            try:  # an adapter that never loads (a checkpoint as it is): its own, at once
+                values = self.adapter.params(handle)
+            except Unsupported:
+                values = None
+        elif params:
             canonical = init_params(self.component, config, self.subject.conventions, seed=seed)
             canonical = {k: round_to(v, dtype) for k, v in canonical.items()}
             try:

@@ -294,6 +294,12 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Iterator[Harness]:
     )
     spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
+    plan = getattr(harness.adapter, "stack_plan", None)  # a real-size checkpoint's stack
+    if callable(plan):
+        callspec = getattr(request.node, "callspec", None)
+        why = plan(subject, check_id(request.node), dict(callspec.params) if callspec else {})
+        if why:
+            pytest.skip(why)
     yield harness
     # The copies of the subject and the careful runs it built go with the check, or a
     # real-size checkpoint's copies pile up over the session (a 2-layer BERT-base run passed

@@ -47,9 +47,18 @@ def test_oracle(tck: Harness) -> None:
             tck.assert_matches_oracle(inst, inputs, what=f"call {index + 1} ({_describe(shape)})")
         except Unsupported as why:  # this call only: the other shapes still count
             unsupported.append(f"{_describe(shape)}: {why}")
+    full = _real_length(tck)
+    if full is not None:  # a checkpoint's own length (512 for BERT-base): once, one row
+        shape = Shape(batch=1, lq=full, lk=full)
+        inputs = tck.inputs(inst, shape, seed=len(CALLS))
+        try:
+            tck.assert_matches_oracle(inst, inputs, what=f"full length ({_describe(shape)})")
+        except Unsupported as why:
+            unsupported.append(f"{_describe(shape)}: {why}")
+        tck.note({"full_length": full})
     if unsupported:
         tck.note({"unsupported_calls": unsupported})
-    if len(unsupported) == len(CALLS):
+    if len(unsupported) == len(CALLS) + (full is not None):
         pytest.skip("; ".join(unsupported))
 
 
@@ -62,6 +71,13 @@ def test_low_variance_rows(tck: Harness) -> None:
     x = rng.standard_normal((3, 4, inst.config.d_model))
     x = x * np.array([1.0, 1e-3, 1e-5])[:, None, None] + 5.0  # variance 1, 1e-6, 1e-10
     tck.assert_matches_oracle(inst, {"x": x}, what="low-variance rows")
+
+
+def _real_length(tck: Harness) -> int | None:
+    """The length a checkpoint checked as it is runs at (``real_length`` of its adapter,
+    e.g. 512 for BERT-base): None for adapters that build subjects at the suite's sizes."""
+    real_length = getattr(tck.adapter, "real_length", None)
+    return real_length(tck.subject) if callable(real_length) else None
 
 
 def _describe(shape: Shape) -> str:

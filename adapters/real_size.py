@@ -1,0 +1,99 @@
+"""What a real-size checkpoint's whole stack runs (issue 17 item 4; README, "Real sizes").
+
+A checkpoint checked as it is (``tck.adapters.pretrained``) offers its layer as subjects of
+their own (``mha`` and ``encoder_layer``: layer 0, with its own weights) and its whole stack
+(``encoder``, and ``vit`` for the whole ViT). The layer subjects run every check. At real
+size (a layer of more than ``REAL_SIZE_LAYER_PARAMS`` parameters, BERT-base's has 7.1 M), the
+whole stack runs the set below, which is what depth can change:
+
+- ``equality.oracle``: every layer's weights against the float64 oracle, on the usual seven
+  calls and one at the checkpoint's own length (512 tokens for BERT-base, 197 for ViT-B/16
+  at 224 px). A wrong weight, a wrong layer order or a bug in any one layer fails here;
+- ``masks.padding_invariance``: padding through every layer;
+- ``gradients.gradients`` in float64 only: the backward pass through every layer, against
+  float64 autograd through the reference (one call, every parameter);
+- a stack its adapter does not offer in float64 (hf.vit's eager subjects: a float32
+  softmax) runs ``numerics.dtype_sweep`` and ``gradients.gradients`` in its most precise
+  dtype instead (the oracle comparison and gradients of that dtype's tolerance rule);
+- the shape and parameter checks (``shapes.output_shapes``, ``params.round_trip``,
+  ``params.count``) and, for ``vit``, the ViT checks (``vit.*``).
+
+The other checks (masks, batching, permutation, determinism, fingerprints, numerics, the
+gradients in float32, float16 and bfloat16) are properties of the layer's code, which every
+layer of the stack shares: they run on the layer subjects and are skipped on the stack with
+this reason, never silently (a skip row in the results, its reason in the report). Each of
+them on a 12-layer stack costs twelve times its run on layer 0.
+
+``TCK_STACK_PLAN`` decides: ``auto`` (default: the rule above), ``on`` (the stated set at any
+size, which is how the tests exercise it on small checkpoints), ``off`` (every check on the
+stack: the full verdict, at 12 times the layer subjects' cost).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .base import Subject
+
+ENV = "TCK_STACK_PLAN"
+PRECISIONS = ("float64", "float32", "float16", "bfloat16")
+STACKS = ("encoder", "decoder", "vit")  # the subjects that hold every layer
+REAL_SIZE_LAYER_PARAMS = 1_000_000
+KEPT = frozenset(
+    {
+        "equality.oracle",
+        "masks.padding_invariance",
+        "gradients.gradients",  # in float64 only (below)
+        "shapes.output_shapes",
+        "params.round_trip",
+        "params.count",
+    }
+)
+
+
+def layer_params(subject: Subject) -> int | None:
+    """Parameters of one layer at the subject's fixed sizes (attention and FFN weights and
+    biases, two norms), None when its ConfigSpace does not fix them."""
+    space = subject.supports
+    fixed = dict(getattr(space, "fixed", None) or {})
+    d, f = fixed.get("d_model"), fixed.get("d_ff")
+    if not isinstance(d, int) or not isinstance(f, int):
+        return None
+    return 4 * (d * d + d) + 2 * d * f + f + d + 4 * d
+
+
+def applies(subject: Subject) -> bool:
+    """Whether ``subject`` runs the stated set (``TCK_STACK_PLAN``, default auto)."""
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"${ENV}={mode!r}: use auto, on or off")
+    if subject.component not in STACKS or mode == "off":
+        return False
+    if mode == "on":
+        return True
+    size = layer_params(subject)
+    return size is not None and size > REAL_SIZE_LAYER_PARAMS
+
+
+def stack_skip(
+    subject: Subject, check: str, params: dict[str, Any], dtypes: tuple[str, ...] = ("float64",)
+) -> str | None:
+    """Why ``check`` (with its parameters, e.g. ``dtype``) is skipped on ``subject``, whose
+    adapter offers ``dtypes``, or None when it runs."""
+    if not applies(subject) or ("dtype" in params and params["dtype"] not in dtypes):
+        return None  # a dtype it does not offer skips with the adapter's own reason
+    top = next((d for d in PRECISIONS if d in dtypes), "float64")  # its most precise dtype
+    kept = check in KEPT or (subject.component == "vit" and check.startswith("vit."))
+    if top != "float64" and check == "numerics.dtype_sweep":  # no float64, no oracle.equality
+        kept = True
+    if check in ("gradients.gradients", "numerics.dtype_sweep"):
+        kept = kept and params.get("dtype", "float64") == top
+    if kept:
+        return None
+    return (
+        f"real-size stack: {subject.name} holds every layer of the checkpoint; {check} is a "
+        "property of the layer's code and runs on the layer subjects (mha, encoder_layer: "
+        "layer 0, its own weights); the stack runs the oracle comparison (at its full length "
+        f"too), padding invariance and float64 gradients (${ENV}=off runs everything here)"
+    )

@@ -1,0 +1,141 @@
+"""A real-size checkpoint's whole stack runs a stated set of checks (tck.adapters.real_size),
+and still fails when any one of its layers is wrong; the oracle comparison makes one call at
+the checkpoint's own length. Exercised on a small checkpoint with TCK_STACK_PLAN=on (the
+rule real sizes get by default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.spec("0.2", "10.11")
+
+LAYERS, POSITIONS = 4, 40
+
+
+def _save_bert(folder: Path) -> None:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=POSITIONS,
+    )
+    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+
+
+# hf.bert on the checkpoint, with a bug in its last layer only: the query projection's output
+# features reversed (a layout bug: another head's query). Swapping the saved q and k weights
+# would not do: the oracle reads the checkpoint's own weights, so that is a different, valid
+# checkpoint; a layer that computes something other than its weights say is the bug.
+BROKEN = """
+from tck.adapters import pretrained
+
+adapter = pretrained.bert({folder!r})
+for model in {{id(m): m for m, _ in adapter.views.values()}}.values():
+    query = model.encoder.layer[{layer}].attention.self.query
+    query.register_forward_hook(lambda module, args, out: out.flip(-1))
+"""
+
+
+def _run(args: list[str], out: Path) -> dict:
+    env = {**os.environ, "TCK_STACK_PLAN": "on", "HYPOTHESIS_PROFILE": "ci"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tck", "run", *args, "-n", "0", "--out", str(out)],
+        cwd=out.parent,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+def _rows(document: dict, subject: str) -> dict[str, list[dict]]:
+    rows: dict[str, list[dict]] = {}
+    for r in document["results"]:
+        if r["subject"] == subject:
+            rows.setdefault(r["check"], []).append(r)
+    return rows
+
+
+def test_stack_runs_the_stated_set_at_full_length(tmp_path) -> None:
+    _save_bert(tmp_path / "model")
+    args = ["--adapter", "hf.bert", "--model", str(tmp_path / "model"), "--only", "encoder"]
+    document = _run(args, tmp_path / "out")
+    summary = document["summary"]
+    assert summary["failed"] == 0 and summary["errors"] == 0, summary
+    stack = _rows(document, "encoder[eager]")
+    assert stack["equality.oracle"][0]["status"] == "pass"
+    assert stack["masks.padding_invariance"][0]["status"] == "pass"
+    # one oracle call at the checkpoint's own length (its position table)
+    calls = stack["equality.oracle"][0]["metrics"]["calls"]
+    assert max(c["seq_len"] or 0 for c in calls) == POSITIONS
+    # what the stack does not run is a skip that says why, never a silent absence
+    skipped = stack["masks.causal_no_leak"][0]
+    assert skipped["status"] == "skip"
+    assert "real-size stack" in skipped["diagnosis"]["message"]
+    dtypes = {
+        r["metrics"].get("dtype"): r["status"]
+        for r in stack["gradients.gradients"]
+        if r["status"] == "pass"
+    }
+    assert dtypes == {"float64": "pass"}, stack["gradients.gradients"]
+
+
+def test_one_wrong_layer_fails_the_stack(tmp_path) -> None:
+    _save_bert(tmp_path / "model")
+    broken = BROKEN.format(folder=str(tmp_path / "model"), layer=LAYERS - 1)
+    (tmp_path / "broken_bert.py").write_text(broken)
+    document = _run(["--adapter", "broken_bert:adapter"], tmp_path / "out")
+    for subject in ("encoder[eager]", "encoder[sdpa]"):  # the stack: its oracle comparison
+        oracle = _rows(document, subject)["equality.oracle"][0]
+        assert oracle["status"] == "fail", oracle
+        assert oracle["diagnosis"]["code"].endswith("oracle_mismatch"), oracle["diagnosis"]
+    # the layer subjects are layer 0, which is right: the stack is what covers the others
+    layer = _rows(document, "encoder_layer[eager]")["equality.oracle"][0]
+    assert layer["status"] == "pass", layer
+
+
+def test_stack_plan_rule(monkeypatch) -> None:
+    """Which checks a real-size stack runs: the rule, at BERT-base / ViT-B sizes."""
+    from tck.adapters.base import Subject
+    from tck.adapters.config_space import ConfigSpace
+    from tck.adapters.real_size import ENV, stack_skip
+
+    monkeypatch.delenv(ENV, raising=False)
+    space = ConfigSpace(fixed={"d_model": 768, "d_ff": 3072, "n_layers": 12})
+    stack = Subject("encoder[sdpa]", "encoder", supports=space)
+    every = ("float64", "float32", "float16", "bfloat16")
+    assert stack_skip(stack, "equality.oracle", {}, every) is None
+    assert stack_skip(stack, "masks.padding_invariance", {}, every) is None
+    assert stack_skip(stack, "gradients.gradients", {"dtype": "float64"}, every) is None
+    assert "real-size stack" in stack_skip(
+        stack, "gradients.gradients", {"dtype": "float16"}, every
+    )
+    assert "real-size stack" in stack_skip(stack, "masks.causal_no_leak", {}, every)
+    # the layer subjects run everything; a small checkpoint's stack too (auto)
+    layer = Subject("encoder_layer[sdpa]", "encoder_layer", supports=space)
+    assert stack_skip(layer, "masks.causal_no_leak", {}, every) is None
+    small = Subject("encoder", "encoder", supports=ConfigSpace(fixed={"d_model": 32, "d_ff": 64}))
+    assert stack_skip(small, "masks.causal_no_leak", {}, every) is None
+    # a stack without float64 (hf.vit eager): its most precise dtype takes float64's place
+    vit = Subject("vit[eager]", "vit", supports=space)
+    lower = ("float32", "float16", "bfloat16")
+    assert stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float32"}, lower) is None
+    assert stack_skip(vit, "gradients.gradients", {"dtype": "float32"}, lower) is None
+    assert stack_skip(vit, "vit.pooling", {}, lower) is None
+    assert "real-size stack" in stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float16"}, lower)
+    monkeypatch.setenv(ENV, "off")
+    assert stack_skip(stack, "masks.causal_no_leak", {}, every) is None
