@@ -392,7 +392,7 @@ def test_every_fixture_passes_on_a_correct_adapter(outcomes):
         ("scale_missing", "attention_2x2", "attention.fixture_mismatch"),
         ("mask_polarity_inverted", "seed000_padding_mask", "mask.polarity_inverted"),
         ("causal_bottom_right", "causal_top_left_lq2_lk5", "mask.causal_alignment_bottom_right"),
-        ("causal_diagonal_hidden", "seed003_subsequent_mask", "attention.fixture_mismatch"),
+        ("causal_diagonal_hidden", "seed003_subsequent_mask", "mask.causal_diagonal_hidden"),
         ("layer_norm_eps_ignored", "layer_norm_rows", "layer_norm.eps_wrong"),
         ("pe_precedence", "sinusoidal_pe_d8", "positional.fixture_mismatch"),
         ("rope_layout_mixup", "rope_known_vectors", "rope.layout_half_split"),
