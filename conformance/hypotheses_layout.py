@@ -310,12 +310,21 @@ def layout_explanation(
         return tck.gold(inst, inputs)
 
     component = tck.component
+    spec_output = compute()
+
+    def changes_nothing(gold: np.ndarray) -> bool:
+        # A hypothesis that does not apply to this call (no causal mask, no padding) gives
+        # the spec's own output: it explains nothing, least of all a precision loss.
+        return gold.shape == spec_output.shape and np.array_equal(gold, spec_output, equal_nan=True)
+
     for code, message, gold in itertools.chain(
         softmax_axis_hypotheses(component, compute),
         mask_added_hypotheses(component, inputs, compute),
         patch_layout_hypotheses(component, compute),
         cls_position_hypotheses(component, compute),
     ):
+        if changes_nothing(gold):
+            continue
         if test.shape == gold.shape and _within(test, gold, tolerance):
             return code, message
 
@@ -324,7 +333,7 @@ def layout_explanation(
         return gold_under(tck, inst, inputs, conventions)
 
     for code, message, gold, policy in causal_diagonal_hypotheses(component, inputs, under):
-        if test.shape != gold.shape:
+        if test.shape != gold.shape or changes_nothing(gold):
             continue
         ignore = None
         if policy == "nan":
