@@ -36,6 +36,7 @@ on its inputs' device (``device=q.device``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -217,12 +218,21 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def _accepted_inputs(forward: Callable[..., Any]) -> set[str] | None:
-    """Names ``forward`` accepts after the module (None: it takes **kwargs, so all)."""
+def _accepted_inputs(forward: Callable[..., Any]) -> frozenset[str] | None:
+    """Names ``forward`` accepts after the module (None: it takes **kwargs, so all). Cached:
+    every call asks, and ``inspect.signature`` was a tenth of a failing mask check's time."""
+    try:
+        return _signature_names(forward)
+    except TypeError:  # an unhashable callable (an eq dataclass with __call__): not cached
+        return _signature_names.__wrapped__(forward)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature_names(forward: Callable[..., Any]) -> frozenset[str] | None:
     params = list(inspect.signature(forward).parameters.values())[1:]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return {p.name for p in params}
+    return frozenset(p.name for p in params)
 
 
 class TorchModuleAdapter(Adapter):
