@@ -172,6 +172,15 @@ def run_checks(
         "no:randomly",
         "-p",
         "no:benchmark",  # pytest-benchmark, where installed, warns under xdist
+        # pytest's log capture attaches a handler to every non-propagating logger (torch has
+        # dozens) three times per check: ~10% of a run. An adapter's warnings still reach the
+        # check's captured stderr (logging's last-resort handler).
+        "-p",
+        "no:logging",
+        # at its end pytest collects garbage to find exceptions raised in __del__ (~0.2 CPU s
+        # a run over torch's heap); those still print to stderr
+        "-p",
+        "no:unraisableexception",
         # hypothesis is imported before pytest starts: its modules cannot be rewritten
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
