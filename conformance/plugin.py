@@ -10,8 +10,6 @@ Every outcome becomes a Result; ``--tck-out`` writes them to DIR/results.json.
 
 from __future__ import annotations
 
-import faulthandler
-import hashlib
 import importlib
 import os
 import platform
@@ -47,7 +45,7 @@ from tck.reference import COMPONENTS, canonical_conventions
 from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, parse_only
 
-from . import repro, spaces
+from . import repro, spaces, watchdog
 from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
@@ -349,7 +347,7 @@ def pytest_runtest_call(item: pytest.Item):
         )
 
     os._exit = no_exit  # type: ignore[assignment]
-    watchdog = _watchdog(item)
+    dog = _watchdog(item)
     try:
         return (yield)
     except KeyboardInterrupt:
@@ -362,16 +360,8 @@ def pytest_runtest_call(item: pytest.Item):
         ) from None
     finally:
         os._exit = real_exit  # type: ignore[assignment]
-        if watchdog is not None:
-            watchdog.cancel()
-
-
-# pytest-timeout's signal method stops a check that runs Python code; one stuck in native
-# code (a C loop holding the GIL) never returns to the interpreter to see it. This long
-# after the limit faulthandler's watchdog (a native thread: it needs no GIL) ends the
-# process: under pytest-xdist its worker, which xdist replaces, and the row says
-# adapter.timeout (the marker file, where the watchdog writes, tells the controller why).
-WATCHDOG_GRACE_S = 5.0
+        if dog is not None:
+            dog.stop()
 
 
 def _watchdog_dir(config: pytest.Config) -> Path:
@@ -384,17 +374,8 @@ def _watchdog_dir(config: pytest.Config) -> Path:
     return Path(state["watchdog"])
 
 
-def _marker(config: pytest.Config, nodeid: str) -> Path:
-    return _watchdog_dir(config) / hashlib.sha256(nodeid.encode("utf-8", "replace")).hexdigest()
-
-
 def _timed_out(config: pytest.Config, nodeid: str) -> bool:
-    """Did the watchdog end the process running ``nodeid``? (It writes "Timeout" into the
-    marker; a process that died otherwise leaves the marker as it was begun.)"""
-    try:
-        return "Timeout (" in _marker(config, nodeid).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
+    return watchdog.timed_out(_watchdog_dir(config), nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -403,31 +384,28 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput["tck_watchdog"] = str(_watchdog_dir(node.config))
 
 
-class _Watchdog:
-    def __init__(self, item: pytest.Item, limit: float):
-        self.path = _marker(item.config, item.nodeid)
-        self.file = self.path.open("w", encoding="utf-8")
-        self.file.write(
-            f"tck: {item.nodeid} did not finish within {limit} s and did not return to "
-            "Python (a hang in native code): the process was ended.\n"
-        )
-        self.file.flush()
-        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=self.file)
-
-    def cancel(self) -> None:
-        faulthandler.cancel_dump_traceback_later()
-        self.file.close()
-        self.path.unlink(missing_ok=True)
-
-
-def _watchdog(item: pytest.Item) -> _Watchdog | None:
+def _watchdog(item: pytest.Item) -> watchdog.Watchdog | None:
+    """This process's watchdog (conformance/watchdog.py), started on ``item``; None without
+    a --timeout."""
     limit = item.config.getoption("timeout", None)
     if not limit or float(limit) <= 0:
         return None
-    try:
-        return _Watchdog(item, float(limit))
-    except OSError:  # pragma: no cover - no temporary folder: the signal method alone
-        return None
+    state = item.config.stash[_STATE]
+    if "watchdog_process" not in state:
+        try:
+            state["watchdog_process"] = watchdog.Watchdog(_watchdog_dir(item.config), float(limit))
+        except OSError:  # pragma: no cover - no temporary folder: the signal method alone
+            state["watchdog_process"] = None
+    dog = state["watchdog_process"]
+    if dog is not None:
+        dog.start(item.nodeid)
+    return dog
+
+
+def _close_watchdog(config: pytest.Config) -> None:
+    dog = config.stash[_STATE].pop("watchdog_process", None)
+    if dog is not None:
+        dog.close()
 
 
 def _subject_of(item: pytest.Item) -> Any:
@@ -841,6 +819,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     out = config.getoption("--tck-out")
+    _close_watchdog(config)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller writes
         return
     state = config.stash[_STATE]

@@ -241,6 +241,38 @@ def test_a_hang_in_native_code_ends_its_worker_and_is_a_timeout_row(tmp_path):
     assert "not_run" not in document
 
 
+def test_the_watchdog_rearms_once_per_slack_and_names_the_check_it_ended(tmp_path, monkeypatch):
+    """One watchdog per process (conformance/watchdog.py): its marker names the current
+    check, faulthandler is armed once per SLACK of the limit (not per check), and a marker
+    counts as a timeout only with faulthandler's words and only for the check it names."""
+    from tck.conformance import watchdog
+
+    calls = []
+    monkeypatch.setattr(
+        watchdog.faulthandler, "dump_traceback_later", lambda t, **kw: calls.append(("arm", t))
+    )
+    monkeypatch.setattr(
+        watchdog.faulthandler, "cancel_dump_traceback_later", lambda: calls.append(("cancel",))
+    )
+    clock = [100.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
+    dog = watchdog.Watchdog(tmp_path, 15.0)  # limit 20 s: re-armed after 2 s
+    for i in range(50):  # 50 checks of 0.25 s: armed at checks 0, 9, ..., 45
+        dog.start(f"test_x.py::check[{i}]")
+        clock[0] += 0.25
+        dog.stop()
+    assert calls[0] == ("arm", pytest.approx(22.0)), calls
+    assert [c[0] for c in calls] == ["arm", "cancel"] * 5 + ["arm"], calls
+    assert dog.path.read_bytes().startswith(b"test_x.py::check[49]\n")
+    assert not watchdog.timed_out(tmp_path, "test_x.py::check[49]")  # it died otherwise
+    with open(dog.path, "ab") as marker:  # as faulthandler writes when the deadline passes
+        marker.write(b"Timeout (0:00:22)!\nThread 0x1 (most recent call first):\n")
+    assert watchdog.timed_out(tmp_path, "test_x.py::check[49]")
+    assert not watchdog.timed_out(tmp_path, "test_x.py::check[48]")
+    dog.close()
+    assert not dog.path.exists() and calls[-1] == ("cancel",)
+
+
 @pytest.mark.parametrize("fault", ["exit0", "keyboard_interrupt"])
 def test_in_process_runs_contain_exits_and_stray_interrupts(fault, tmp_path):
     proc, out = run_faulty(fault, tmp_path, "-n", "0")
