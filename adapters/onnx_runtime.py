@@ -8,14 +8,14 @@ at the two ends of ONNX Runtime's graph optimisation levels. ``build``, ``load``
 and sequence axes of every input dynamic (``torch.export.Dim.AUTO``), and later calls of
 other sizes reuse that graph, so a check that varies lengths also tests that the axes
 really are dynamic. One graph is exported per subject *structure* (subject, config, dtype,
-opset, and the input structure: names, ranks, dtypes, size-1 axes, the ``causal`` flag) and
-input sizes; the graph of each further parameter set first called at those sizes is that
-export with its initialisers replaced, then
+opset, and the input structure: names, ranks, dtypes, size-1 axes, the ``causal`` flag); the
+graph of each further parameter set is that export with its initialisers replaced, then
 optimised as the exporter does (``Template``): the model ``torch.onnx.export`` gives for
-those parameters, in a fraction of the time. Where a parameter does not map to an
-initialiser, each parameter set is exported afresh; an export that failed fails again
-without tracing (the exporter traces with fake tensors: its failures do not depend on
-values).
+those parameters, in a fraction of the time. Where export baked a size into the graph, a
+template serves calls of its own sizes only, and other sizes get an export of their own.
+Where a parameter does not map to an initialiser, each parameter set is exported afresh; an
+export that failed fails again without tracing (the exporter traces with fake tensors: its
+failures do not depend on values).
 
 What the graph cannot do becomes ``Unsupported`` (a skip with the reason): gradients, and a
 dtype ONNX Runtime has no CPU kernel for (e.g. float64 ``Conv`` and ``Erf``). What export
@@ -266,10 +266,16 @@ class Exported:
     sessions: dict[str, Any] = field(default_factory=dict)  # opt level -> InferenceSession
 
     @classmethod
-    def of(cls, model: Any, inputs: Mapping[str, Any]) -> Exported:
-        """``model`` exported from a call on ``inputs`` (the torch forward's)."""
+    def of(
+        cls,
+        model: Any,
+        inputs: Mapping[str, Any],
+        traced: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> Exported:
+        """``model`` exported from a call on ``inputs`` (the torch forward's), or traced at
+        the sizes ``traced`` (a template's) where it was not."""
         shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
-        return cls(model, GraphInfo.of(model), shapes)
+        return cls(model, GraphInfo.of(model), dict(traced) if traced else shapes)
 
 
 # Exports are slow (seconds); instances of one subject with the same parameters and input
@@ -290,15 +296,27 @@ class Template:
 
     The graph for other parameter values is this one with those initialisers replaced, then
     optimised as ``torch.onnx.export`` does (``ONNXProgram.optimize``): the same model the
-    exporter gives for them, without tracing the module again. A template serves calls of
-    its own sizes only: export may bake a size into the graph where its inputs still look
-    dynamic (``int(x.shape[0])`` becomes a ``Reshape`` to a constant)."""
+    exporter gives for them, without tracing the module again.
+
+    A template serves calls of other sizes where the traced program says every size may
+    change (``serves``): each dynamic axis is a symbol whose range holds the new size, axes
+    that share a symbol get one size, and the program asserts nothing else about sizes.
+    Export may bake a size into a graph whose ONNX inputs still look dynamic
+    (``int(x.shape[0])`` becomes a ``Reshape`` to a constant); the program then records the
+    symbol's range as that one value, and the template serves its own sizes only."""
 
     proto: Any  # onnx.ModelProto, unoptimised
     tensors: dict[str, str] | None  # module tensor -> initialiser name
     why: str
     shapes: dict[str, tuple[int, ...]]  # the inputs' shapes at export
     counters: dict[str, int] = field(default_factory=dict)  # see _name_counters
+    sizes: SymbolicSizes | None = None  # None: it serves its own sizes only
+
+    def serves(self, shapes: Mapping[str, tuple[int, ...]]) -> bool:
+        """Is this graph the export of a call of ``shapes`` too?"""
+        if dict(shapes) == self.shapes:
+            return True
+        return self.sizes is not None and self.sizes.admit(shapes)
 
     @classmethod
     def export(
@@ -327,7 +345,8 @@ class Template:
         if unmapped:
             why = f"no initialiser holds {', '.join(unmapped)} as the module does"
         counters = _name_counters(program.model.graph)
-        return cls(proto, None if unmapped else tensors, why, shapes, counters)
+        sizes = SymbolicSizes.of(program, list(shapes))
+        return cls(proto, None if unmapped else tensors, why, shapes, counters, sizes)
 
     def instantiate(self, module: nn.Module | None, *, opset: int | None) -> Any:
         """The optimised ``onnx.ModelProto`` with ``module``'s tensors (None: the values it
@@ -361,6 +380,70 @@ class Template:
         return program.model_proto
 
 
+@dataclass(frozen=True)
+class SymbolicSizes:
+    """What ``torch.export`` recorded of a program's input sizes: per input axis its fixed
+    size or the name of its symbol, and each symbol's range."""
+
+    axes: dict[str, tuple[int | str, ...]]
+    ranges: dict[str, tuple[float, float]]
+
+    @classmethod
+    def of(cls, program: Any, names: list[str]) -> SymbolicSizes | None:
+        """None where the program cannot take other sizes as they come: an axis whose size is
+        an expression of symbols, or a runtime assertion on sizes in the graph."""
+        ep = getattr(program, "exported_program", None)
+        if ep is None:
+            return None
+        nodes = {node.name: node for node in ep.graph.nodes}
+        if any(
+            node.op == "call_function" and "assert" in str(node.target) for node in nodes.values()
+        ):
+            return None
+        users = list(ep.graph_signature.user_inputs)
+        if len(users) != len(names):
+            return None
+        axes: dict[str, tuple[int | str, ...]] = {}
+        for name, user in zip(names, users, strict=True):
+            value = nodes[user].meta.get("val")
+            if value is None:
+                return None
+            dims: list[int | str] = []
+            for dim in value.shape:
+                if isinstance(dim, int):
+                    dims.append(dim)
+                elif getattr(dim.node.expr, "is_Symbol", False):
+                    dims.append(str(dim.node.expr))
+                else:
+                    return None
+            axes[name] = tuple(dims)
+        ranges = {
+            str(symbol): (float(bounds.lower), float(bounds.upper))
+            for symbol, bounds in ep.range_constraints.items()
+        }
+        return cls(axes, ranges)
+
+    def admit(self, shapes: Mapping[str, tuple[int, ...]]) -> bool:
+        if set(shapes) != set(self.axes):
+            return False
+        bound: dict[str, int] = {}
+        for name, shape in shapes.items():
+            dims = self.axes[name]
+            if len(dims) != len(shape):
+                return False
+            for dim, size in zip(dims, shape, strict=True):
+                if isinstance(dim, int):
+                    if dim != size:
+                        return False
+                elif bound.setdefault(dim, size) != size:
+                    return False
+        return all(
+            low <= bound[symbol] <= high
+            for symbol, (low, high) in self.ranges.items()
+            if symbol in bound
+        )
+
+
 def _name_counters(graph: Any) -> dict[str, int]:
     """Where the graph's name authority (onnx_ir) stands after export: the optimiser names
     the initialisers it folds ``val_<counter>``, so a template read back from its proto
@@ -379,16 +462,24 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-# Templates by structure and input sizes, and the exports that failed, by structure: export
-# traces the module with fake tensors, so its failure (a guard on data, an op without a
-# translation) does not depend on the values.
-_TEMPLATES: OrderedDict[tuple, Template] = OrderedDict()
-_TEMPLATES_SIZE = 256
+# Templates by structure (a few per structure where export baked sizes in), and the exports
+# that failed, by structure: export traces the module with fake tensors, so its failure (a
+# guard on data, an op without a translation) does not depend on the values.
+_TEMPLATES: OrderedDict[tuple, list[Template]] = OrderedDict()
+_TEMPLATES_SIZE = 256  # structures
+_TEMPLATES_PER_STRUCTURE = 8
 _FAILED: dict[tuple, tuple[str, str]] = {}
 # How the graphs of this process were made: "exported" (a template traced), "swapped"
-# (a template's initialisers replaced), "reexported" (a template that cannot take other
+# (a template's initialisers replaced), "resized" (the same, for a call of other sizes than
+# the template's), "reexported" (a template that cannot take other
 # parameters, exported afresh), "failed_cached" (a known failure raised again).
-STATS: dict[str, int] = {"exported": 0, "swapped": 0, "reexported": 0, "failed_cached": 0}
+STATS: dict[str, int] = {
+    "exported": 0,
+    "swapped": 0,
+    "resized": 0,
+    "reexported": 0,
+    "failed_cached": 0,
+}
 
 
 def clear_caches() -> None:
@@ -597,10 +688,10 @@ class OnnxRuntimeAdapter(Adapter):
             _CACHE.move_to_end(key)
             return _CACHE[key]
         if self.reuse:
-            model = self._from_template(th, kwargs, shape_key, handle.opset)
+            model, traced = self._from_template(th, kwargs, shape_key, handle.opset)
         else:
-            model = export(th, kwargs, opset=handle.opset)
-        exported = Exported.of(model, kwargs)
+            model, traced = export(th, kwargs, opset=handle.opset), None
+        exported = Exported.of(model, kwargs, traced)
         _CACHE[key] = exported
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -608,15 +699,17 @@ class OnnxRuntimeAdapter(Adapter):
 
     def _from_template(
         self, th: TorchHandle, kwargs: Mapping[str, Any], key: tuple, opset: int | None
-    ) -> Any:
-        """The checked graph of ``th`` for ``kwargs``: the template of its structure and
-        sizes, swapped to the module's tensors (see ``Template``); exported afresh where
-        that cannot be."""
+    ) -> tuple[Any, dict[str, tuple[int, ...]] | None]:
+        """The checked graph of ``th`` for ``kwargs``, and the input sizes it was traced at:
+        the template of its structure that serves these sizes, swapped to the module's
+        tensors (see ``Template``); exported afresh where that cannot be."""
         if key in _FAILED:
             STATS["failed_cached"] += 1
             raise AdapterFailure(*_FAILED[key])
-        sizes = tuple((n, tuple(v.shape)) for n, v in kwargs.items() if isinstance(v, torch.Tensor))
-        template = _TEMPLATES.get((*key, sizes))
+        shapes = {n: tuple(v.shape) for n, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        templates = _TEMPLATES.setdefault(key, [])
+        _TEMPLATES.move_to_end(key)
+        template = next((t for t in templates if t.serves(shapes)), None)
         if template is None:
             try:
                 template = Template.export(th, kwargs, opset=opset)
@@ -624,16 +717,16 @@ class OnnxRuntimeAdapter(Adapter):
                 _FAILED[key] = (failure.code, failure.message)
                 raise
             STATS["exported"] += 1
-            _TEMPLATES[(*key, sizes)] = template
+            templates.insert(0, template)
+            del templates[_TEMPLATES_PER_STRUCTURE:]
             while len(_TEMPLATES) > _TEMPLATES_SIZE:
                 _TEMPLATES.popitem(last=False)
-            return _checked(template.instantiate(None, opset=opset))  # its own values
-        _TEMPLATES.move_to_end((*key, sizes))
+            return _checked(template.instantiate(None, opset=opset)), None  # its own values
         if template.tensors is None:
             STATS["reexported"] += 1
-            return export(th, kwargs, opset=opset)
-        STATS["swapped"] += 1
-        return _checked(template.instantiate(th.module, opset=opset))
+            return export(th, kwargs, opset=opset), None
+        STATS["swapped" if template.shapes == shapes else "resized"] += 1
+        return _checked(template.instantiate(th.module, opset=opset)), template.shapes
 
     def precision_hint(self, handle: Any) -> str | None:
         """Where a float64 graph of ``handle`` computes in float32, for a diagnosis (the

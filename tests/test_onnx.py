@@ -339,6 +339,43 @@ def test_a_structure_is_exported_once_and_takes_each_parameter_set(adapter, name
     assert not np.array_equal(outputs[0], outputs[1])
 
 
+@pytest.mark.parametrize(
+    ("adapter", "name"),
+    [
+        ("torch.nn", "mha@ort.disable_all"),
+        ("torch.nn", "encoder_layer@ort.enable_all"),
+        ("reference", "decoder_layer@ort.disable_all"),
+    ],
+)
+def test_a_template_serves_other_sizes_where_the_program_keeps_them_symbolic(adapter, name):
+    """A parameter set first called at other sizes than the template's (batch 3, lengths
+    9 and 4) takes the template, resized: its graph computes what a fresh export at those
+    sizes computes, and the recorded export sizes stay the template's (for
+    onnx.axis_not_dynamic)."""
+    from tck.adapters import load_adapter
+    from tck.adapters.onnx_runtime import Exported, clear_caches, export, run_graph, with_onnx
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.reference.inputs import Shape, make_inputs
+
+    ort = with_onnx(load_adapter(adapter), reuse=True)
+    clear_caches()
+    level = name.partition("@ort.")[2]
+
+    def two_parameter_sets():
+        for seed, shape in ((11, Shape()), (12, Shape(batch=3, lq=9, lk=4))):
+            handle, _ = _built(ort, name, seed)
+            component = handle.torch.subject.component
+            inputs = make_inputs(component, DEFAULT_CONFIG, np.random.default_rng(seed), shape)
+            out = ort.run(handle, inputs)
+            kwargs = ort.base._kwargs(handle.torch, inputs)
+            fresh = run_graph(Exported.of(export(handle.torch, kwargs), kwargs), level, kwargs)
+            np.testing.assert_array_equal(out, fresh)
+            first = next(n for n, v in kwargs.items() if hasattr(v, "shape"))
+            assert handle.last.shapes[first][0] == 2  # the template's batch: traced there
+
+    assert _stats_after(two_parameter_sets) == {"exported": 1, "resized": 1}
+
+
 def test_a_parameter_without_initialiser_is_exported_afresh():
     """A module tensor no initialiser holds (export dropped an unused parameter): the swap
     cannot be checked, so each parameter set is exported as before."""
