@@ -376,6 +376,26 @@ def test_a_template_serves_other_sizes_where_the_program_keeps_them_symbolic(ada
     assert _stats_after(two_parameter_sets) == {"exported": 1, "resized": 1}
 
 
+def test_exports_share_one_registry_per_opset_and_give_the_same_graph(monkeypatch):
+    """torchlib's registry is built once per opset (adapters/onnx_runtime.py
+    _shared_registry); an export with it is the export without it, byte for byte."""
+    import contextlib
+
+    from tck.adapters import load_adapter
+    from tck.adapters import onnx_runtime as onnx_rt
+
+    ort = onnx_rt.with_onnx(load_adapter("torch.nn"), reuse=True)
+    handle, inputs = _built(ort, "layer_norm@ort.disable_all", 11)
+    kwargs = ort.base._kwargs(handle.torch, inputs)
+    shared = [onnx_rt.export(handle.torch, kwargs, opset=18) for _ in range(2)]
+    built = [k for k in onnx_rt._REGISTRIES if dict(k[2]).get("opset_version", k[1][:1]) == 18]
+    assert len(built) == 1, list(onnx_rt._REGISTRIES)
+    monkeypatch.setattr(onnx_rt, "_shared_registry", contextlib.nullcontext)
+    own = onnx_rt.export(handle.torch, kwargs, opset=18)
+    assert shared[0].SerializeToString() == shared[1].SerializeToString()
+    assert shared[0].SerializeToString() == own.SerializeToString()
+
+
 def test_a_parameter_without_initialiser_is_exported_afresh():
     """A module tensor no initialiser holds (export dropped an unused parameter): the swap
     cannot be checked, so each parameter set is exported as before."""
