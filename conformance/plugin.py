@@ -119,6 +119,8 @@ def pytest_configure(config: pytest.Config) -> None:
     }
     config.pluginmanager.register(_Collector(config), "tck-results")
     _watch_sigint(config.stash[_STATE])
+    # also where the session never finishes: an armed watchdog must not outlive it
+    config.add_cleanup(lambda: _close_watchdog(config))
 
 
 def _watch_sigint(state: dict[str, Any]) -> None:
