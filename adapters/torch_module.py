@@ -36,8 +36,8 @@ on its inputs' device (``device=q.device``).
 
 from __future__ import annotations
 
-import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -218,21 +218,30 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+# Keyed weakly: a forward made per build (a closure over the module) is not kept alive here.
+_ACCEPTED: weakref.WeakKeyDictionary[Callable[..., Any], frozenset[str] | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _accepted_inputs(forward: Callable[..., Any]) -> frozenset[str] | None:
     """Names ``forward`` accepts after the module (None: it takes **kwargs, so all). Cached:
     every call asks, and ``inspect.signature`` was a tenth of a failing mask check's time."""
     try:
-        return _signature_names(forward)
-    except TypeError:  # an unhashable callable (an eq dataclass with __call__): not cached
-        return _signature_names.__wrapped__(forward)
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature_names(forward: Callable[..., Any]) -> frozenset[str] | None:
+        return _ACCEPTED[forward]
+    except (KeyError, TypeError):  # not seen yet, or not weakly referable / hashable
+        pass
     params = list(inspect.signature(forward).parameters.values())[1:]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return frozenset(p.name for p in params)
+    names = (
+        None
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        else frozenset(p.name for p in params)
+    )
+    try:
+        _ACCEPTED[forward] = names
+    except TypeError:  # such a forward is asked every call, as before
+        pass
+    return names
 
 
 class TorchModuleAdapter(Adapter):
