@@ -289,6 +289,11 @@ def _float32_rounded(value: float) -> bool:
     return float(mantissa * 2**12) != round(mantissa * 2**12)  # more than 12 significant bits
 
 
+def _tensor_shapes(inputs: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The shapes of a forward's tensor inputs, by name (its constants left out)."""
+    return {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+
 @dataclass
 class Exported:
     model: Any
@@ -305,7 +310,7 @@ class Exported:
     ) -> Exported:
         """``model`` exported from a call on ``inputs`` (the torch forward's), or traced at
         the sizes ``traced`` (a template's) where it was not."""
-        shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+        shapes = _tensor_shapes(inputs)
         return cls(model, GraphInfo.of(model), dict(traced) if traced else shapes)
 
 
@@ -357,7 +362,7 @@ class Template:
 
         program = _export_program(handle, inputs, opset=opset, optimize=False)
         proto = program.model_proto
-        shapes = {n: tuple(v.shape) for n, v in inputs.items() if isinstance(v, torch.Tensor)}
+        shapes = _tensor_shapes(inputs)
         initialisers = {init.name: init for init in proto.graph.initializer}
         tensors: dict[str, str] = {}
         unmapped = []
@@ -738,7 +743,7 @@ class OnnxRuntimeAdapter(Adapter):
         if key in _FAILED:
             STATS["failed_cached"] += 1
             raise AdapterFailure(*_FAILED[key])
-        shapes = {n: tuple(v.shape) for n, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        shapes = _tensor_shapes(kwargs)
         templates = _TEMPLATES.setdefault(key, [])
         _TEMPLATES.move_to_end(key)
         template = next((t for t in templates if t.serves(shapes)), None)
