@@ -42,6 +42,13 @@ from tck.reports.plots import _pyplot
 
 _pyplot()  # matplotlib and pyplot, loaded once
 
+# What torch and tck import lazily, on a run's first call that needs it: in every run
+# otherwise. torch.fx's symbolic_shapes (and sympy under it) comes with the first backward
+# or torch._check (nn.MultiheadAttention checks its key padding mask with one): 0.4 to 0.7
+# CPU s of a seed run, 5 to 7 %. jsonschema validates each run's results.json (~0.07 s).
+import jsonschema  # noqa: E402, F401
+import torch.fx.experimental.symbolic_shapes  # noqa: E402, F401
+
 
 def _preload_checks() -> list[str]:
     """Import the check modules of ``tck.conformance`` now, if this pytest session rewrites
