@@ -68,14 +68,13 @@ def failures(document: dict[str, Any]) -> dict[str, list[str]]:
 
 def refresh_matrix() -> None:
     """Rebuild the matrix from every mutant's latest results (atomic: xdist workers race)."""
-    sources = {
-        name: OUT / name / "results.json"
-        for name in mutants.NAMES
-        if (OUT / name / "results.json").exists()
-    }
-    documents = {
-        name: json.loads(path.read_text(encoding="utf-8")) for name, path in sources.items()
-    }
+    documents = {}
+    for name in mutants.NAMES:
+        try:
+            text = (OUT / name / "results.json").read_text(encoding="utf-8")
+        except FileNotFoundError:  # not run yet, or its run (another worker) just removed it
+            continue  # and that run refreshes the matrix when it has written the new one
+        documents[name] = json.loads(text)  # whole: results.json is written atomically
     partial = OUT / f".detection_matrix.{os.getpid()}.json"
     matrix.write_matrix(
         partial,
