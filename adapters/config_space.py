@@ -29,8 +29,8 @@ from tck.reference import Config
 
 # SPEC.md §0.5: the part of a model -> the Config field that says whether it has a bias.
 BIAS_FIELDS: dict[str, str] = {
-    "attention": "attention_bias",  # the q, k, v, o projections (§3.3)
-    "ffn": "ffn_bias",  # fc1 and fc2 (§6.1)
+    "attention": "attention_bias",  # the q, k, v, o projections (§3.3, §11.1)
+    "ffn": "ffn_bias",  # fc1 and fc2 (§6.1), gate, up and down (§11.3)
     "norm": "norm_bias",  # the shift of each LayerNorm (§5.1)
     "head": "head_bias",  # the ViT classifier head (§9.5)
 }

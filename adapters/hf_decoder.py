@@ -84,8 +84,14 @@ def _require(config: Config, model: str, *, gqa: bool) -> None:
 
 def _gpt2(config: Config, implementation: str) -> GPT2LMHeadModel:
     _require(config, "GPT2", gqa=False)
-    if not config.bias:
-        raise Unsupported("GPT-2's Conv1D layers always carry a bias: bias=False is not offered")
+    without = [
+        f for f in ("has_attention_bias", "has_ffn_bias", "norm_bias") if not getattr(config, f)
+    ]
+    if without:  # SPEC.md §0.5
+        raise Unsupported(
+            "GPT-2's Conv1D and LayerNorm layers always carry a bias: "
+            f"{', '.join(f.removeprefix('has_') for f in without)}=False is not offered"
+        )
     if not config.tie_weights:
         raise Unsupported("GPT2LMHeadModel ties its head to the token table")
     gpt2_config = GPT2Config(
@@ -161,8 +167,8 @@ def _llama(config: Config, implementation: str) -> LlamaForCausalLM:
         head_dim=config.head_dim_k,
         max_position_embeddings=config.max_len,
         rms_norm_eps=1e-6,
-        attention_bias=config.bias,
-        mlp_bias=config.bias,
+        attention_bias=config.has_attention_bias,  # SPEC.md §0.5
+        mlp_bias=config.has_ffn_bias,
         hidden_act="silu",
         tie_word_embeddings=config.tie_weights,
         attn_implementation=implementation,
@@ -192,11 +198,13 @@ def _llama_mlp_map(ours: str, theirs: str, bias: bool) -> ParamMap:
     }
 
 
-def _llama_block_map(ours: str, theirs: str, bias: bool) -> ParamMap:
+def _llama_block_map(ours: str, theirs: str, config: Config) -> ParamMap:
     return {
-        **_llama_attention_map(f"{ours}self_attn.", f"{theirs}self_attn.", bias),
+        **_llama_attention_map(
+            f"{ours}self_attn.", f"{theirs}self_attn.", config.has_attention_bias
+        ),
         f"{ours}norm1.weight": f"{theirs}input_layernorm.weight",
-        **_llama_mlp_map(f"{ours}ffn.", f"{theirs}mlp.", bias),
+        **_llama_mlp_map(f"{ours}ffn.", f"{theirs}mlp.", config.has_ffn_bias),
         f"{ours}norm2.weight": f"{theirs}post_attention_layernorm.weight",
     }
 
@@ -207,7 +215,7 @@ def _llama_model_map(config: Config) -> ParamMap:
         "norm.weight": "model.norm.weight",
     }
     for i in range(config.n_layers):
-        mapping.update(_llama_block_map(f"layers.{i}.", f"model.layers.{i}.", config.bias))
+        mapping.update(_llama_block_map(f"layers.{i}.", f"model.layers.{i}.", config))
     if not config.tie_weights:
         mapping["lm_head.weight"] = "lm_head.weight"
     return mapping
@@ -372,7 +380,7 @@ def _llama_entries() -> list[TorchEntry]:
             "gated_ffn",
             make=_one_layer(_llama, "eager"),
             forward=lambda m, x: m.model.layers[0].mlp(x),
-            param_map=lambda c: _llama_mlp_map("", "model.layers.0.mlp.", c.bias),
+            param_map=lambda c: _llama_mlp_map("", "model.layers.0.mlp.", c.has_ffn_bias),
             holds=lambda m: m.model.layers[0].mlp,
             conventions=llama,
             notes=("LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).",),
@@ -392,7 +400,9 @@ def _llama_entries() -> list[TorchEntry]:
                 make=_one_layer(_llama, impl),
                 forward=attention_forward,
                 step=attention_step,
-                param_map=lambda c: _llama_attention_map("", "model.layers.0.self_attn.", c.bias),
+                param_map=lambda c: _llama_attention_map(
+                    "", "model.layers.0.self_attn.", c.has_attention_bias
+                ),
                 holds=lambda m: m.model.layers[0].self_attn,
                 conventions=conv,
                 notes=(
@@ -408,7 +418,7 @@ def _llama_entries() -> list[TorchEntry]:
                 make=_one_layer(_llama, impl),
                 forward=block_forward,
                 step=block_step,
-                param_map=lambda c: _llama_block_map("", "model.layers.0.", c.bias),
+                param_map=lambda c: _llama_block_map("", "model.layers.0.", c),
                 holds=lambda m: m.model.layers[0],
                 conventions=conv,
                 notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *notes),

@@ -201,10 +201,11 @@ def _check_heads(config: Config, module: str) -> None:
 
 def _check_layer(config: Config, module: str, *, fast_path: bool = False) -> None:
     _check_heads(config, module)
-    if not config.bias:
+    if not (config.has_attention_bias and config.has_ffn_bias and config.norm_bias):
         raise Unsupported(
-            f"{module}(bias=False) drops the LayerNorm biases too, which the canonical "
-            "parameter layout keeps (SPEC.md §0.2)"
+            f"{module} has one bias switch for its attention, FFN and LayerNorms together "
+            "(bias=False drops the LayerNorm biases too): it cannot leave out the biases of one "
+            "part, as this config's canonical layout does (SPEC.md §0.2, §0.5)"
         )
     if fast_path and config.n_heads % 2:
         raise Unsupported(
@@ -226,17 +227,18 @@ def _mha_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
     mapping: ParamMap = {}
     for index, name in enumerate("qkv"):
         mapping[f"{ours}{name}.weight"] = Chunk(f"{theirs}in_proj_weight", index, 3)
-        if config.bias:
+        if config.has_attention_bias:
             mapping[f"{ours}{name}.bias"] = Chunk(f"{theirs}in_proj_bias", index, 3)
-    return {**mapping, **linear_params(f"{ours}o.", f"{theirs}out_proj.", bias=config.bias)}
+    out = linear_params(f"{ours}o.", f"{theirs}out_proj.", bias=config.has_attention_bias)
+    return {**mapping, **out}
 
 
 def _encoder_layer_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
     return {
         **_mha_map(config, f"{ours}self_attn.", f"{theirs}self_attn."),
         **linear_params(f"{ours}norm1.", f"{theirs}norm1."),
-        **linear_params(f"{ours}ffn.fc1.", f"{theirs}linear1.", bias=config.bias),
-        **linear_params(f"{ours}ffn.fc2.", f"{theirs}linear2.", bias=config.bias),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}linear1.", bias=config.has_ffn_bias),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}linear2.", bias=config.has_ffn_bias),
         **linear_params(f"{ours}norm2.", f"{theirs}norm2."),
     }
 
@@ -247,8 +249,8 @@ def _decoder_layer_map(config: Config, ours: str = "", theirs: str = "") -> Para
         **linear_params(f"{ours}norm1.", f"{theirs}norm1."),
         **_mha_map(config, f"{ours}cross_attn.", f"{theirs}multihead_attn."),
         **linear_params(f"{ours}norm2.", f"{theirs}norm2."),
-        **linear_params(f"{ours}ffn.fc1.", f"{theirs}linear1.", bias=config.bias),
-        **linear_params(f"{ours}ffn.fc2.", f"{theirs}linear2.", bias=config.bias),
+        **linear_params(f"{ours}ffn.fc1.", f"{theirs}linear1.", bias=config.has_ffn_bias),
+        **linear_params(f"{ours}ffn.fc2.", f"{theirs}linear2.", bias=config.has_ffn_bias),
         **linear_params(f"{ours}norm3.", f"{theirs}norm3."),
     }
 
@@ -298,16 +300,16 @@ def _attention(
 def _make_mha(config: Config, *, batch_first: bool = True) -> nn.MultiheadAttention:
     _check_heads(config, "nn.MultiheadAttention")
     return nn.MultiheadAttention(
-        config.d_model, config.n_heads, bias=config.bias, batch_first=batch_first
+        config.d_model, config.n_heads, bias=config.has_attention_bias, batch_first=batch_first
     )
 
 
 def _make_mha_fast_path(config: Config) -> nn.MultiheadAttention:
-    if not config.bias or config.n_heads % 2:
+    if not config.has_attention_bias or config.n_heads % 2:
         raise Unsupported(
             "nn.MultiheadAttention's fast path needs a bias and an even number of heads "
-            f"(bias={config.bias}, n_heads={config.n_heads}), so the NaN rows this subject "
-            "declares would not hold: use mha"
+            f"(attention bias {config.has_attention_bias}, n_heads={config.n_heads}), so the "
+            "NaN rows this subject declares would not hold: use mha"
         )
     return _make_mha(config)
 

@@ -138,8 +138,8 @@ class Config:
     # n_heads (multi-head attention), 1 is multi-query attention. No other component reads it.
     n_kv_heads: int | None = None
     # Bias per part (SPEC.md §0.5); None follows ``bias``. Defaults: today's layout.
-    attention_bias: bool | None = None  # the q, k, v, o projections of §3.3
-    ffn_bias: bool | None = None  # fc1 and fc2 of §6.1
+    attention_bias: bool | None = None  # the q, k, v, o projections of §3.3 and §11.1
+    ffn_bias: bool | None = None  # fc1 and fc2 of §6.1, gate, up and down of §11.3
     norm_bias: bool = True  # the shift of each LayerNorm (§5.1; RMSNorm has none)
     head_bias: bool = True  # the ViT classifier head (§9.5)
 

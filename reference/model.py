@@ -310,7 +310,7 @@ class RMSNorm(nn.Module):
         return y.to(x.dtype) * self.weight
 
 
-def make_norm(d: int, conventions: Conventions, bias: bool = True) -> LayerNorm | RMSNorm:
+def make_norm(d: int, conventions: Conventions, bias: bool) -> LayerNorm | RMSNorm:
     """The norm a layer declares (§5.1-§5.3); ``bias``: a LayerNorm with a shift."""
     if conventions.norm_kind == "rms_norm":
         return RMSNorm(d, conventions.eps)
@@ -698,10 +698,11 @@ class CausalSelfAttention(nn.Module):
         self.base, self.layout = conventions.pe_base, conventions.rope_layout
         self.fully_masked_rows = conventions.fully_masked_rows
         d, h, g = config.d_model, self.n_heads, self.n_kv
-        self.q = nn.Linear(d, h * self.d_k, bias=config.bias)
-        self.k = nn.Linear(d, g * self.d_k, bias=config.bias)
-        self.v = nn.Linear(d, g * self.d_v, bias=config.bias)
-        self.o = nn.Linear(h * self.d_v, d, bias=config.bias)
+        bias = config.has_attention_bias  # §0.5
+        self.q = nn.Linear(d, h * self.d_k, bias=bias)
+        self.k = nn.Linear(d, g * self.d_k, bias=bias)
+        self.v = nn.Linear(d, g * self.d_v, bias=bias)
+        self.o = nn.Linear(h * self.d_v, d, bias=bias)
 
     def forward(
         self,
@@ -747,9 +748,10 @@ class GatedFeedForward(nn.Module):
     def __init__(self, config: Config, conventions: Conventions):
         super().__init__()
         self.activation = GATE_ACTIVATIONS[conventions.gate_activation]
-        self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+        bias = config.has_ffn_bias  # §0.5
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=bias)
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=bias)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(self.activation(self.gate(x)) * self.up(x))  # (B, L, D)
@@ -762,12 +764,12 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.placement = conventions.norm_placement
         self.self_attn = CausalSelfAttention(config, conventions)
-        self.norm1 = make_norm(config.d_model, conventions)
+        self.norm1 = make_norm(config.d_model, conventions, config.norm_bias)
         gated = conventions.ffn_kind == "gated"
         self.ffn = (
             GatedFeedForward(config, conventions) if gated else FeedForward(config, conventions)
         )
-        self.norm2 = make_norm(config.d_model, conventions)
+        self.norm2 = make_norm(config.d_model, conventions, config.norm_bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -802,7 +804,8 @@ class CausalLM(nn.Module):
         self.layers = nn.ModuleList(
             DecoderBlock(config, conventions, dropout) for _ in range(config.n_layers)
         )
-        self.norm = make_norm(d, conventions) if has_final_norm(conventions) else nn.Identity()
+        final = has_final_norm(conventions)
+        self.norm = make_norm(d, conventions, config.norm_bias) if final else nn.Identity()
         if not config.tie_weights:
             self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
 

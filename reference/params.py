@@ -52,7 +52,7 @@ def _linear(prefix: str, n_out: int, n_in: int, bias: bool) -> Shapes:
     return shapes
 
 
-def _norm(prefix: str, d: int, conventions: Conventions, bias: bool = True) -> Shapes:
+def _norm(prefix: str, d: int, conventions: Conventions, bias: bool) -> Shapes:
     shapes: Shapes = {f"{prefix}weight": (d,)}
     if conventions.norm_kind == "layer_norm" and bias:
         shapes[f"{prefix}bias"] = (d,)
@@ -80,19 +80,19 @@ def _causal_self_attention(prefix: str, c: Config) -> Shapes:
     """§11.1, §11.2: query heads n_heads, key/value heads kv_heads."""
     hq, hk, hv = c.n_heads * c.head_dim_k, c.kv_heads * c.head_dim_k, c.kv_heads * c.head_dim_v
     return {
-        **_linear(f"{prefix}q.", hq, c.d_model, c.bias),
-        **_linear(f"{prefix}k.", hk, c.d_model, c.bias),
-        **_linear(f"{prefix}v.", hv, c.d_model, c.bias),
-        **_linear(f"{prefix}o.", c.d_model, c.n_heads * c.head_dim_v, c.bias),
+        **_linear(f"{prefix}q.", hq, c.d_model, c.has_attention_bias),
+        **_linear(f"{prefix}k.", hk, c.d_model, c.has_attention_bias),
+        **_linear(f"{prefix}v.", hv, c.d_model, c.has_attention_bias),
+        **_linear(f"{prefix}o.", c.d_model, c.n_heads * c.head_dim_v, c.has_attention_bias),
     }
 
 
 def _gated_ffn(prefix: str, c: Config) -> Shapes:
     """§11.3: down(act(gate(x)) * up(x))."""
     return {
-        **_linear(f"{prefix}gate.", c.d_ff, c.d_model, c.bias),
-        **_linear(f"{prefix}up.", c.d_ff, c.d_model, c.bias),
-        **_linear(f"{prefix}down.", c.d_model, c.d_ff, c.bias),
+        **_linear(f"{prefix}gate.", c.d_ff, c.d_model, c.has_ffn_bias),
+        **_linear(f"{prefix}up.", c.d_ff, c.d_model, c.has_ffn_bias),
+        **_linear(f"{prefix}down.", c.d_model, c.d_ff, c.has_ffn_bias),
     }
 
 
@@ -101,9 +101,9 @@ def _decoder_block(prefix: str, c: Config, conv: Conventions) -> Shapes:
     ffn = _gated_ffn if conv.ffn_kind == "gated" else _ffn
     return {
         **_causal_self_attention(f"{prefix}self_attn.", c),
-        **_norm(f"{prefix}norm1.", c.d_model, conv),
+        **_norm(f"{prefix}norm1.", c.d_model, conv, c.norm_bias),
         **ffn(f"{prefix}ffn.", c),
-        **_norm(f"{prefix}norm2.", c.d_model, conv),
+        **_norm(f"{prefix}norm2.", c.d_model, conv, c.norm_bias),
     }
 
 

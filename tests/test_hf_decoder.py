@@ -71,3 +71,46 @@ def test_gpt2_conv1d_map_round_trips() -> None:
     c_attn = handle.module.transformer.h[0].attn.c_attn.weight.detach().numpy()
     d = DEFAULT_CONFIG.d_model
     assert np.array_equal(c_attn[:, d : 2 * d].T, params["self_attn.k.weight"])
+
+
+@pytest.mark.spec("0.5")
+@pytest.mark.parametrize(
+    "subject", ["causal_self_attention[eager]", "gated_ffn", "decoder_block[eager]"]
+)
+def test_llama_bias_per_part(subject: str) -> None:
+    """attention_bias and ffn_bias reach LlamaConfig's attention_bias and mlp_bias (q, k, v,
+    o biases without MLP biases, and the reverse): the layout loads and the output is the
+    oracle's."""
+    import dataclasses
+
+    from tck.adapters.hf_decoder import llama
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    chosen = next(s for s in llama.subjects() if s.name == subject)
+    for fields in ({"attention_bias": True, "ffn_bias": False}, {"bias": False, "ffn_bias": True}):
+        config = dataclasses.replace(DEFAULT_CONFIG, bias=False, **fields)
+        handle = llama.build(chosen, config, seed=0)
+        params = init_params(chosen.component, config, chosen.conventions, seed=1)
+        assert any(k.endswith("q.bias") for k in params) == config.has_attention_bias
+        assert any(k.endswith("up.bias") for k in params) == config.has_ffn_bias
+        llama.load(handle, params)  # every canonical name has its slot, and no other
+        inputs = make_inputs(chosen.component, config, np.random.default_rng(2), Shape())
+        gold = expected(chosen.component, inputs, params, config, chosen.conventions)
+        np.testing.assert_allclose(llama.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.spec("0.5")
+def test_gpt2_refuses_a_part_without_bias() -> None:
+    """GPT-2's Conv1D and LayerNorm layers always carry a bias: a part without one is
+    Unsupported, in words that name it."""
+    import dataclasses
+
+    from tck.adapters import Unsupported
+    from tck.adapters.hf_decoder import gpt2
+
+    subject = next(s for s in gpt2.subjects() if s.name == "decoder_block[eager]")
+    for field in ("attention_bias", "ffn_bias", "norm_bias"):
+        config = dataclasses.replace(DEFAULT_CONFIG, **{field: False})
+        with pytest.raises(Unsupported, match=field):
+            gpt2.build(subject, config, seed=0)

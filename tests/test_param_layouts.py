@@ -4,6 +4,7 @@ README's "A model with its own layout" adapter, run verbatim with no failure."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -123,13 +124,28 @@ def test_param_gradients_follow_the_layout() -> None:
     assert abs(numeric - grads["params.fc1.weight"][i, j]) < 1e-6 * max(1.0, abs(numeric))
 
 
+BIAS_BASE = Config(d_model=8, n_heads=2, d_ff=12, vocab_size=11, image_size=8, n_classes=3)
+
+
 @pytest.mark.parametrize(
-    "component", ["mha", "ffn", "layer_norm", "encoder_layer", "encoder", "vit", "seq2seq"]
+    "component, ffn_kind",
+    [
+        *(
+            (c, "plain")
+            for c in ("mha", "ffn", "layer_norm", "encoder_layer", "encoder", "vit", "seq2seq")
+        ),
+        # decoder-only (§11): its attention and its gated FFN follow the same two fields
+        ("causal_self_attention", "plain"),
+        ("gated_ffn", "gated"),
+        ("decoder_block", "plain"),
+        ("decoder_block", "gated"),
+        ("causal_lm", "gated"),
+    ],
 )
-def test_bias_per_part(component: str) -> None:
+def test_bias_per_part(component: str, ffn_kind: str) -> None:
     """The reference model, the oracle and the parameter shapes agree on each bias layout."""
-    conventions = canonical_conventions(component)
-    base = Config(d_model=8, n_heads=2, d_ff=12, vocab_size=11, image_size=8, n_classes=3)
+    conventions = dataclasses.replace(canonical_conventions(component), ffn_kind=ffn_kind)
+    base = BIAS_BASE
     default = param_count(component, base, conventions)
     for fields in (
         {"attention_bias": False},
@@ -154,11 +170,52 @@ def test_bias_per_part(component: str) -> None:
     assert param_count(component, Config(**base.to_dict()), conventions) == default
 
 
+def _agrees_per_part(adapter: TorchModuleAdapter, name: str, fields: dict[str, bool]) -> None:
+    """``name`` of ``adapter`` built with ``fields`` holds the canonical layout of that config
+    (load takes exactly its names) and computes the oracle's output with it."""
+    subject = next(s for s in adapter.subjects() if s.name == name)
+    config = dataclasses.replace(BIAS_BASE, **fields)
+    handle = adapter.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    adapter.load(handle, params)
+    x = make_inputs(subject.component, config, np.random.default_rng(2), Shape())
+    gold = expected(subject.component, x, params, config, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, x), gold, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "fields", [{"attention_bias": False}, {"bias": False, "attention_bias": True}]
+)
+def test_bias_per_part_reaches_user_style_modules(fields: dict[str, bool]) -> None:
+    """Adapters build the part without (or with) a bias that the config says: torch.nn's
+    MultiheadAttention(bias=...), the tutorial GPT's attention and SwiGLU (SPEC.md §0.5)."""
+    from tck.adapters.mutants.gpt_tutorial import attention_entry, gated_ffn_entry
+    from tck.adapters.torch_nn import adapter as torch_nn
+
+    _agrees_per_part(torch_nn, "mha", fields)
+    tutorial = TorchModuleAdapter("gpt_tutorial", [attention_entry(), gated_ffn_entry()])
+    _agrees_per_part(tutorial, "causal_self_attention", fields)
+    ffn_fields = {k.replace("attention", "ffn"): v for k, v in fields.items()}
+    _agrees_per_part(tutorial, "gated_ffn", ffn_fields)
+
+
+@pytest.mark.parametrize("field", ["attention_bias", "ffn_bias", "norm_bias"])
+def test_one_bias_switch_refuses_a_part_without_bias(field: str) -> None:
+    """nn.TransformerEncoderLayer has one bias switch for every part: a config without the
+    bias of one part is Unsupported, in words that say why, never built with it."""
+    from tck.adapters.torch_nn import adapter as torch_nn
+
+    subject = next(s for s in torch_nn.subjects() if s.name == "encoder_layer")
+    config = dataclasses.replace(BIAS_BASE, **{field: False})
+    with pytest.raises(Unsupported, match="one bias switch"):
+        torch_nn.build(subject, config, seed=0)
+
+
 def _keeps(name: str, component: str, c: Config) -> bool:
     leaf = name.rsplit(".", 2)[-2] if "." in name else ""
     if leaf in ("q", "k", "v", "o"):
         return c.has_attention_bias
-    if leaf in ("fc1", "fc2"):
+    if leaf in ("fc1", "fc2", "gate", "up", "down"):
         return c.has_ffn_bias
     if name == "head.bias":
         return c.head_bias

@@ -139,8 +139,10 @@ class Block(nn.Module):
         super().__init__()
         norm: Callable[[int], nn.Module] = RMSNorm if llama else nn.LayerNorm
         self.ln_1, self.ln_2 = norm(c.d_model), norm(c.d_model)
-        self.attn = Attention(c.d_model, c.n_heads, c.kv_heads, rope=llama, bias=c.bias)
-        self.mlp = SwiGLU(c.d_model, c.d_ff, c.bias) if llama else MLP(c.d_model, c.d_ff)
+        self.attn = Attention(
+            c.d_model, c.n_heads, c.kv_heads, rope=llama, bias=c.has_attention_bias
+        )
+        self.mlp = SwiGLU(c.d_model, c.d_ff, c.has_ffn_bias) if llama else MLP(c.d_model, c.d_ff)
 
     def forward(self, x, positions=None, pad_mask=None, cache=None):
         h, cache = self.attn(self.ln_1(x), positions, pad_mask, cache)
@@ -214,6 +216,11 @@ def _check(config: Config) -> None:
         raise Unsupported("the tutorial attention has d_k = d_v = d_model / n_heads")
 
 
+def _all_biases(config: Config) -> bool:
+    """Attention, MLP and LayerNorms all with a bias (SPEC.md §0.5), as the GPT here has."""
+    return config.has_attention_bias and config.has_ffn_bias and config.norm_bias
+
+
 def _attention_step(m, cache, x, key_padding=None, positions=None):
     out, cache = m(x, positions, key_padding, cache)
     return out, cache
@@ -226,7 +233,7 @@ def attention_entry(
 
     def make(c: Config) -> nn.Module:
         _check(c)
-        return cls(c.d_model, c.n_heads, c.kv_heads, rope=True, bias=c.bias)
+        return cls(c.d_model, c.n_heads, c.kv_heads, rope=True, bias=c.has_attention_bias)
 
     def forward(m, x, key_padding=None, positions=None):
         return m(x, positions, key_padding)[0]
@@ -236,7 +243,7 @@ def attention_entry(
         make=make,
         forward=forward,
         step=step,
-        param_map=lambda c: attention_map("", "", c.bias),
+        param_map=lambda c: attention_map("", "", c.has_attention_bias),
         conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
         **kw,
     )
@@ -244,16 +251,16 @@ def attention_entry(
 
 def gated_ffn_entry(cls: type[SwiGLU] = SwiGLU, **kw: Any) -> TorchEntry:
     def make(c: Config) -> nn.Module:
-        return cls(c.d_model, c.d_ff, c.bias)
+        return cls(c.d_model, c.d_ff, c.has_ffn_bias)
 
     return TorchEntry(
         "gated_ffn",
         make=make,
         forward=lambda m, x: m(x),
         param_map=lambda c: {
-            **_linear("gate.", "w1.", c.bias),
-            **_linear("up.", "w3.", c.bias),
-            **_linear("down.", "w2.", c.bias),
+            **_linear("gate.", "w1.", c.has_ffn_bias),
+            **_linear("up.", "w3.", c.has_ffn_bias),
+            **_linear("down.", "w2.", c.has_ffn_bias),
         },
         conventions=LLAMA,
         **kw,
@@ -306,7 +313,7 @@ def gpt_entry(
 
     def make(c: Config) -> nn.Module:
         _check(c)
-        if c.kv_heads != c.n_heads or not c.bias or not c.tie_weights:
+        if c.kv_heads != c.n_heads or not c.tie_weights or not _all_biases(c):
             raise Unsupported(
                 "the tutorial GPT has no grouped-query heads, always biases, a tied head"
             )

@@ -235,8 +235,8 @@ def heads(config: Config) -> tuple[int, int]:
             f"this multi-head attention has d_k = d_v = d_model / n_heads: it cannot express "
             f"d_k={config.head_dim_k}, d_v={config.head_dim_v} with d_model={d}, n_heads={h}"
         )
-    if not config.bias:
-        raise Unsupported("this implementation always has biases")
+    if not (config.has_attention_bias and config.has_ffn_bias and config.norm_bias):
+        raise Unsupported("this implementation always has biases (SPEC.md §0.5)")
     return d, h
 
 
