@@ -79,25 +79,34 @@ def test_gpt2_conv1d_map_round_trips() -> None:
 )
 def test_llama_bias_per_part(subject: str) -> None:
     """attention_bias and ffn_bias reach LlamaConfig's attention_bias and mlp_bias (q, k, v,
-    o biases without MLP biases, and the reverse): the layout loads and the output is the
-    oracle's."""
+    o biases without MLP biases, and the reverse): the layout loads, and the output is the
+    oracle's (float64 where offered; else float32, whose rounding is ~1e-6 here and a
+    dropped bias ~0.1)."""
     import dataclasses
 
     from tck.adapters.hf_decoder import llama
     from tck.reference.expected import expected
     from tck.reference.inputs import Shape, make_inputs
+    from tck.reference.tolerance import round_to
 
     chosen = next(s for s in llama.subjects() if s.name == subject)
-    for fields in ({"attention_bias": True, "ffn_bias": False}, {"bias": False, "ffn_bias": True}):
-        config = dataclasses.replace(DEFAULT_CONFIG, bias=False, **fields)
-        handle = llama.build(chosen, config, seed=0)
+    dtype = "float64" if "float64" in llama.dtypes(chosen) else "float32"
+    for fields in ({"attention_bias": True, "ffn_bias": False}, {"ffn_bias": True}):
+        config = dataclasses.replace(DEFAULT_CONFIG, **{"bias": False, **fields})
+        handle = llama.build(chosen, config, seed=0, dtype=dtype)
         params = init_params(chosen.component, config, chosen.conventions, seed=1)
-        assert any(k.endswith("q.bias") for k in params) == config.has_attention_bias
-        assert any(k.endswith("up.bias") for k in params) == config.has_ffn_bias
+        params = {k: round_to(v, dtype) for k, v in params.items()}
+        biases = {k.rsplit(".", 2)[-2] for k in params if k.endswith(".bias")}
+        if chosen.component != "gated_ffn":
+            assert ("q" in biases) == config.has_attention_bias
+        if chosen.component != "causal_self_attention":
+            assert ("up" in biases) == config.has_ffn_bias
         llama.load(handle, params)  # every canonical name has its slot, and no other
         inputs = make_inputs(chosen.component, config, np.random.default_rng(2), Shape())
+        inputs = {k: round_to(v, dtype) for k, v in inputs.items()}
         gold = expected(chosen.component, inputs, params, config, chosen.conventions)
-        np.testing.assert_allclose(llama.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
+        tolerance = 1e-9 if dtype == "float64" else 1e-4
+        np.testing.assert_allclose(llama.run(handle, inputs), gold, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.spec("0.5")
