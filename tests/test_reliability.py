@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -284,7 +285,22 @@ def test_in_process_runs_contain_exits_and_stray_interrupts(fault, tmp_path):
     assert document["summary"]["passed"] > 20 and "interrupted" not in document
 
 
+@pytest.fixture
+def sigint_not_ignored():
+    """A real SIGINT must be able to reach the tck process. A shell starts a background job
+    (``tox &``) with SIGINT ignored, and exec keeps an ignored signal ignored, so there the
+    interrupt would never arrive and the run would finish. A handler set here is the
+    default in the child instead (exec resets handlers)."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.parametrize("workers", ["0", "1"])
+@pytest.mark.usefixtures("sigint_not_ignored")
 def test_ctrl_c_keeps_the_complete_results_and_writes_the_partial_ones_beside(workers, tmp_path):
     """A real SIGINT mid-run (sent by the adapter to the tck process, at a known point)."""
     run_faulty("nan", tmp_path / "complete")
