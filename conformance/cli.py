@@ -36,7 +36,7 @@ from tck.adapters.devices import (
 )
 from tck.reference import COMPONENTS
 from tck.reports import load_results, write_reports, write_scoreboard
-from tck.reports.files import foreign_files
+from tck.reports.files import foreign_files, remove_reports
 from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, default_out, parse_only, writable_dir
 
@@ -367,6 +367,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             apply_baseline(document, baseline, args.baseline)
             write_results(results, document)
         reports = write_reports(document, folder)
+        if not document.get("interrupted"):  # an earlier run's partial results: superseded
+            remove_reports(results_path(out, True).parent)
     print_summary(Console(soft_wrap=True), document, folder, reports)
     if document.get("interrupted"):
         print(

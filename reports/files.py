@@ -41,6 +41,20 @@ def atomic_write(path: str | Path, text: str) -> Path:
     return path
 
 
+def remove_reports(folder: str | Path) -> None:
+    """Remove the report files tck wrote in ``folder`` (MARKERS' names; a file of the same
+    name that tck did not write stays), then the folder if nothing else is left in it."""
+    folder = Path(folder)
+    for name in MARKERS:
+        path = folder / name
+        if path.is_file() and written_by_tck(path):
+            path.unlink()
+    try:
+        folder.rmdir()
+    except OSError:  # missing, or holding something else
+        pass
+
+
 def written_by_tck(path: Path) -> bool:
     """Is ``path`` (one of MARKERS' names) a file tck wrote? Missing files count as ours."""
     marker = MARKERS.get(path.name)

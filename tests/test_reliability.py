@@ -323,6 +323,9 @@ def test_ctrl_c_keeps_the_complete_results_and_writes_the_partial_ones_beside(wo
     assert interrupted and document["summary"]["errors"] >= len(interrupted)
     assert "INTERRUPTED" in proc.stdout
     _all_reports_name(partial, interrupted[0]["check"], "run.interrupted")
+    # the next complete run supersedes the partial results: they go
+    done, _ = run_faulty("nan", tmp_path / "again", out=complete)
+    assert done.returncode == 1 and not partial.exists(), done.stderr[-2000:]
 
 
 def test_checks_that_never_ran_are_errors_in_every_report(tmp_path):
@@ -478,6 +481,20 @@ def test_files_tck_did_not_write_are_never_overwritten(name, tmp_path, capsys):
     assert main(["run", "--adapter", "reference", "--out", str(tmp_path), "-n", "0"]) == 2
     assert "which tck did not write" in capsys.readouterr().err
     assert (tmp_path / name).read_text() == "<html>my own page</html>\n"
+
+
+def test_removing_reports_keeps_what_tck_did_not_write(tmp_path):
+    from tck.reports import files
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for folder in (ours, theirs):
+        files.atomic_write(folder / "junit.xml", '<testsuites name="tck x"/>\n')
+    (theirs / "index.html").write_text("<html>my own page</html>\n")
+    files.remove_reports(ours)
+    files.remove_reports(theirs)
+    files.remove_reports(tmp_path / "missing")  # nothing there: nothing to do
+    assert not ours.exists()
+    assert [p.name for p in theirs.iterdir()] == ["index.html"]
 
 
 def test_report_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
