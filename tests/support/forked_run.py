@@ -33,6 +33,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+# What torch and tck import lazily, at a run's first call that needs it, is imported here
+# once instead of in every run: torch.fx's symbolic_shapes (and sympy under it) comes with
+# the first backward or torch._check (nn.MultiheadAttention checks its key padding mask with
+# one), 0.4 to 0.7 CPU s of a seed run (5 to 7 %); jsonschema validates each results.json.
+import jsonschema  # noqa: F401
+import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
 from tck.cli import main  # loaded once here, before any fork
 from tck.conformance import cli
 from tck.reports import html as _html  # noqa: F401  (loaded once: jinja2 and the templates)
@@ -41,13 +48,6 @@ from tck.reports.files import atomic_write
 from tck.reports.plots import _pyplot
 
 _pyplot()  # matplotlib and pyplot, loaded once
-
-# What torch and tck import lazily, on a run's first call that needs it: in every run
-# otherwise. torch.fx's symbolic_shapes (and sympy under it) comes with the first backward
-# or torch._check (nn.MultiheadAttention checks its key padding mask with one): 0.4 to 0.7
-# CPU s of a seed run, 5 to 7 %. jsonschema validates each run's results.json (~0.07 s).
-import jsonschema  # noqa: E402, F401
-import torch.fx.experimental.symbolic_shapes  # noqa: E402, F401
 
 
 def _preload_checks() -> list[str]:
