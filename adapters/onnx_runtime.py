@@ -744,8 +744,7 @@ class OnnxRuntimeAdapter(Adapter):
             STATS["failed_cached"] += 1
             raise AdapterFailure(*_FAILED[key])
         shapes = _tensor_shapes(kwargs)
-        templates = _TEMPLATES.setdefault(key, [])
-        _TEMPLATES.move_to_end(key)
+        templates = _TEMPLATES.get(key, [])
         template = next((t for t in templates if t.serves(shapes)), None)
         if template is None:
             try:
@@ -754,11 +753,12 @@ class OnnxRuntimeAdapter(Adapter):
                 _FAILED[key] = (failure.code, failure.message)
                 raise
             STATS["exported"] += 1
-            templates.insert(0, template)
-            del templates[_TEMPLATES_PER_STRUCTURE:]
+            _TEMPLATES[key] = [template, *templates][:_TEMPLATES_PER_STRUCTURE]  # newest first
+            _TEMPLATES.move_to_end(key)
             while len(_TEMPLATES) > _TEMPLATES_SIZE:
                 _TEMPLATES.popitem(last=False)
             return _checked(template.instantiate(None, opset=opset)), None  # its own values
+        _TEMPLATES.move_to_end(key)
         if template.tensors is None:
             STATS["reexported"] += 1
             return export(th, kwargs, opset=opset), None
