@@ -261,6 +261,16 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, prefill: int)
         "cached step is off by one position (j < T instead of j <= T - 1; SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=strict),
     )
+    top_left = np.tril(np.ones((length, length), bool))
+    top_left[rows] = np.arange(length) == 0  # a one-token step's query sees key 0 alone
+    yield (
+        "cache.causal_top_left",
+        "each decoded token attends only the first token: the causal mask of a cached step is "
+        "built for the new tokens alone (query i sees keys 0..i), aligned top-left, instead "
+        "of offset by the number of cached keys (bottom-right: query i sees keys up to T - n + "
+        "i; SPEC.md §11.6, §4.3)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
+    )
     diagonal = np.eye(length, dtype=bool)
     diagonal[:prefill, :prefill] = np.tril(np.ones((prefill, prefill), bool))
     yield (

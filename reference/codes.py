@@ -372,6 +372,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("cache.position_offset_wrong", "cause", "11.6", "cached steps get the wrong learned position"),
     ("cache.causal_off_by_one", "cause", "11.6 4.3", "a decoded token misses its own key"),
+    (
+        "cache.causal_top_left",
+        "cause",
+        "11.6 4.3",
+        "a cached step's causal mask ignores the cached keys (aligned top-left)",
+    ),
     ("cache.wrong_axis", "cause", "11.6", "the cache grows along the wrong axis"),
     # --- shapes and parameters
     ("shape.wrong_output_shape", "cause", "10.6", "the output shape is not the spec's"),

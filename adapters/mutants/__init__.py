@@ -65,6 +65,7 @@ NAMES: tuple[str, ...] = (
     "kv_heads_tiled",
     "cache_rope_offset",
     "cache_causal_off_by_one",
+    "cache_causal_top_left",
     "cache_wrong_axis",
     "gate_up_swapped",
     "swiglu_gelu",
