@@ -247,6 +247,14 @@ class ConfigSpace:
         return None
 
 
+def parts_without_bias(
+    config: Config, parts: tuple[str, ...] = ("attention", "ffn", "norm")
+) -> list[str]:
+    """The bias fields (``BIAS_FIELDS``) of ``parts`` that ``config`` leaves without a bias,
+    as they act (SPEC.md §0.5): for a module with one bias switch for all of them."""
+    return [BIAS_FIELDS[p] for p in parts if not _bias_value(config, BIAS_FIELDS[p])]
+
+
 def _bias_value(config: Config, name: str) -> Any:
     """A bias field as it acts (attention_bias/ffn_bias None follow ``bias``)."""
     value = getattr(config, name)

@@ -39,6 +39,7 @@ except Exception as err:  # a broken install fails in many ways, not only Import
 from tck.reference import DECODER_CANONICAL, Config
 
 from .base import Subject, Unsupported
+from .config_space import parts_without_bias
 from .torch_module import Chunk, ParamMap, TorchEntry, TorchHandle, TorchModuleAdapter
 
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -84,13 +85,11 @@ def _require(config: Config, model: str, *, gqa: bool) -> None:
 
 def _gpt2(config: Config, implementation: str) -> GPT2LMHeadModel:
     _require(config, "GPT2", gqa=False)
-    without = [
-        f for f in ("has_attention_bias", "has_ffn_bias", "norm_bias") if not getattr(config, f)
-    ]
+    without = parts_without_bias(config)
     if without:  # SPEC.md §0.5
         raise Unsupported(
             "GPT-2's Conv1D and LayerNorm layers always carry a bias: "
-            f"{', '.join(f.removeprefix('has_') for f in without)}=False is not offered"
+            f"{', '.join(without)}=False is not offered"
         )
     if not config.tie_weights:
         raise Unsupported("GPT2LMHeadModel ties its head to the token table")

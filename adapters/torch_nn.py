@@ -47,6 +47,7 @@ from tck.reference import Config, Conventions
 from tck.reference.model import sinusoidal_pe
 
 from .base import Unsupported
+from .config_space import parts_without_bias
 from .sdpa import SDPA_BACKENDS, pinned
 from .torch_module import (
     Chunk,
@@ -201,7 +202,7 @@ def _check_heads(config: Config, module: str) -> None:
 
 def _check_layer(config: Config, module: str, *, fast_path: bool = False) -> None:
     _check_heads(config, module)
-    if not (config.has_attention_bias and config.has_ffn_bias and config.norm_bias):
+    if parts_without_bias(config):
         raise Unsupported(
             f"{module} has one bias switch for its attention, FFN and LayerNorms together "
             "(bias=False drops the LayerNorm biases too): it cannot leave out the biases of one "

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tck.adapters import TorchEntry, Unsupported
+from tck.adapters.config_space import parts_without_bias
 from tck.reference import DECODER_CANONICAL, Config
 
 Cache = tuple[Tensor, Tensor]
@@ -216,11 +217,6 @@ def _check(config: Config) -> None:
         raise Unsupported("the tutorial attention has d_k = d_v = d_model / n_heads")
 
 
-def _all_biases(config: Config) -> bool:
-    """Attention, MLP and LayerNorms all with a bias (SPEC.md §0.5), as the GPT here has."""
-    return config.has_attention_bias and config.has_ffn_bias and config.norm_bias
-
-
 def _attention_step(m, cache, x, key_padding=None, positions=None):
     out, cache = m(x, positions, key_padding, cache)
     return out, cache
@@ -313,7 +309,7 @@ def gpt_entry(
 
     def make(c: Config) -> nn.Module:
         _check(c)
-        if c.kv_heads != c.n_heads or not c.tie_weights or not _all_biases(c):
+        if c.kv_heads != c.n_heads or not c.tie_weights or parts_without_bias(c):
             raise Unsupported(
                 "the tutorial GPT has no grouped-query heads, always biases, a tied head"
             )

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported
+from tck.adapters.config_space import parts_without_bias
 from tck.reference import Config, Conventions
 
 # ------------------------------------------------------------------------------ modules
@@ -235,7 +236,7 @@ def heads(config: Config) -> tuple[int, int]:
             f"this multi-head attention has d_k = d_v = d_model / n_heads: it cannot express "
             f"d_k={config.head_dim_k}, d_v={config.head_dim_v} with d_model={d}, n_heads={h}"
         )
-    if not (config.has_attention_bias and config.has_ffn_bias and config.norm_bias):
+    if parts_without_bias(config):
         raise Unsupported("this implementation always has biases (SPEC.md §0.5)")
     return d, h
 
