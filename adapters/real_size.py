@@ -1,4 +1,4 @@
-"""What a real-size checkpoint's whole stack runs (issue 17 item 4; README, "Real sizes").
+"""What a real-size checkpoint's whole stack runs (docs/performance.md, "Real sizes").
 
 A checkpoint checked as it is (``tck.adapters.pretrained``) offers its layer as subjects of
 their own (``mha`` and ``encoder_layer``: layer 0, with its own weights) and its whole stack

@@ -9,7 +9,7 @@ ViT-B/16's (224 px, patch 16, d 768, 12 heads, d_ff 3072) with random weights (s
 --model DIR -n 0`` under ``/usr/bin/time -v`` when it exists (wall, user and system CPU
 seconds, peak memory), and prints one JSON line: the timing, the verdict's summary and the
 checks that took longest. ``--layers 2,6,12`` scans depths to show the cost per layer.
-Nothing here asserts a time: machines differ (README.md, "Real sizes").
+Nothing here asserts a time: machines differ (docs/performance.md, "Real sizes").
 """
 
 from __future__ import annotations

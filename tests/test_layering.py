@@ -1,5 +1,5 @@
 """The floors of the codebase: no module imports from a floor above its own, and no import
-cycle runs between the top-level folders (README, "Layout").
+cycle runs between the top-level folders (docs/architecture.md, "Layout").
 
 Every module of ours is parsed with ``ast`` (nothing is imported), each ``import`` and
 ``from ... import`` (relative ones resolved, lazy ones inside functions included, and

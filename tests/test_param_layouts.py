@@ -1,6 +1,7 @@
 """Parameter maps that describe real layouts (Param: slice, permute, reshape; ABSENT), bias
 per part (Config.attention_bias, ffn_bias, norm_bias, head_bias: SPEC.md §0.5), and the
-README's "A model with its own layout" adapter, run verbatim with no failure."""
+manual's "A model with its own layout" (docs/guide/layouts.md) adapter, run verbatim with no
+failure."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from tck.reference.inputs import Shape, make_inputs
 
 pytestmark = pytest.mark.spec("0.2", "0.5", "10.3")
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+MANUAL = Path(__file__).resolve().parent.parent / "docs" / "guide" / "layouts.md"
 SECTION = "## A model with its own layout"
 MAX_ADAPTER_LINES = 30
 
@@ -225,8 +226,8 @@ def _keeps(name: str, component: str, c: Config) -> bool:
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
-    assert SECTION in text, f"README.md has no section {SECTION!r}"
+    text = MANUAL.read_text(encoding="utf-8")
+    assert SECTION in text, f"docs/guide/layouts.md has no section {SECTION!r}"
     return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
 
 

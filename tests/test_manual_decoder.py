@@ -1,6 +1,7 @@
-"""README "Point tck at your decoder-only model": its snippet, executed verbatim, is a working
-adapter of at most 15 lines with no failure; a copy with one wrong line fails, and a copy
-whose output is scaled by 1.5 fails oracle equality (issue 18: such a copy once passed)."""
+"""The manual's "Point tck at your decoder-only model" (docs/guide/adapters.md): its snippet,
+executed verbatim, is a working adapter of at most 15 lines with no failure; a copy with one
+wrong line fails, and a copy whose output is scaled by 1.5 fails oracle equality (such a copy
+once passed)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+MANUAL = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adapters.md"
 SECTION = "## Point tck at your decoder-only model"
 ADAPTER_MARKER = "# ---- the adapter"
 MAX_ADAPTER_LINES = 15
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.spec("11.1", "11.4")
 
 
 def _snippet() -> str:
-    text = README.read_text(encoding="utf-8")
-    assert SECTION in text, f"README.md has no section {SECTION!r}"
+    text = MANUAL.read_text(encoding="utf-8")
+    assert SECTION in text, f"docs/guide/adapters.md has no section {SECTION!r}"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(blocks) == 1, f"expected one python block in {SECTION!r}, found {len(blocks)}"
@@ -31,7 +32,7 @@ def _snippet() -> str:
 
 
 def _run(tmp_path: Path, source: str) -> dict[str, Any]:
-    """``python -m tck run --adapter my_block:adapter`` (the README's command) on ``source``."""
+    """``python -m tck run --adapter my_block:adapter`` (the manual's command) on ``source``."""
     (tmp_path / "my_block.py").write_text(source, encoding="utf-8")
     out = tmp_path / "out"
     done = subprocess.run(

@@ -1,5 +1,6 @@
-"""README "Point tck at your model": its snippet, executed verbatim, is a working adapter of
-at most 15 lines, and the command printed after it runs the checks with no failure."""
+"""The manual's "Point tck at your model" (docs/guide/adapters.md): its snippet, executed
+verbatim, is a working adapter of at most 15 lines, and the command printed after it runs the
+checks with no failure."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+MANUAL = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adapters.md"
 SECTION = "## Point tck at your model"
 ADAPTER_MARKER = "# ---- the adapter"
 MAX_ADAPTER_LINES = 15
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.spec("0.2", "0.3")
 
 
 def _blocks(language: str) -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    assert SECTION in text, f"README.md has no section {SECTION!r}"
+    text = MANUAL.read_text(encoding="utf-8")
+    assert SECTION in text, f"docs/guide/adapters.md has no section {SECTION!r}"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.DOTALL)
 
@@ -43,7 +44,7 @@ def test_adapter_is_at_most_15_lines() -> None:
 
 
 def test_snippet_runs_with_no_failure(tmp_path: Path) -> None:
-    """Save the snippet as my_layer.py and run the README's command from that folder:
+    """Save the snippet as my_layer.py and run the manual's command from that folder:
     0 failed, 0 errors."""
     (tmp_path / "my_layer.py").write_text(_snippet(), encoding="utf-8")
     commands = [
