@@ -50,7 +50,7 @@ from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .recorder import Recorder
-from .results import SCHEMA, CheckFailure, Result, summarize, write_results
+from .results import SCHEMA, CheckFailure, Result, reported, summarize, write_results
 from .verified import ORACLE_CHECKS, unverified_reason
 
 _STATE = pytest.StashKey[dict[str, Any]]()
@@ -768,8 +768,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
     results = sorted(state["results"], key=lambda r: (r.check, r.subject))
     subjects = adapter.subjects() if adapter else []
     collector: _Collector = config.pluginmanager.get_plugin("tck-results")
-    # "[NOTSET]": pytest's placeholder for a check no subject of this adapter takes
-    expected = {i for i in collector.collected if "[NOTSET" not in i} if collector else set()
+    expected = {i for i in collector.collected if reported(i)} if collector else set()
     not_run = sorted(expected - state["done"])
     interrupted = bool(state.get("interrupted"))
     for nodeid in not_run:  # never a green run with checks that did not run

@@ -27,6 +27,9 @@ def atomic_write(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); a report gets the mode any new file of the
+        # user's gets (0666 less the umask), so a shared or served folder can read it
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
@@ -39,6 +42,13 @@ def atomic_write(path: str | Path, text: str) -> Path:
             pass
         raise
     return path
+
+
+def _umask() -> int:
+    """The process' umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def remove_reports(folder: str | Path) -> None:

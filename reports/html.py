@@ -25,6 +25,11 @@ from .text import visible
 
 # Worst first: the colour and the order a cell or a group takes.
 STATUS_ORDER = ("fail", "error", "convention", "unverified", "pass", "skip")
+# The count columns of every table, in the terminal summary's order too.
+STATUS_COLUMNS = ("pass", "fail", "error", "convention", "unverified", "skip")
+# Symptoms listed under a root cause, and failing checks under a component, before the
+# rest fold away (a page stays readable at hundreds of failures).
+SYMPTOMS_SHOWN = 8
 _SPEC = Path(__file__).resolve().parent.parent / "SPEC.md"
 
 
@@ -199,7 +204,9 @@ def report_context(document: dict[str, Any]) -> dict[str, Any]:
         "problems": [r for rs in ordered.values() for r in rs if r["status"] in ("fail", "error")],
         "causes": root_causes({**r, "index": i} for i, r in enumerate(results)),
         "plots": [Markup(svg) for svg in svgs if svg],
-        "statuses": STATUS_ORDER,
+        "statuses": STATUS_COLUMNS,
+        "symptoms_shown": SYMPTOMS_SHOWN,
+        "clause_rows": sum(len(r["clause"]) for r in results),
         "interrupted": bool(document.get("interrupted")),
         "not_run": list(document.get("not_run", [])),
         "baseline": _baseline(document),
@@ -257,6 +264,6 @@ def render_scoreboard(runs: list[tuple[Path, dict[str, Any]]], out_dir: Path) ->
             clauses=sorted(clauses, key=_clause_key),
             titles=clause_titles(),
             worst=worst,
-            statuses=STATUS_ORDER,
+            statuses=STATUS_COLUMNS,
         )
     )

@@ -146,3 +146,37 @@ def test_the_checks_run_as_plain_pytest(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     document = json.loads((tmp_path / "results.json").read_text())
     assert {r["component"] for r in document["results"]} == {"layer_norm"}
+
+
+def test_the_summary_names_conventions_skip_reasons_and_a_next_step(run):
+    name, proc, document = run
+    out = proc.stdout
+    conventions = [r for r in document["results"] if r["status"] == "convention"]
+    assert conventions, f"{name} declares conventions: the run shows them"
+    for r in conventions:  # each by field, declared value and subject
+        metrics = r["metrics"]  # a convention row that is not a probe names it by its code
+        field = metrics.get("field") or r["diagnosis"]["code"].split(".", 1)[-1]
+        declared = document["adapter"]["deviations"][r["subject"]][field][1]
+        assert f"{field} = {metrics.get('declared', declared)!r}" in out, (r["check"], out[-2000:])
+        assert r["subject"] in out
+    skipped = document["summary"]["skipped"]
+    assert f"{skipped} skipped, by reason" in out
+    reasons = [line for line in out.splitlines() if line.startswith("  ") and "  " in line[2:8]]
+    assert reasons, "each skip reason on its own line, with its count"
+    assert out.strip().splitlines()[-1].startswith("Next: check your own model")
+
+
+def test_the_progress_bar_counts_the_rows_a_run_reports():
+    """pytest's placeholder item for a check no subject takes ([NOTSET]) gives no result row,
+    so the bar does not count it either."""
+    import io
+
+    from rich.console import Console
+
+    from tck.conformance.console import ProgressPlugin
+
+    bar = ProgressPlugin(Console(file=io.StringIO()))
+    ids = ["m.py::test_a[reference:mha]", "m.py::test_b[NOTSET]", "m.py::test_c[reference:ffn]"]
+    bar.pytest_xdist_node_collection_finished(None, ids)
+    assert bar.progress.tasks[0].total == 2
+    bar.pytest_sessionfinish()

@@ -279,7 +279,10 @@ def test_the_page_in_a_real_browser(mutant_run, tmp_path):
         result = page.locator(f"#r-{document['results'].index(failed)}")
         assert result.is_visible()  # groups with a failure start open
         assert failed["diagnosis"]["code"] in result.inner_text()
-        assert result.locator("details.repro pre").is_visible()
+        repro = result.locator("details.repro")
+        assert not repro.locator("pre").is_visible()  # folded: the page stays short
+        repro.locator("summary").click()
+        assert repro.locator("pre").is_visible()
         assert page.locator("svg").count() >= 1
         browser.close()
     assert not errors, errors
@@ -300,3 +303,102 @@ def test_escaped_text_stays_text_in_the_browser(evil_run, tmp_path):
         browser.close()
     assert not dialogs  # no injected script ran
     assert '<script>alert("name")</script>' in text  # shown as the adapter wrote it
+
+
+# The text box of each cell of a column, and of its header, as the browser laid them out.
+_COLUMN_BOXES = """
+(table) => {
+  const box = (cell) => {
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    const r = range.getBoundingClientRect();
+    return {left: r.left, right: r.right, text: cell.textContent.trim()};
+  };
+  const heads = Array.from(table.querySelectorAll("thead th"));
+  return Array.from(table.querySelectorAll("tbody tr")).flatMap((row) =>
+    Array.from(row.children).map((cell, i) => ({head: box(heads[i]), cell: box(cell),
+                                                 numeric: cell.classList.contains("n")})));
+}
+"""
+
+
+def _assert_numbers_under_headers(page, selector: str) -> int:
+    """Every number of the table ends where its header's text ends (both right-aligned), so
+    it cannot be read as the next column's; returns how many numbers were looked at."""
+    seen = 0
+    for pair in page.locator(selector).evaluate(_COLUMN_BOXES):
+        if not pair["numeric"] or not pair["cell"]["text"]:
+            continue
+        seen += 1
+        head, cell = pair["head"], pair["cell"]
+        assert abs(cell["right"] - head["right"]) <= 2.0, (selector, pair)
+        assert cell["left"] >= head["left"] - 40, (selector, pair)  # under it, not beside it
+    return seen
+
+
+def _page_height(page) -> int:
+    return page.evaluate("document.documentElement.scrollHeight")
+
+
+def test_counts_stand_under_their_own_headers(mutant_run):
+    _, out, _ = mutant_run
+    sync_playwright = _browser()
+    with sync_playwright() as p:
+        browser = _launch(p)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto((out / "index.html").resolve().as_uri())
+        headers = page.locator("#by-component thead th").all_inner_texts()
+        # the terminal summary's column order
+        assert headers[1:7] == ["pass", "fail", "error", "convention", "unverified", "skip"]
+        assert _assert_numbers_under_headers(page, "#by-component") >= 4
+        assert _assert_numbers_under_headers(page, "#by-clause") >= 10
+        # a check cites several clauses: the page says why the clause counts add up to more
+        assert "counted under each" in page.locator("#clauses").inner_text()
+        browser.close()
+
+
+def test_hundreds_of_failures_stay_readable(mutant_run, tmp_path):
+    """Each failing row of the mutant run copied onto 10 subjects (410 failures): the
+    symptoms beyond the first few fold under their cause, passing rows fold under each
+    component, and the page grows far less than the failures do."""
+    from tck.reports.html import render_report
+
+    _, out, document = mutant_run
+    many = dict(document)
+    many["results"] = [
+        {**r, "subject": f"{r['subject']}#{i}"} if r["status"] == "fail" else r
+        for i in range(10)
+        for r in document["results"]
+        if r["status"] == "fail" or i == 0
+    ]
+    assert sum(r["status"] == "fail" for r in many["results"]) >= 400
+    (tmp_path / "many.html").write_text(render_report(many), encoding="utf-8")
+    sync_playwright = _browser()
+    with sync_playwright() as p:
+        browser = _launch(p)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto((out / "index.html").resolve().as_uri())
+        few = _page_height(page)
+        page.goto((tmp_path / "many.html").resolve().as_uri())
+        page.screenshot(path=str(tmp_path / "many.png"))
+        folded = page.locator("#root-causes details.more")
+        assert folded.count() >= 1 and not folded.first.locator("ul").is_visible()
+        tall = _page_height(page)
+        browser.close()
+    assert _not_blank(tmp_path / "many.png")
+    assert tall < 5 * few, (few, tall)  # ten times the failures, not ten times the page
+
+
+def test_report_files_follow_the_users_umask(tmp_path):
+    """A written report has the mode any new file of the user's has (0666 less the umask),
+    not the private 0600 of a temporary file."""
+    import os
+
+    from tck.reports.files import atomic_write
+
+    old = os.umask(0o027)
+    try:
+        path = atomic_write(tmp_path / "results.json", "{}")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o640
