@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tck.usage import INSTALL
+
 try:  # one clear line from load_adapter when transformers is missing or broken
     import transformers
     from transformers import BertConfig, BertModel, ViTConfig, ViTForImageClassification
@@ -44,8 +46,8 @@ try:  # one clear line from load_adapter when transformers is missing or broken
     from transformers.models.vit.modeling_vit import eager_attention_forward as vit_eager
 except Exception as err:  # a broken install fails in many ways, not only ImportError
     raise ImportError(
-        f"the hf adapters need transformers (pip install -c constraints.txt "
-        f"'transformer-tck[hf]'), and importing it failed: {type(err).__name__}: {err}"
+        f"the hf adapters need transformers ({INSTALL['hf']}), and importing it failed: "
+        f"{type(err).__name__}: {err}"
     ) from err
 
 from tck.reference import Config, Conventions
@@ -66,7 +68,7 @@ if not hasattr(ViTAttention(ViTConfig(hidden_size=4, num_attention_heads=1)), "q
     raise ImportError(
         f"the hf adapters know the module layout of transformers >= {REQUIRES} (ViTAttention."
         f"q_proj, ViTModel.layers); transformers {transformers.__version__} is installed: "
-        f"pip install -c constraints.txt 'transformers>={REQUIRES}'"
+        f"{INSTALL['hf']}"
     )
 
 IMPLEMENTATIONS = ("eager", "sdpa")

@@ -26,14 +26,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tck.usage import INSTALL
+
 try:  # one clear line from load_adapter when transformers is missing or broken
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     from transformers.cache_utils import DynamicCache
     from transformers.masking_utils import create_causal_mask
 except Exception as err:  # a broken install fails in many ways, not only ImportError
     raise ImportError(
-        f"the hf adapters need transformers (pip install -c constraints.txt "
-        f"'transformer-tck[hf]'), and importing it failed: {type(err).__name__}: {err}"
+        f"the hf adapters need transformers ({INSTALL['hf']}), and importing it failed: "
+        f"{type(err).__name__}: {err}"
     ) from err
 
 from tck.reference import DECODER_CANONICAL, Config

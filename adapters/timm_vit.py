@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tck.usage import INSTALL
+
 try:  # one clear line from load_adapter when timm (or the torchvision it imports) is unusable
     from timm.models.vision_transformer import VisionTransformer
 except Exception as err:  # a torchvision built for another torch fails in many ways
@@ -29,7 +31,7 @@ except Exception as err:  # a torchvision built for another torch fails in many 
     raise ImportError(
         f"timm.vit needs timm, and importing it failed ({type(err).__name__}: {first_line}); "
         f"timm imports torchvision, which must be a build made for torch {torch.__version__}: "
-        "install both where such a build exists (pip install -c constraints.txt timm)"
+        f"install both in an environment of their own: {INSTALL['timm']}"
     ) from err
 
 from tck.reference import Config, Conventions

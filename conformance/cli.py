@@ -303,7 +303,11 @@ def _onnx_file(args: argparse.Namespace) -> str | None:
     return "tck.adapters.onnx_file:from_env"
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def resolve_adapter(args: argparse.Namespace) -> tuple[Adapter, str, bool]:
+    """The adapter that ``--adapter`` with ``--model``, ``--component`` and ``--map`` name,
+    loaded here so that a bad one is one line (exit 2) before pytest starts; with the spec
+    the workers load it by, and whether it checks a given model as it is (a checkpoint
+    folder, an ONNX file), whose run is named after the model, not the adapter."""
     pretrained = _pretrained(args) or _onnx_file(args)
     if pretrained is not None and pretrained.endswith(":from_env"):
         from tck.adapters import onnx_file
@@ -323,7 +327,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ImportError, ModelError) as err:
             raise UsageError(str(err)) from None
     else:
-        adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
+        adapter = load_adapter(args.adapter)
+    return adapter, pretrained or args.adapter or DEFAULT_ADAPTER, pretrained is not None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    adapter, spec, as_is = resolve_adapter(args)
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
     if args.opset is not None and args.export is None:
@@ -334,7 +343,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_exportable(adapter)
     device = require_device(adapter, args.device, only, export=args.export)
     baseline = load_baseline(args.baseline) if args.baseline else None
-    name = adapter.name if pretrained else args.adapter or adapter.name
+    name = adapter.name if as_is else args.adapter or adapter.name
     out = writable_dir(Path(args.out) if args.out else default_out(name))
     with out_lock(out):
         foreign = foreign_files(out) + foreign_files(out / "interrupted")
@@ -346,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         results = run_checks(
             ["--pyargs", "tck.conformance"],
-            adapter_spec=pretrained or args.adapter or DEFAULT_ADAPTER,
+            adapter_spec=spec,
             out=out,
             profile=args.profile,
             seed=args.seed,
@@ -431,16 +440,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``tck run``, ``tck report`` and ``tck list`` on the ``tck`` command's
-    subparsers (tck.cli)."""
-    run = sub.add_parser("run", help="run the conformance checks against an adapter")
-    run.add_argument(
-        "--adapter",
-        default=None,
-        help=f"built-in ({', '.join(BUILTIN)}) or module:attr; default $TCK_ADAPTER or reference",
-    )
-    run.add_argument(
+ADAPTER_HELP = (
+    f"built-in ({', '.join(BUILTIN)}), module:attr (an Adapter, or an nn.Module instance "
+    "with --component), or onnx:FILE (an exported graph, with --component); default "
+    "$TCK_ADAPTER or reference"
+)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--adapter and the options that point it at a given model (a checkpoint folder, an
+    ONNX file, an nn.Module instance): the same for tck run and tck fingerprint."""
+    parser.add_argument("--adapter", default=None, help=ADAPTER_HELP)
+    parser.add_argument(
         "--model",
         default=None,
         metavar="DIR",
@@ -448,13 +459,13 @@ def add_parsers(sub: Any) -> None:
         "is, at its own sizes with its own weights (local files and safetensors only); with "
         "timm.vit: a timm checkpoint folder or weights file",
     )
-    run.add_argument(
+    parser.add_argument(
         "--component",
         default=None,
         help="with --adapter onnx:FILE or module:attr naming an nn.Module instance: the "
         "component it computes (e.g. encoder_layer)",
     )
-    run.add_argument(
+    parser.add_argument(
         "--map",
         default=None,
         metavar="MAP.json",
@@ -462,6 +473,13 @@ def add_parsers(sub: Any) -> None:
         "initializers (parameters) as canonical parameters, and its config, conventions, "
         "input names; without it the oracle checks skip",
     )
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``tck run``, ``tck report`` and ``tck list`` on the ``tck`` command's
+    subparsers (tck.cli)."""
+    run = sub.add_parser("run", help="run the conformance checks against an adapter")
+    add_model_arguments(run)
     run.add_argument("--profile", default="ci", choices=PROFILES, help="hypothesis profile")
     run.add_argument("--out", default=None, help="results folder (default reports/out/ADAPTER)")
     run.add_argument("--only", default=None, help="comma-separated components")

@@ -26,12 +26,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tck.adapters import BUILTIN, DEFAULT_ADAPTER, load_adapter
 from tck.reference import COMPONENTS
 from tck.reference.catalogue import KEEP, POLARITY_SHOWN
 from tck.usage import default_out, parse_only, writable_dir
 
-from .cli import require_components, run_checks
+from .cli import add_model_arguments, require_components, resolve_adapter, run_checks
 
 SCHEMA = 1
 # The probes, as pytest selects them: module and the test functions in it.
@@ -59,11 +58,7 @@ def add_parser(sub: Any) -> None:
         help="measure the conventions an implementation shows, beside what it declares",
         description=__doc__.split("\n\n")[2].replace("\n", " "),
     )
-    parser.add_argument(
-        "--adapter",
-        default=None,
-        help=f"built-in ({', '.join(BUILTIN)}) or module:attr; default $TCK_ADAPTER or reference",
-    )
+    add_model_arguments(parser)
     parser.add_argument(
         "--out", default=None, help="output folder (default reports/out/ADAPTER/fingerprint)"
     )
@@ -74,11 +69,11 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
-    adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
+    adapter, spec, as_is = resolve_adapter(args)  # fail fast, before pytest starts
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
-    spec = args.adapter or DEFAULT_ADAPTER
-    out = writable_dir(Path(args.out) if args.out else default_out(spec) / "fingerprint")
+    name = adapter.name if as_is else args.adapter or adapter.name
+    out = writable_dir(Path(args.out) if args.out else default_out(name) / "fingerprint")
     probes = " or ".join(name for names in PROBES.values() for name in names)
     results = run_checks(
         ["--pyargs", *PROBES, "-k", probes],

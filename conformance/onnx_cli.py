@@ -29,7 +29,7 @@ from tck.adapters import (
     load_adapter,
 )
 from tck.reference import COMPONENTS, init_params
-from tck.usage import UsageError
+from tck.usage import INSTALL, UsageError
 
 
 def require_exportable(adapter: Adapter) -> None:
@@ -42,10 +42,7 @@ def require_exportable(adapter: Adapter) -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        raise UsageError(
-            f"ONNX export needs {', '.join(missing)}: pip install -c constraints.txt "
-            "'transformer-tck[onnx]'"
-        )
+        raise UsageError(f"ONNX export needs {', '.join(missing)}: {INSTALL['onnx']}")
     from tck.adapters.onnx_runtime import with_onnx
 
     try:

@@ -12,6 +12,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+# How to install what an optional part needs, from a checkout: the one wording that the
+# adapters' errors, tck list and the README give (tests/test_docs.py holds them equal).
+INSTALL = {
+    "hf": "python3 -m pip install -c constraints.txt -e '.[hf]'",
+    "onnx": "python3 -m pip install -c constraints.txt -e '.[onnx]'",
+    # timm imports torchvision, which needs a torch it was built for: an env of its own
+    "timm": "python3 -m venv .venv-timm && . .venv-timm/bin/activate && "
+    "python3 -m pip install -c constraints-timm.txt -e . timm",
+}
+
 
 class UsageError(Exception):
     """Bad input on the command line: reported in one line, exit status 2."""
