@@ -58,7 +58,15 @@ CONFIG_ATTRS = {  # Config field -> attribute names modules commonly use for it
     "d_model": ("d_model", "embed_dim", "hidden_size", "dim", "n_embd", "model_dim"),
     "n_heads": ("n_heads", "num_heads", "nhead", "num_attention_heads", "n_head", "heads"),
     "d_ff": ("d_ff", "dim_feedforward", "intermediate_size", "ffn_dim", "hidden_dim"),
+    "n_kv_heads": ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head"),
+    "n_layers": ("n_layers", "num_hidden_layers", "n_layer", "num_layers", "depth"),
+    "vocab_size": ("vocab_size", "n_vocab", "num_embeddings"),
+    "max_len": ("max_len", "max_position_embeddings", "n_positions", "block_size", "max_seq_len"),
 }
+# What a model's forward may return besides the output tensor: a transformers ModelOutput
+# (a mapping) or a tuple whose first item is the output. The output's field, per component.
+OUTPUT_FIELDS = {"causal_lm": ("logits",), "seq2seq": ("logits",), "vit": ("logits",)}
+HIDDEN_FIELDS = ("last_hidden_state", "hidden_states", "output")
 EPS_ATTRS = ("eps", "layer_norm_eps", "norm_eps", "layernorm_eps")
 TORCH_ACTIVATIONS = {1: "relu", 2: "gelu"}  # TransformerEncoderLayer.activation_relu_or_gelu
 
@@ -421,7 +429,7 @@ def _generic(
             if ignore and isinstance(value, torch.Tensor) and value.dtype == torch.bool:
                 value = ~value
             kwargs[keyword] = value
-        return module(*args, **kwargs)
+        return _output(module(*args, **kwargs), component, label)
 
     sizes = ", ".join(f"{k}={v}" for k, v in fixed.items())
     entry = TorchEntry(
@@ -434,6 +442,32 @@ def _generic(
         notes=(f"{label}: {type(m).__name__} as built, its own weights ({sizes})",),
     )
     return [entry], not param_map
+
+
+def _output(out: Any, component: str, label: str) -> torch.Tensor:
+    """The component's output tensor from what the module returned: the tensor itself, the
+    ``logits`` (models) or ``last_hidden_state`` (layers) of a transformers ``ModelOutput`` or
+    any mapping, or the first item of a tuple. Anything else is an error in the kit's words
+    (it is this adapter that cannot read the output, not the model that is wrong)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict) or hasattr(out, "keys"):  # ModelOutput is an OrderedDict
+        for field in (*OUTPUT_FIELDS.get(component, ()), *HIDDEN_FIELDS):
+            value = out.get(field) if hasattr(out, "get") else None
+            if isinstance(value, torch.Tensor):
+                return value
+        raise TypeError(
+            f"tck's instance adapter: {label} returned a {type(out).__name__} with "
+            f"{sorted(out.keys())}, none of which is the {component} output tck knows "
+            f"({', '.join((*OUTPUT_FIELDS.get(component, ()), *HIDDEN_FIELDS))}); wrap the "
+            "module so that forward returns the output tensor"
+        )
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise TypeError(
+        f"tck's instance adapter: {label} returned a {type(out).__name__}, not a tensor; wrap "
+        "the module so that forward returns the output tensor"
+    )
 
 
 def _read_eps(m: nn.Module) -> dict[str, Any]:

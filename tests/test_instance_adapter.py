@@ -79,6 +79,17 @@ MODELS = textwrap.dedent(
 
 
     block = trained(Block())
+
+
+    class OutputBlock(Block):
+        """The same layer returning what model-hub code returns: a mapping with its output
+        and more (transformers' ModelOutput is one)."""
+
+        def forward(self, x, pad=None):
+            return {"last_hidden_state": super().forward(x, pad), "attentions": None}
+
+
+    output_block = trained(OutputBlock())
     '''
 )
 
@@ -265,3 +276,27 @@ def _adapt_with_map(module: nn.Module, mapping: dict) -> object:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"config": {"d_model": 4}, **mapping}, f)
     return adapt(module, "m:l", "ffn", f.name)
+
+
+def test_a_module_returning_a_model_output_is_unwrapped(models: Path) -> None:
+    out = models / "out"
+    args = ["--adapter", "my_models:output_block", "--component", "encoder_layer", "-n", "0"]
+    done = _tck([*args, "--map", str(models / "block_map.json"), "--out", str(out)], models)
+    document = _verdict(done, out)
+    assert _passed(document, "equality.oracle", "encoder_layer")
+
+
+def test_outputs_tck_reads_and_what_it_refuses() -> None:
+    from collections import OrderedDict
+
+    from tck.adapters.instance import _output
+
+    y = torch.zeros(2, 3)
+    assert _output(y, "encoder_layer", "m:x") is y
+    assert _output((y, None), "mha", "m:x") is y  # nn.MultiheadAttention's (output, weights)
+    model_output = OrderedDict(logits=y, past_key_values=None)  # as ModelOutput holds them
+    assert _output(model_output, "causal_lm", "m:x") is y
+    with pytest.raises(TypeError, match="tck's instance adapter: m:x returned a dict"):
+        _output({"scores": y}, "encoder_layer", "m:x")
+    with pytest.raises(TypeError, match="returned a str, not a tensor"):
+        _output("y", "encoder_layer", "m:x")
