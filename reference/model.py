@@ -331,7 +331,7 @@ class MultiHeadAttention(nn.Module):
         self.q = nn.Linear(d, hk, bias=config.has_attention_bias)
         self.k = nn.Linear(d, hk, bias=config.has_attention_bias)
         self.v = nn.Linear(d, hv, bias=config.has_attention_bias)
-        self.o = nn.Linear(hv, d, bias=config.has_attention_bias)
+        self.o = nn.Linear(hv, d, bias=config.has_attention_out_bias)
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, keep_mask: Tensor | None = None
@@ -702,7 +702,7 @@ class CausalSelfAttention(nn.Module):
         self.q = nn.Linear(d, h * self.d_k, bias=bias)
         self.k = nn.Linear(d, g * self.d_k, bias=bias)
         self.v = nn.Linear(d, g * self.d_v, bias=bias)
-        self.o = nn.Linear(h * self.d_v, d, bias=bias)
+        self.o = nn.Linear(h * self.d_v, d, bias=config.has_attention_out_bias)
 
     def forward(
         self,
