@@ -82,6 +82,10 @@ class Conventions:
     positions: Positions = "learned"
     ffn_kind: FFNKind = "plain"  # §11.4: the §6.1 FFN | the gated FFN of §11.3 (SwiGLU)
     gate_activation: GateActivation = "silu"  # §11.3: SwiGLU | GeGLU (exact or tanh GELU)
+    # §4.5: None, every earlier key (canonical) | w >= 1, query i sees keys j with
+    # i - w < j <= i (Mistral's sliding_window, transformers' sliding_window_overlay): the
+    # last w keys, its own included. Read by the causal self-attention of §11.1 only.
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -95,6 +99,17 @@ class Conventions:
             raise ValueError(f"Conventions.eps must be >= 0, got {self.eps!r}")
         if not (self.pe_base > 1.0):
             raise ValueError(f"Conventions.pe_base must be > 1, got {self.pe_base!r}")
+        window = self.sliding_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+            raise ValueError(
+                f"Conventions.sliding_window must be None or an int >= 1, got {window!r} "
+                "(SPEC.md §4.5)"
+            )
+        if window is not None and window < 1:
+            raise ValueError(
+                f"Conventions.sliding_window must be >= 1 (a query sees at least its own key), "
+                f"got {window} (SPEC.md §4.5)"
+            )
 
     def deviations(self, canonical: Conventions | None = None) -> dict[str, tuple[Any, Any]]:
         """Each field that differs from ``canonical`` (default: the Transformer family's;
