@@ -152,14 +152,6 @@ OURS_MISTRAL = Config(
 )
 
 
-def _canonical(model: torch.nn.Module, config: Config) -> dict[str, np.ndarray]:
-    """transformers' Llama-family weights under their canonical names (SPEC.md §0.2)."""
-    from tck.adapters.hf_decoder import _llama_model_map
-
-    state = model.state_dict()
-    return {k: state[v].double().numpy() for k, v in _llama_model_map(config).items()}
-
-
 def _load_ours(model: torch.nn.Module, config: Config, conventions: Conventions):
     """init_params's weights (std 1/sqrt(fan_in): attention far from uniform, so positions
     matter) rounded to float32, loaded into transformers' model under its own names; the
@@ -172,7 +164,7 @@ def _load_ours(model: torch.nn.Module, config: Config, conventions: Conventions)
         theirs: torch.from_numpy(params[ours]).float()
         for ours, theirs in _llama_model_map(config).items()
     }
-    model.load_state_dict(state, strict=False)
+    model.load_state_dict(state)  # strict: every tensor of the model is set
     return params
 
 
@@ -180,7 +172,7 @@ def _load_ours(model: torch.nn.Module, config: Config, conventions: Conventions)
 @spec("4.5", "11.5")
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 def test_window_oracle_matches_transformers_mistral(implementation: str) -> None:
-    """MistralForCausalLM with sliding_window=3 (float32, random weights) against the oracle
+    """MistralForCausalLM with sliding_window=3 (float32, init_params's weights) against the oracle
     under sliding_window=3 on its own weights, 12 tokens: within FLOAT32_BOUND; the oracle
     without the window, or with 4, is off by more than 1e-2."""
     import transformers
@@ -189,7 +181,7 @@ def test_window_oracle_matches_transformers_mistral(implementation: str) -> None
     model = transformers.MistralForCausalLM(
         _mistral_config(3, attn_implementation=implementation)
     ).eval()
-    params = _canonical(model, OURS_MISTRAL)
+    params = _load_ours(model, OURS_MISTRAL, WINDOW)
     ids = np.random.default_rng(1).integers(0, 50, (2, 12))
     with torch.no_grad():
         theirs = model(torch.from_numpy(ids)).logits.double().numpy()
@@ -317,7 +309,7 @@ def test_scaled_frequencies_match_transformers(conventions: Conventions) -> None
 @spec("2.6", "11.5")
 @pytest.mark.parametrize("conventions", [LINEAR, LLAMA3], ids=["linear", "llama3"])
 def test_scaling_oracle_matches_transformers_llama(conventions: Conventions) -> None:
-    """LlamaForCausalLM with rope_parameters of that scaling (float32, random weights)
+    """LlamaForCausalLM with rope_parameters of that scaling (float32, init_params's weights)
     against the oracle on its own weights, 12 tokens: within FLOAT32_BOUND; unscaled, the
     oracle is off by more than 1e-2."""
     import transformers
