@@ -340,3 +340,20 @@ def test_scaling_oracle_matches_transformers_llama(conventions: Conventions) -> 
     plain = dataclasses.replace(conventions, rope_scaling="none")
     off = oracle.causal_lm(ids, params, OURS_MISTRAL, conventions=plain)
     assert np.abs(theirs - off).max() > 1e-2
+
+
+@spec("4.5", "2.6", "0.3")
+def test_diagnosis_tries_the_neighbouring_windows_and_every_scaling() -> None:
+    """The explanations of a failed comparison try a window one key wider, one narrower and
+    none (never a width below 1); every other rope_scaling; the catalogue names each value."""
+    from tck.conformance.explain import alternatives
+    from tck.reference.catalogue import convention_code, plain_words
+
+    assert alternatives("sliding_window", 4) == [5, 3, None]
+    assert alternatives("sliding_window", 1) == [2, None]
+    assert alternatives("sliding_window", None) == []
+    assert alternatives("rope_scaling", "llama3") == ["none", "linear"]
+    assert convention_code("sliding_window", 5) == "mask.sliding_window_wrong"
+    assert "sliding window of 5" in plain_words("sliding_window", 5)
+    assert "no sliding window" in plain_words("sliding_window", None)
+    assert convention_code("rope_scaling", "none") == "rope.scaling_none"
