@@ -298,16 +298,14 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     path = _folder(folder)
     models = {impl: _load(ViTForImageClassification, path, impl) for impl in hf.IMPLEMENTATIONS}
     c = models["eager"].config
-    if not getattr(c, "qkv_bias", True):
-        raise ModelError(
-            f"{str(path)!r}: qkv_bias=False with a biased output projection; hf.vit maps the "
-            "canonical layout with every attention bias"
-        )
     fixed = {
         "d_model": c.hidden_size,
         "n_heads": c.num_attention_heads,
         "d_ff": c.intermediate_size,
         "n_layers": c.num_hidden_layers,
+        # SPEC.md §0.5: qkv_bias switches q, k, v alone; the output projection keeps its bias
+        "attention_bias": bool(getattr(c, "qkv_bias", True)),
+        "attention_out_bias": True,
         "image_size": c.image_size,
         "patch_size": c.patch_size,
         "channels": c.num_channels,

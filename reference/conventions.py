@@ -30,6 +30,7 @@ HalfPrecision = Literal["float32", "input_dtype"]
 Positions = Literal["learned", "rope"]
 FFNKind = Literal["plain", "gated"]
 GateActivation = Literal["silu", "gelu", "gelu_tanh"]
+RopeScaling = Literal["none", "linear", "llama3"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -49,6 +50,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "positions": ("learned", "rope"),
     "ffn_kind": ("plain", "gated"),
     "gate_activation": ("silu", "gelu", "gelu_tanh"),
+    "rope_scaling": ("none", "linear", "llama3"),
 }
 
 
@@ -82,6 +84,20 @@ class Conventions:
     positions: Positions = "learned"
     ffn_kind: FFNKind = "plain"  # §11.4: the §6.1 FFN | the gated FFN of §11.3 (SwiGLU)
     gate_activation: GateActivation = "silu"  # §11.3: SwiGLU | GeGLU (exact or tanh GELU)
+    # §4.5: None, every earlier key (canonical) | w >= 1, query i sees keys j with
+    # i - w < j <= i (Mistral's sliding_window, transformers' sliding_window_overlay): the
+    # last w keys, its own included. Read by the causal self-attention of §11.1 only.
+    sliding_window: int | None = None
+    # §2.6: RoPE frequency scaling: none (canonical) | linear (every frequency / factor, i.e.
+    # positions / factor) | llama3 (Llama 3.1's rule: wavelengths above
+    # original_max_positions / low_freq_factor divided by factor, below
+    # original_max_positions / high_freq_factor kept, a smooth blend between). The four
+    # numbers are read only when rope_scaling is not none; defaults: Llama 3.1's.
+    rope_scaling: RopeScaling = "none"
+    rope_scaling_factor: float = 8.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_positions: int = 8192
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -95,6 +111,33 @@ class Conventions:
             raise ValueError(f"Conventions.eps must be >= 0, got {self.eps!r}")
         if not (self.pe_base > 1.0):
             raise ValueError(f"Conventions.pe_base must be > 1, got {self.pe_base!r}")
+        if not (self.rope_scaling_factor > 0.0):
+            raise ValueError(
+                f"Conventions.rope_scaling_factor must be > 0, got {self.rope_scaling_factor!r} "
+                "(SPEC.md §2.6)"
+            )
+        if not (0.0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+            raise ValueError(
+                "Conventions.rope_low_freq_factor and rope_high_freq_factor must satisfy "
+                f"0 < low < high (the llama3 blend divides by high - low), got "
+                f"{self.rope_low_freq_factor!r} and {self.rope_high_freq_factor!r} (SPEC.md §2.6)"
+            )
+        if not (self.rope_original_max_positions >= 1):
+            raise ValueError(
+                "Conventions.rope_original_max_positions must be >= 1, got "
+                f"{self.rope_original_max_positions!r} (SPEC.md §2.6)"
+            )
+        window = self.sliding_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+            raise ValueError(
+                f"Conventions.sliding_window must be None or an int >= 1, got {window!r} "
+                "(SPEC.md §4.5)"
+            )
+        if window is not None and window < 1:
+            raise ValueError(
+                f"Conventions.sliding_window must be >= 1 (a query sees at least its own key), "
+                f"got {window} (SPEC.md §4.5)"
+            )
 
     def deviations(self, canonical: Conventions | None = None) -> dict[str, tuple[Any, Any]]:
         """Each field that differs from ``canonical`` (default: the Transformer family's;
@@ -138,10 +181,15 @@ class Config:
     # n_heads (multi-head attention), 1 is multi-query attention. No other component reads it.
     n_kv_heads: int | None = None
     # Bias per part (SPEC.md §0.5); None follows ``bias``. Defaults: today's layout.
-    attention_bias: bool | None = None  # the q, k, v, o projections of §3.3 and §11.1
+    # the q, k, v projections of §3.3 and §11.1, and the output projection o unless
+    # attention_out_bias says otherwise
+    attention_bias: bool | None = None
     ffn_bias: bool | None = None  # fc1 and fc2 of §6.1, gate, up and down of §11.3
     norm_bias: bool = True  # the shift of each LayerNorm (§5.1; RMSNorm has none)
     head_bias: bool = True  # the ViT classifier head (§9.5)
+    # the output projection o of §3.4 and §11.1 alone; None follows attention_bias (ViT's
+    # qkv_bias=False: attention_bias=False, attention_out_bias=True; Qwen2: the reverse)
+    attention_out_bias: bool | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -200,7 +248,15 @@ class Config:
 
     @property
     def has_attention_bias(self) -> bool:
+        """§0.5: whether the q, k and v projections carry a bias."""
         return self.bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def has_attention_out_bias(self) -> bool:
+        """§0.5: whether the attention's output projection o carries a bias."""
+        if self.attention_out_bias is None:
+            return self.has_attention_bias
+        return self.attention_out_bias
 
     @property
     def has_ffn_bias(self) -> bool:
@@ -230,4 +286,5 @@ _ADDED_DEFAULTS: dict[str, Any] = {
     "ffn_bias": None,
     "norm_bias": True,
     "head_bias": True,
+    "attention_out_bias": None,
 }

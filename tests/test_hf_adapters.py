@@ -154,3 +154,74 @@ def test_what_transformers_cannot_express_is_unsupported(adapter_name: str) -> N
     ):
         with pytest.raises(Unsupported, match=why):
             adapter.build(layer, config, seed=0)
+
+
+@needs_transformers
+@pytest.mark.spec("0.5")
+@pytest.mark.parametrize("subject_name", ["mha[sdpa]", "encoder_layer[sdpa]", "encoder[sdpa]"])
+def test_vit_qkv_bias_off_keeps_the_output_bias(subject_name: str) -> None:
+    """ViTConfig(qkv_bias=False): q, k, v without bias, the output projection with one
+    (Config.attention_bias=False, attention_out_bias=True): the layout loads name for name and
+    the output is the oracle's (float64, sdpa: rounding only, ~1e-15 here; a dropped or
+    added bias moves it by ~0.1)."""
+    import dataclasses
+
+    from tck.reference import init_params
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    adapter = load_adapter("hf.vit")
+    subject = _subject(adapter, subject_name)
+    config = dataclasses.replace(DEFAULT_CONFIG, attention_bias=False, attention_out_bias=True)
+    handle = adapter.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    assert not any(k.endswith(("q.bias", "k.bias", "v.bias")) for k in params)
+    assert any(k.endswith("o.bias") for k in params)
+    adapter.load(handle, params)
+    shape = Shape(lq=5, lk=5)  # ViTAttention is self-attention: one length
+    inputs = make_inputs(subject.component, config, np.random.default_rng(2), shape)
+    if subject.component == "mha":  # ViTAttention is self-attention
+        inputs = {**inputs, "key": inputs["query"], "value": inputs["query"]}
+    gold = expected(subject.component, inputs, params, config, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
+    without_out = dataclasses.replace(config, attention_out_bias=False)
+    with pytest.raises(Unsupported, match="attention_out_bias"):
+        adapter.build(subject, without_out, seed=0)
+
+
+@needs_transformers
+@pytest.mark.spec("0.5", "0.2")
+def test_vit_checkpoint_with_qkv_bias_off_is_checked(tmp_path: Path) -> None:
+    """A save_pretrained ViT with qkv_bias=False is read, not refused: its subjects fix
+    attention_bias=False and attention_out_bias=True, hold exactly that canonical layout, and
+    compute the oracle's output on the checkpoint's own weights (float64 sdpa: rounding only)."""
+    import torch
+    import transformers
+
+    from tck.adapters.pretrained import vit
+    from tck.conformance import spaces
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(
+        hidden_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=3,
+        intermediate_size=40,
+        image_size=8,
+        patch_size=4,
+        num_labels=3,
+        qkv_bias=False,
+    )
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "model")
+    adapter = vit(tmp_path / "model")
+    subject = _subject(adapter, "encoder_layer[sdpa]")
+    ours = spaces.subject_config(subject, DEFAULT_CONFIG, {})
+    assert (ours.has_attention_bias, ours.has_attention_out_bias) == (False, True)
+    handle = adapter.build(subject, ours, seed=0)
+    params = adapter.params(handle)
+    assert "self_attn.o.bias" in params and "self_attn.q.bias" not in params
+    inputs = make_inputs(subject.component, ours, np.random.default_rng(2), Shape(lq=5, lk=5))
+    gold = expected(subject.component, inputs, params, ours, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
