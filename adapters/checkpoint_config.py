@@ -137,6 +137,8 @@ NEUTRAL: dict[str, frozenset[str]] = {
     "llama": frozenset(
         {"attention_dropout", "pretraining_tp"}  # pretraining_tp: unused by the forward
     ),
+    "mistral": frozenset({"attention_dropout"}),
+    "qwen2": frozenset({"attention_dropout"}),
 }
 
 _SCALING = "RoPE frequency scaling (rope_scaling) is not modelled by the oracle (SPEC.md §2.3)"
@@ -182,6 +184,35 @@ _LLAMA = {
     "rope_scaling": Key("RoPE frequency scaling (SPEC.md §2.3)", models=_rope_scaling, legacy=True),
 }
 
+def _window(value: Any) -> str | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return f"sliding_window={value!r} is not a width >= 1 (SPEC.md §4.5)"
+
+
+_SLIDING = "sliding_window: a query sees the last w keys, its own included (SPEC.md §4.5)"
+_MISTRAL = {k: v for k, v in _LLAMA.items() if k not in ("attention_bias", "mlp_bias")}
+_MISTRAL["sliding_window"] = Key(_SLIDING, models=_window)
+# Qwen2: q, k, v with a bias, o and the MLP without (fixed by the architecture, SPEC.md §0.5)
+_QWEN2 = {k: v for k, v in _LLAMA.items() if k not in ("attention_bias", "mlp_bias", "head_dim")}
+_QWEN2.update(
+    use_sliding_window=Key(
+        "sliding windows on the upper layers",
+        models=_falsy(
+            "use_sliding_window=True windows only the layers from max_window_layers up: a "
+            "window that differs between layers is not modelled (SPEC.md §4.5 is one width)"
+        ),
+    ),
+    sliding_window=Key("the window width, unused while use_sliding_window is false"),
+    max_window_layers=Key("the first windowed layer, unused while use_sliding_window is false"),
+    layer_types=Key(
+        "each layer's attention (full or sliding)",
+        models=lambda v: None
+        if v is None or all(t == "full_attention" for t in v)
+        else f"layer_types={v!r}: sliding layers among full ones are not modelled",
+    ),
+)
+
 FAMILY_KEYS: dict[str, dict[str, Key]] = {
     "bert": {
         "hidden_size": Key("d_model", required=True),
@@ -221,10 +252,7 @@ FAMILY_KEYS: dict[str, dict[str, Key]] = {
         "num_channels": Key("channels"),
         "layer_norm_eps": Key("eps of LayerNorm (SPEC.md §5.1)"),
         "hidden_act": Key("activation of the FFN (SPEC.md §6.1)"),
-        "qkv_bias": Key(
-            "q, k, v carry a bias",
-            models=_only(True, why="q, k, v without bias beside a biased output projection"),
-        ),
+        "qkv_bias": Key("attention_bias: q, k, v carry a bias, o always (SPEC.md §0.5)"),
     },
     "gpt2": {
         "n_embd": Key("d_model", required=True, aliases=("hidden_size",)),
@@ -259,12 +287,16 @@ FAMILY_KEYS: dict[str, dict[str, Key]] = {
         ),
     },
     "llama": _LLAMA,
+    "mistral": _MISTRAL,
+    "qwen2": _QWEN2,
 }
 
 # model_type -> the adapter that reads it
 ADAPTERS = {"bert": "hf.bert", "vit": "hf.vit", "gpt2": "hf.gpt2", "llama": "hf.llama"}
+ADAPTERS.update(mistral="hf.mistral", qwen2="hf.qwen2")
 # architectures[0] prefixes, for a config.json without model_type
 ARCHITECTURES = {"Bert": "bert", "ViT": "vit", "GPT2": "gpt2", "Llama": "llama"}
+ARCHITECTURES.update(Mistral="mistral", Qwen2="qwen2")
 # Families transformers has and tck does not read, with what the oracle lacks for them
 NOT_MODELLED = {
     "gemma": "RMSNorm scaling by (1 + weight) and embeddings times sqrt(hidden_size)",

@@ -29,11 +29,17 @@ from tck.reference import Config
 
 # SPEC.md §0.5: the part of a model -> the Config field that says whether it has a bias.
 BIAS_FIELDS: dict[str, str] = {
-    "attention": "attention_bias",  # the q, k, v, o projections (§3.3, §11.1)
+    # the q, k, v projections (§3.3, §11.1), and the output projection unless
+    # "attention_out" is given too
+    "attention": "attention_bias",
     "ffn": "ffn_bias",  # fc1 and fc2 (§6.1), gate, up and down (§11.3)
     "norm": "norm_bias",  # the shift of each LayerNorm (§5.1)
     "head": "head_bias",  # the ViT classifier head (§9.5)
+    "attention_out": "attention_out_bias",  # the attention's output projection o alone
 }
+
+# How describe() names a part whose key is not plain words.
+_PART_WORDS = {"attention_out": "attention output projection"}
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
 
@@ -65,7 +71,8 @@ class ConfigSpace:
     ``max_len``: the longest sequence (and the largest position + 1) the subject takes; the
     suite never feeds a longer one, except the shape check that probes that it is refused
     (SPEC.md §2.2, §10.6), which uses this length. It is also ``Config.max_len``.
-    ``biases``: which parts carry a bias (``BIAS_FIELDS``: attention, ffn, norm, head).
+    ``biases``: which parts carry a bias (``BIAS_FIELDS``: attention, ffn, norm, head,
+    attention_out; "attention" alone covers q, k, v and the output projection).
     ``tied``: whether embedding and output head share one matrix (``Config.tie_weights``).
     """
 
@@ -105,6 +112,9 @@ class ConfigSpace:
         """Every field with one possible value: ``fixed``, biases, tying and max_len."""
         values = dict(self.fixed)
         values.update({BIAS_FIELDS[part]: bool(v) for part, v in self.biases.items()})
+        if "attention" in self.biases and "attention_out" not in self.biases:
+            # §0.5: "attention" alone covers the output projection as well
+            values["attention_out_bias"] = bool(self.biases["attention"])
         if self.tied is not None:
             values["tie_weights"] = bool(self.tied)
         if self.max_len is not None:
@@ -120,7 +130,10 @@ class ConfigSpace:
             said.append(f"heads {self.head_dim} wide (d_model = n_heads * {self.head_dim})")
         if self.max_len is not None:
             said.append(f"at most {self.max_len} positions")
-        said += [f"{part} {'with' if v else 'without'} bias" for part, v in self.biases.items()]
+        said += [
+            f"{_PART_WORDS.get(part, part)} {'with' if v else 'without'} bias"
+            for part, v in self.biases.items()
+        ]
         if self.tied is not None:
             said.append("tied embedding and head" if self.tied else "untied embedding and head")
         return "; ".join(said) or "any config"
@@ -248,7 +261,7 @@ class ConfigSpace:
 
 
 def parts_without_bias(
-    config: Config, parts: tuple[str, ...] = ("attention", "ffn", "norm")
+    config: Config, parts: tuple[str, ...] = ("attention", "attention_out", "ffn", "norm")
 ) -> list[str]:
     """The bias fields (``BIAS_FIELDS``) of ``parts`` that ``config`` leaves without a bias,
     as they act (SPEC.md §0.5): for a module with one bias switch for all of them."""
@@ -256,7 +269,10 @@ def parts_without_bias(
 
 
 def _bias_value(config: Config, name: str) -> Any:
-    """A bias field as it acts (attention_bias/ffn_bias None follow ``bias``)."""
+    """A bias field as it acts (attention_bias/ffn_bias None follow ``bias``,
+    attention_out_bias None follows attention_bias)."""
+    if name == "attention_out_bias":
+        return config.has_attention_out_bias
     value = getattr(config, name)
     if name in ("attention_bias", "ffn_bias") and value is None:
         return config.bias

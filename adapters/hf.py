@@ -52,6 +52,7 @@ from tck.reference import Config, Conventions
 from tck.reference.conventions import FullyMaskedRows
 
 from .base import Subject, Unsupported
+from .config_space import parts_without_bias
 from .torch_module import (
     ParamMap,
     TorchEntry,
@@ -129,15 +130,24 @@ VIT_ENCODER_NOTE = (
 # ------------------------------------------------------------------------------ configs
 
 
-def _check_heads(config: Config, model: str) -> None:
+def _check_heads(config: Config, model: str, *, qkv_switch: bool = False) -> None:
+    """``qkv_switch``: the model's config can drop the q, k, v biases alone (ViTConfig's
+    qkv_bias); every other bias is always there (SPEC.md §0.5)."""
     dk, dv, h, d = config.head_dim_k, config.head_dim_v, config.n_heads, config.d_model
     if dk != dv or dk * h != d:
         raise Unsupported(
             f"{model} cuts hidden_size={d} into num_attention_heads={h} heads of one width for "
             f"queries, keys and values: it cannot express d_k={dk}, d_v={dv}"
         )
-    if not config.bias:
-        raise Unsupported(f"{model}'s linear layers always carry a bias: bias=False is not offered")
+    parts = ("attention_out", "ffn", "norm") if qkv_switch else ("attention", "attention_out")
+    parts += () if qkv_switch else ("ffn", "norm")
+    without = parts_without_bias(config, parts)
+    if without:
+        raise Unsupported(
+            f"{model}'s linear layers and LayerNorms always carry a bias"
+            + (" (only q, k and v can drop theirs, qkv_bias)" if qkv_switch else "")
+            + f": {', '.join(without)}=False is not offered"
+        )
 
 
 def _bert(config: Config, implementation: str) -> BertModel:
@@ -156,8 +166,9 @@ def _bert(config: Config, implementation: str) -> BertModel:
 
 
 def _vit(config: Config, implementation: str) -> ViTForImageClassification:
-    _check_heads(config, "ViTModel")
+    _check_heads(config, "ViTModel", qkv_switch=True)
     vit_config = ViTConfig(
+        qkv_bias=config.has_attention_bias,  # SPEC.md §0.5: q, k, v; o always has a bias
         hidden_size=config.d_model,
         num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads,
@@ -408,11 +419,9 @@ def _bert_entries() -> list[TorchEntry]:
 # -------------------------------------------------------------------------------- ViT
 
 
-def _vit_layer_map(ours: str, theirs: str) -> ParamMap:
+def _vit_layer_map(ours: str, theirs: str, qkv_bias: bool = True) -> ParamMap:
     return {
-        **linear_params(f"{ours}self_attn.q.", f"{theirs}attention.q_proj."),
-        **linear_params(f"{ours}self_attn.k.", f"{theirs}attention.k_proj."),
-        **linear_params(f"{ours}self_attn.v.", f"{theirs}attention.v_proj."),
+        **_vit_qkv_map(f"{ours}self_attn.", f"{theirs}attention.", qkv_bias),
         **linear_params(f"{ours}self_attn.o.", f"{theirs}attention.o_proj."),
         **linear_params(f"{ours}norm1.", f"{theirs}layernorm_before."),
         **linear_params(f"{ours}ffn.fc1.", f"{theirs}mlp.fc1."),
@@ -421,8 +430,19 @@ def _vit_layer_map(ours: str, theirs: str) -> ParamMap:
     }
 
 
+def _vit_qkv_map(ours: str, theirs: str, qkv_bias: bool) -> ParamMap:
+    """ViTAttention's q, k, v projections (biased when ViTConfig.qkv_bias, SPEC.md §0.5)."""
+    mapping: ParamMap = {}
+    for name in "qkv":
+        mapping.update(linear_params(f"{ours}{name}.", f"{theirs}{name}_proj.", bias=qkv_bias))
+    return mapping
+
+
 def _vit_encoder_map(config: Config, ours: str = "") -> ParamMap:
-    return stack_params(_vit_layer_map, config.n_layers, ours, "vit.layers.{i}.", "vit.layernorm.")
+    def layer(ours_i: str, theirs_i: str) -> ParamMap:
+        return _vit_layer_map(ours_i, theirs_i, config.has_attention_bias)
+
+    return stack_params(layer, config.n_layers, ours, "vit.layers.{i}.", "vit.layernorm.")
 
 
 def _vit_model_map(config: Config) -> ParamMap:
@@ -529,10 +549,9 @@ def _vit_entries() -> list[TorchEntry]:
                 make=vit(impl),
                 forward=_vit_mha,
                 holds=lambda m: m.vit.layers[0].attention,
-                param_map={
-                    f"{ours}.{leaf}": f"vit.layers.0.attention.{ours}_proj.{leaf}"
-                    for ours in "qkvo"
-                    for leaf in ("weight", "bias")
+                param_map=lambda c: {
+                    **_vit_qkv_map("", "vit.layers.0.attention.", c.has_attention_bias),
+                    **linear_params("o.", "vit.layers.0.attention.o_proj."),
                 },
                 conventions=Conventions(fully_masked_rows=ROWS[impl]),
                 notes=("ViTAttention (with its o_proj).", SELF_ONLY_NOTE, *notes),
@@ -544,7 +563,7 @@ def _vit_entries() -> list[TorchEntry]:
                 make=vit(impl),
                 forward=_vit_layer,
                 holds=lambda m: m.vit.layers[0],
-                param_map=_vit_layer_map("", "vit.layers.0."),
+                param_map=lambda c: _vit_layer_map("", "vit.layers.0.", c.has_attention_bias),
                 conventions=layer,
                 notes=("ViTLayer: pre-LN.", VIT_EPS_NOTE, *notes),
             ),

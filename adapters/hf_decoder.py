@@ -29,7 +29,7 @@ from torch import Tensor, nn
 try:  # one clear line from load_adapter when transformers is missing or broken
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     from transformers.cache_utils import DynamicCache
-    from transformers.masking_utils import create_causal_mask
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 except Exception as err:  # a broken install fails in many ways, not only ImportError
     raise ImportError(
         f"the hf adapters need transformers (pip install -c constraints.txt "
@@ -156,6 +156,8 @@ def _gpt2_model_map(config: Config) -> ParamMap:
 
 def _llama(config: Config, implementation: str) -> LlamaForCausalLM:
     _require(config, "Llama", gqa=True)
+    if config.has_attention_bias != config.has_attention_out_bias:  # SPEC.md §0.5
+        return _qwen2(config, implementation)
     llama_config = LlamaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.d_model,
@@ -175,6 +177,37 @@ def _llama(config: Config, implementation: str) -> LlamaForCausalLM:
     return LlamaForCausalLM(llama_config)
 
 
+def _qwen2(config: Config, implementation: str) -> nn.Module:
+    """Qwen2: Llama's block with biases on q, k and v but not on o, and none in the MLP
+    (transformers' Qwen2Attention and Qwen2MLP): the one layout with the q/k/v bias apart
+    from the output projection's (SPEC.md §0.5) that transformers builds for this family."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if not config.has_attention_bias or config.has_attention_out_bias or config.has_ffn_bias:
+        raise Unsupported(
+            "LlamaConfig.attention_bias switches q, k, v and o together, and Qwen2 has biases on "
+            "q, k, v only with none in the MLP: attention_bias="
+            f"{config.has_attention_bias}, attention_out_bias={config.has_attention_out_bias}, "
+            f"ffn_bias={config.has_ffn_bias} is not offered"
+        )
+    qwen2_config = Qwen2Config(
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        intermediate_size=config.d_ff,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
+        head_dim=config.head_dim_k,
+        max_position_embeddings=config.max_len,
+        rms_norm_eps=1e-6,
+        hidden_act="silu",
+        use_sliding_window=False,
+        tie_word_embeddings=config.tie_weights,
+        attn_implementation=implementation,
+    )
+    return Qwen2ForCausalLM(qwen2_config)
+
+
 def _linear(ours: str, theirs: str, bias: bool) -> ParamMap:
     mapping: ParamMap = {f"{ours}weight": f"{theirs}weight"}
     if bias:
@@ -182,10 +215,14 @@ def _linear(ours: str, theirs: str, bias: bool) -> ParamMap:
     return mapping
 
 
-def _llama_attention_map(ours: str, theirs: str, bias: bool) -> ParamMap:
+def _llama_attention_map(
+    ours: str, theirs: str, bias: bool, out_bias: bool | None = None
+) -> ParamMap:
+    """q, k, v (``bias``) and o (``out_bias``, default ``bias``; SPEC.md §0.5)."""
     mapping: ParamMap = {}
     for name in "qkvo":
-        mapping.update(_linear(f"{ours}{name}.", f"{theirs}{name}_proj.", bias))
+        has = bias if name != "o" or out_bias is None else out_bias
+        mapping.update(_linear(f"{ours}{name}.", f"{theirs}{name}_proj.", has))
     return mapping
 
 
@@ -200,7 +237,10 @@ def _llama_mlp_map(ours: str, theirs: str, bias: bool) -> ParamMap:
 def _llama_block_map(ours: str, theirs: str, config: Config) -> ParamMap:
     return {
         **_llama_attention_map(
-            f"{ours}self_attn.", f"{theirs}self_attn.", config.has_attention_bias
+            f"{ours}self_attn.",
+            f"{theirs}self_attn.",
+            config.has_attention_bias,
+            config.has_attention_out_bias,
         ),
         f"{ours}norm1.weight": f"{theirs}input_layernorm.weight",
         **_llama_mlp_map(f"{ours}ffn.", f"{theirs}mlp.", config.has_ffn_bias),
@@ -231,14 +271,27 @@ def _positions(x: Tensor, positions: Tensor | None, past: int) -> Tensor:
 
 
 def _causal_mask(m: nn.Module, x: Tensor, key_padding, positions, cache) -> Any:
-    """The mask transformers' model builds for these tokens (x: embeddings [B, n, D])."""
-    return create_causal_mask(
+    """The mask transformers' model builds for these tokens (x: embeddings [B, n, D]): with
+    a sliding window when layer 0 has one (Mistral's ``sliding_window``, SPEC.md §4.5)."""
+    return _mask_function(m.config)(
         config=m.config,
         inputs_embeds=x,
         attention_mask=None if key_padding is None else key_padding.long(),
         cache=cache,
         position_ids=positions,
     )
+
+
+def _mask_function(config: Any) -> Callable[..., Any]:
+    """How transformers masks layer 0 of a model with this config: MistralModel windows
+    every layer when ``sliding_window`` is set; models with ``layer_types`` (Qwen2) follow
+    the first layer's type."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        sliding = types[0] == "sliding_attention"
+    else:
+        sliding = getattr(config, "sliding_window", None) is not None
+    return create_sliding_window_causal_mask if sliding else create_causal_mask
 
 
 def _piece(call: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], Callable[..., Any]]:
@@ -400,7 +453,7 @@ def _llama_entries() -> list[TorchEntry]:
                 forward=attention_forward,
                 step=attention_step,
                 param_map=lambda c: _llama_attention_map(
-                    "", "model.layers.0.self_attn.", c.has_attention_bias
+                    "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
                 ),
                 holds=lambda m: m.model.layers[0].self_attn,
                 conventions=conv,

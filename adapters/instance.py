@@ -257,13 +257,14 @@ def _hf_layer(m: nn.Module, label: str, kind: str) -> list[TorchEntry]:
         raise InstanceError(
             f"{label}: attn_implementation={impl!r}; tck checks {', '.join(hf.IMPLEMENTATIONS)}"
         )
-    if kind == "vit" and not getattr(config, "qkv_bias", True):
-        raise InstanceError(f"{label}: qkv_bias=False with a biased output projection")
     fixed = {
         "d_model": config.hidden_size,
         "n_heads": config.num_attention_heads,
         "d_ff": config.intermediate_size,
     }
+    if kind == "vit":  # SPEC.md §0.5: qkv_bias switches q, k, v alone; o keeps its bias
+        fixed.update(attention_bias=bool(getattr(config, "qkv_bias", True)))
+        fixed.update(attention_out_bias=True)
     try:
         act = _activation(config.hidden_act, Path(label))
     except Exception as err:  # pretrained.ModelError

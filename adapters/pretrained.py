@@ -426,6 +426,9 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "n_heads": c.num_attention_heads,
         "d_ff": c.intermediate_size,
         "n_layers": c.num_hidden_layers,
+        # SPEC.md §0.5: qkv_bias switches q, k, v alone; the output projection keeps its bias
+        "attention_bias": bool(getattr(c, "qkv_bias", True)),
+        "attention_out_bias": True,
         "image_size": c.image_size,
         "patch_size": c.patch_size,
         "channels": c.num_channels,
@@ -452,7 +455,7 @@ PARTS["hf.gpt2"] = {
     "decoder_block": ("transformer.h.0",),
     "causal_lm": None,  # GPT2LMHeadModel's own forward: the whole model
 }
-PARTS["hf.llama"] = {
+PARTS["hf.llama"] = PARTS["hf.mistral"] = PARTS["hf.qwen2"] = {
     "gated_ffn": ("model.layers.0",),
     "causal_self_attention": ("model.rotary_emb", "model.layers.0"),
     "decoder_block": ("model.rotary_emb", "model.layers.0"),
@@ -511,11 +514,33 @@ def llama(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     biases and tying, and its context (``max_position_embeddings``)."""
     from transformers import LlamaForCausalLM
 
+    return _llama_like(folder, "llama", LlamaForCausalLM)
+
+
+def mistral(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.mistral: Llama's subjects on the MistralForCausalLM saved in ``folder``, with its
+    ``sliding_window`` as the declared convention of SPEC.md §4.5 (every layer windowed)."""
+    from transformers import MistralForCausalLM
+
+    return _llama_like(folder, "mistral", MistralForCausalLM)
+
+
+def qwen2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.qwen2: Llama's subjects on the Qwen2ForCausalLM saved in ``folder``: q, k and v
+    with a bias, the output projection and the MLP without (SPEC.md §0.5)."""
+    from transformers import Qwen2ForCausalLM
+
+    return _llama_like(folder, "qwen2", Qwen2ForCausalLM)
+
+
+def _llama_like(
+    folder: str | os.PathLike[str] | None, family: str, cls: Any
+) -> TorchModuleAdapter:
     from . import hf_decoder
 
     path = _folder(folder)
-    reading = _read(path, "llama")
-    model, heads = _load(LlamaForCausalLM, path)
+    reading = _read(path, family)
+    model, heads = _load(cls, path)
     models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -529,18 +554,25 @@ def llama(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     }
     if head_dim * c.num_attention_heads != c.hidden_size:  # heads wider or narrower than D/H
         fixed.update(d_k=head_dim, d_v=head_dim)
+    if family == "qwen2":  # the architecture's own layout (Qwen2Attention, Qwen2MLP)
+        biases = {"attention": True, "attention_out": False, "ffn": False}
+    else:
+        attention = bool(getattr(c, "attention_bias", False))
+        biases = {"attention": attention, "ffn": bool(getattr(c, "mlp_bias", False))}
     space = ConfigSpace(
         fixed=fixed,
         max_len=c.max_position_embeddings,
-        biases={"attention": bool(c.attention_bias), "ffn": bool(c.mlp_bias)},
+        biases=biases,
         tied=bool(c.tie_word_embeddings),
     )
     rope = c.rope_parameters or {}
-    conv = {
+    conv: dict[str, Any] = {
         "eps": float(c.rms_norm_eps),
         "pe_base": float(rope.get("rope_theta", 10000.0)),
         "gate_activation": checkpoint_config.GATE_ACTIVATIONS[c.hidden_act],
     }
+    if family == "mistral":
+        conv["sliding_window"] = c.sliding_window  # None: every earlier key (SPEC.md §4.5)
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
     entries = _entries(
         hf_decoder.llama,
@@ -552,7 +584,7 @@ def llama(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         layered=DECODER_COMPONENTS,
         **conv,
     )
-    adapter = _PretrainedDecoder(f"hf.llama:{path.name}", entries)
+    adapter = _PretrainedDecoder(f"hf.{family}:{path.name}", entries)
     adapter.float32_note = hf_decoder.LLAMA_FLOAT32_NOTE
     adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
@@ -577,6 +609,7 @@ class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
 
 
 BUILDERS = {"bert": bert, "vit": vit, "gpt2": gpt2, "llama": llama}
+BUILDERS.update(mistral=mistral, qwen2=qwen2)
 
 
 def auto(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:

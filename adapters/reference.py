@@ -151,6 +151,12 @@ VARIANTS = {
         dataclasses.replace(DECODER_CANONICAL, norm_placement="post", activation="gelu"),
     ),
     "causal_lm[llama]": ("causal_lm", LLAMA),
+    # §4.5: Mistral's sliding window (Llama's choices, each query sees its last 4 keys)
+    "causal_self_attention[window]": (
+        "causal_self_attention",
+        dataclasses.replace(LLAMA, sliding_window=4),
+    ),
+    "causal_lm[mistral]": ("causal_lm", dataclasses.replace(LLAMA, sliding_window=4)),
 }
 
 adapter = TorchModuleAdapter(

@@ -230,7 +230,7 @@ def _mha_map(config: Config, ours: str = "", theirs: str = "") -> ParamMap:
         mapping[f"{ours}{name}.weight"] = Chunk(f"{theirs}in_proj_weight", index, 3)
         if config.has_attention_bias:
             mapping[f"{ours}{name}.bias"] = Chunk(f"{theirs}in_proj_bias", index, 3)
-    out = linear_params(f"{ours}o.", f"{theirs}out_proj.", bias=config.has_attention_bias)
+    out = linear_params(f"{ours}o.", f"{theirs}out_proj.", bias=config.has_attention_out_bias)
     return {**mapping, **out}
 
 
@@ -300,6 +300,12 @@ def _attention(
 
 def _make_mha(config: Config, *, batch_first: bool = True) -> nn.MultiheadAttention:
     _check_heads(config, "nn.MultiheadAttention")
+    if config.has_attention_bias != config.has_attention_out_bias:
+        raise Unsupported(
+            "nn.MultiheadAttention has one bias switch for in_proj (q, k, v) and out_proj "
+            f"together: it cannot have q/k/v bias {config.has_attention_bias} with output "
+            f"bias {config.has_attention_out_bias} (SPEC.md §0.5)"
+        )
     return nn.MultiheadAttention(
         config.d_model, config.n_heads, bias=config.has_attention_bias, batch_first=batch_first
     )

@@ -242,6 +242,8 @@ PRETRAINED = {
     "hf.vit": "tck.adapters.pretrained:vit",
     "hf.gpt2": "tck.adapters.pretrained:gpt2",
     "hf.llama": "tck.adapters.pretrained:llama",
+    "hf.mistral": "tck.adapters.pretrained:mistral",
+    "hf.qwen2": "tck.adapters.pretrained:qwen2",
     "timm.vit": "tck.adapters.timm_pretrained:vit",  # a folder or a weights file
 }
 AUTO = "tck.adapters.pretrained:auto"  # --model DIR alone: the family config.json names
@@ -450,7 +452,7 @@ def add_parsers(sub: Any) -> None:
         metavar="DIR",
         help="check the save_pretrained folder DIR as it is, at its own sizes with its own "
         "weights (local files and safetensors only); the adapter is the one its config.json "
-        "names (bert, vit, gpt2, llama) unless --adapter says; with --adapter timm.vit: a "
+        "names (bert, vit, gpt2, llama, mistral, qwen2) unless --adapter says; with --adapter timm.vit: a "
         "timm checkpoint folder or weights file",
     )
     run.add_argument(

@@ -67,6 +67,10 @@ def combination_diagnosis(declared: Conventions, changed: Mapping[str, Any]) -> 
 
 def alternatives(field: str, declared: Any) -> list[Any]:
     """The values of a convention field to try besides the declared one."""
+    if field == "sliding_window":  # §4.5: a window off by one either way, or none at all
+        if declared is None:
+            return []
+        return [w for w in (declared + 1, declared - 1, None) if w is None or w >= 1]
     values = _ALTERNATIVES.get(field, CHOICES.get(field, ()))
     # 'undefined' is a promise not to promise: no output can show it.
     return [v for v in values if v != declared and v != "undefined"]

@@ -52,6 +52,7 @@ FIELD_CLAUSES: dict[str, tuple[str, ...]] = {
     "padded_query_rows": ("4.2",),
     "gate_activation": ("11.3",),
     "positions": ("11.1", "11.5"),
+    "sliding_window": ("4.5",),
 }
 
 # (field, value) -> (code, plain words). Fields with a continuum of values (eps, pe_base)
@@ -185,6 +186,16 @@ _TABLE: dict[tuple[str, Any], tuple[str, str]] = {
 NUMERIC: dict[str, tuple[str, str]] = {
     "eps": ("layer_norm.eps_wrong", "uses LayerNorm eps = {value:g}"),
     "pe_base": ("positional.base_wrong", "uses the positional base {value:g}"),
+    "sliding_window": (
+        "mask.sliding_window_wrong",
+        "lets each query see its own key and the {value} - 1 keys before it (a sliding window "
+        "of {value})",
+    ),
+}
+
+# What a NUMERIC field's words are at None (no value: the feature is off).
+NUMERIC_UNSET: dict[str, str] = {
+    "sliding_window": "lets each query see every earlier key (no sliding window)",
 }
 
 # The fields a probe measures (tck.conformance.test_fingerprint), in the order it probes.
@@ -212,6 +223,8 @@ def choice(field: str, value: Any) -> Choice:
     """The catalogue entry of ``field = value``; KeyError for a field or value it lacks."""
     if field in NUMERIC:
         code, words = NUMERIC[field]
+        if value is None and field in NUMERIC_UNSET:
+            return Choice(field, value, code, NUMERIC_UNSET[field], FIELD_CLAUSES[field])
         return Choice(field, value, code, words.format(value=value), FIELD_CLAUSES[field])
     try:
         return Choice(field, value, *_TABLE[(field, value)], FIELD_CLAUSES[field])

@@ -424,7 +424,8 @@ _IMAGES = Input("images", "normal", ("B", "C", "S", "S"))
 _NORM = ("eps_placement", "variance", "eps")
 _LAYER = ("norm_placement", "activation", *_NORM)  # what every layer's output depends on
 _STACK = ("norm_placement", "final_norm", "activation", *_NORM)  # a layer, and the end
-_DECODER_ATTENTION = ("positions", "rope_layout", "pe_base")  # §11.1: RoPE or not, and how
+# §11.1: RoPE or not, and how; the sliding window of its causal mask (§4.5)
+_DECODER_ATTENTION = ("positions", "rope_layout", "pe_base", "sliding_window")
 _NORMED = ("norm_statistics", "softmax")
 _ELEMENTWISE = (("weight", "value"), ("bias", "value"))  # a scale or a lookup per element
 

@@ -82,6 +82,10 @@ class Conventions:
     positions: Positions = "learned"
     ffn_kind: FFNKind = "plain"  # §11.4: the §6.1 FFN | the gated FFN of §11.3 (SwiGLU)
     gate_activation: GateActivation = "silu"  # §11.3: SwiGLU | GeGLU (exact or tanh GELU)
+    # §4.5: None, every earlier key (canonical) | w >= 1, query i sees keys j with
+    # i - w < j <= i (Mistral's sliding_window, transformers' sliding_window_overlay): the
+    # last w keys, its own included. Read by the causal self-attention of §11.1 only.
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -95,6 +99,17 @@ class Conventions:
             raise ValueError(f"Conventions.eps must be >= 0, got {self.eps!r}")
         if not (self.pe_base > 1.0):
             raise ValueError(f"Conventions.pe_base must be > 1, got {self.pe_base!r}")
+        window = self.sliding_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+            raise ValueError(
+                f"Conventions.sliding_window must be None or an int >= 1, got {window!r} "
+                "(SPEC.md §4.5)"
+            )
+        if window is not None and window < 1:
+            raise ValueError(
+                f"Conventions.sliding_window must be >= 1 (a query sees at least its own key), "
+                f"got {window} (SPEC.md §4.5)"
+            )
 
     def deviations(self, canonical: Conventions | None = None) -> dict[str, tuple[Any, Any]]:
         """Each field that differs from ``canonical`` (default: the Transformer family's;
@@ -138,10 +153,15 @@ class Config:
     # n_heads (multi-head attention), 1 is multi-query attention. No other component reads it.
     n_kv_heads: int | None = None
     # Bias per part (SPEC.md §0.5); None follows ``bias``. Defaults: today's layout.
-    attention_bias: bool | None = None  # the q, k, v, o projections of §3.3 and §11.1
+    # the q, k, v projections of §3.3 and §11.1, and the output projection o unless
+    # attention_out_bias says otherwise
+    attention_bias: bool | None = None
     ffn_bias: bool | None = None  # fc1 and fc2 of §6.1, gate, up and down of §11.3
     norm_bias: bool = True  # the shift of each LayerNorm (§5.1; RMSNorm has none)
     head_bias: bool = True  # the ViT classifier head (§9.5)
+    # the output projection o of §3.4 and §11.1 alone; None follows attention_bias (ViT's
+    # qkv_bias=False: attention_bias=False, attention_out_bias=True; Qwen2: the reverse)
+    attention_out_bias: bool | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -200,7 +220,15 @@ class Config:
 
     @property
     def has_attention_bias(self) -> bool:
+        """§0.5: whether the q, k and v projections carry a bias."""
         return self.bias if self.attention_bias is None else self.attention_bias
+
+    @property
+    def has_attention_out_bias(self) -> bool:
+        """§0.5: whether the attention's output projection o carries a bias."""
+        if self.attention_out_bias is None:
+            return self.has_attention_bias
+        return self.attention_out_bias
 
     @property
     def has_ffn_bias(self) -> bool:
@@ -230,4 +258,5 @@ _ADDED_DEFAULTS: dict[str, Any] = {
     "ffn_bias": None,
     "norm_bias": True,
     "head_bias": True,
+    "attention_out_bias": None,
 }

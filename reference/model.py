@@ -152,15 +152,22 @@ def key_padding(keep: Tensor) -> Tensor:
 
 
 def causal_keep_mask(
-    lq: int, lk: int, alignment: str = "top_left", device: torch.device | None = None
+    lq: int,
+    lk: int,
+    alignment: str = "top_left",
+    device: torch.device | None = None,
+    window: int | None = None,
 ) -> Tensor:
-    """§4.3: query i may attend key j iff j <= i + offset (0 top-left, Lk - Lq bottom-right)."""
+    """§4.3: query i may attend key j iff j <= i + offset (0 top-left, Lk - Lq bottom-right);
+    §4.5: with a sliding ``window`` w, also j > i + offset - w."""
     if alignment not in ("top_left", "bottom_right"):
         raise ValueError(f"unknown causal alignment {alignment!r}: 'top_left' or 'bottom_right'")
     offset = 0 if alignment == "top_left" else lk - lq
-    i = torch.arange(lq, device=device)[:, None]  # (Lq, 1)
+    i = torch.arange(lq, device=device)[:, None] + offset  # (Lq, 1): index among the keys
     j = torch.arange(lk, device=device)[None, :]  # (1, Lk)
-    return j <= i + offset  # (Lq, Lk)
+    if window is None:
+        return j <= i  # (Lq, Lk)
+    return (j <= i) & (j > i - window)  # (Lq, Lk): the last `window` keys
 
 
 def _frequencies(d: int, base: float, what: str) -> Tensor:
@@ -331,7 +338,7 @@ class MultiHeadAttention(nn.Module):
         self.q = nn.Linear(d, hk, bias=config.has_attention_bias)
         self.k = nn.Linear(d, hk, bias=config.has_attention_bias)
         self.v = nn.Linear(d, hv, bias=config.has_attention_bias)
-        self.o = nn.Linear(hv, d, bias=config.has_attention_bias)
+        self.o = nn.Linear(hv, d, bias=config.has_attention_out_bias)
 
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, keep_mask: Tensor | None = None
@@ -687,7 +694,8 @@ class CausalSelfAttention(nn.Module):
     §11.2: n_kv_heads key/value heads, each serving n_heads / n_kv_heads query heads.
 
     With a ``cache`` the call holds only the new tokens; their keys and values are appended and
-    query i of n new attends keys j <= T - n + i of the T so far (§11.6).
+    query i of n new attends keys j <= T - n + i of the T so far (§11.6); under a sliding
+    window w also j > T - n + i - w (§4.5: the cache keeps every key, the mask the last w).
     """
 
     def __init__(self, config: Config, conventions: Conventions):
@@ -697,12 +705,13 @@ class CausalSelfAttention(nn.Module):
         self.rope = conventions.positions == "rope"
         self.base, self.layout = conventions.pe_base, conventions.rope_layout
         self.fully_masked_rows = conventions.fully_masked_rows
+        self.window = conventions.sliding_window  # §4.5
         d, h, g = config.d_model, self.n_heads, self.n_kv
         bias = config.has_attention_bias  # §0.5
         self.q = nn.Linear(d, h * self.d_k, bias=bias)
         self.k = nn.Linear(d, g * self.d_k, bias=bias)
         self.v = nn.Linear(d, g * self.d_v, bias=bias)
-        self.o = nn.Linear(h * self.d_v, d, bias=bias)
+        self.o = nn.Linear(h * self.d_v, d, bias=config.has_attention_out_bias)
 
     def forward(
         self,
@@ -727,7 +736,7 @@ class CausalSelfAttention(nn.Module):
         t = k.shape[2]
         k = k.repeat_interleave(h // g, dim=1)  # (B, H, T, d_k): kv head j -> j*g' .. (j+1)*g'-1
         v = v.repeat_interleave(h // g, dim=1)
-        keep = causal_keep_mask(n, t, "bottom_right", x.device)  # (n, T)
+        keep = causal_keep_mask(n, t, "bottom_right", x.device, self.window)  # (n, T)
         if key_padding is not None:
             keep = key_padding_keep(key_padding) & keep  # (B, 1, n, T)
         heads = scaled_dot_product_attention(

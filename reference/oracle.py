@@ -155,15 +155,24 @@ def key_padding(keep) -> Array:
 _expand_key_padding = key_padding  # combine_keep_masks' argument shadows the name
 
 
-def causal_keep_mask(lq: int, lk: int, alignment: str = "top_left") -> Array:
-    """§4.3: query i may attend key j iff j <= i + offset (0 top-left, Lk - Lq bottom-right)."""
+def causal_keep_mask(
+    lq: int, lk: int, alignment: str = "top_left", window: int | None = None
+) -> Array:
+    """§4.3: query i may attend key j iff j <= i + offset (0 top-left, Lk - Lq bottom-right);
+    §4.5: with a sliding ``window`` w, also j > i + offset - w (the last w keys)."""
     if alignment == "top_left":
         offset = 0
     elif alignment == "bottom_right":
         offset = lk - lq
     else:
         raise ValueError(f"unknown causal alignment {alignment!r}: 'top_left' or 'bottom_right'")
-    return np.arange(lk)[None, :] <= np.arange(lq)[:, None] + offset  # (Lq, Lk)
+    query = np.arange(lq)[:, None] + offset  # (Lq, 1): each query's index among the keys
+    keep = np.arange(lk)[None, :] <= query  # (Lq, Lk)
+    if window is not None:
+        if window < 1:
+            raise ValueError(f"a sliding window is at least 1 key wide, got {window} (§4.5)")
+        keep &= np.arange(lk)[None, :] > query - window
+    return keep
 
 
 def combine_keep_masks(
@@ -715,8 +724,9 @@ def causal_self_attention(
     conventions: Conventions = DECODER_CANONICAL,
 ) -> Array:
     """§11.1: (B, L, D) -> (B, L, D). Q = x Wq^T, K = x Wk^T, V = x Wv^T; under
-    positions='rope' Q and K rotated at the position ids (§2.3); keep = causal (j <= i) AND
-    key padding (B, L); softmax(Q K^T / sqrt(d_k)) V per head; heads merged; output projection.
+    positions='rope' Q and K rotated at the position ids (§2.3); keep = causal (j <= i; with
+    a sliding window w also j > i - w, §4.5) AND key padding (B, L); softmax(Q K^T /
+    sqrt(d_k)) V per head; heads merged; output projection.
     §11.2: K and V have n_kv_heads heads, repeated to n_heads (``repeat_kv``).
 
     ``causal_keep`` (L, L) replaces the causal triangle (the diagnosis of cached decoding
@@ -735,7 +745,10 @@ def causal_self_attention(
         q = rope_rows(q, pos, base=conventions.pe_base, layout=conventions.rope_layout)
         k = rope_rows(k, pos, base=conventions.pe_base, layout=conventions.rope_layout)
     k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)  # (B,H,L,d)
-    keep = causal_keep_mask(length, length) if causal_keep is None else np.asarray(causal_keep)
+    if causal_keep is None:  # §4.3, §4.5: the causal triangle, cut to the sliding window
+        keep = causal_keep_mask(length, length, window=conventions.sliding_window)
+    else:
+        keep = np.asarray(causal_keep)
     if key_padding is not None:
         keep = key_padding_mask(key_padding) & keep  # (B, 1, L, L)
     heads = scaled_dot_product_attention(

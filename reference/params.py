@@ -65,7 +65,7 @@ def _mha(prefix: str, c: Config) -> Shapes:
         **_linear(f"{prefix}q.", hk, c.d_model, c.has_attention_bias),
         **_linear(f"{prefix}k.", hk, c.d_model, c.has_attention_bias),
         **_linear(f"{prefix}v.", hv, c.d_model, c.has_attention_bias),
-        **_linear(f"{prefix}o.", c.d_model, hv, c.has_attention_bias),
+        **_linear(f"{prefix}o.", c.d_model, hv, c.has_attention_out_bias),
     }
 
 
@@ -83,7 +83,7 @@ def _causal_self_attention(prefix: str, c: Config) -> Shapes:
         **_linear(f"{prefix}q.", hq, c.d_model, c.has_attention_bias),
         **_linear(f"{prefix}k.", hk, c.d_model, c.has_attention_bias),
         **_linear(f"{prefix}v.", hv, c.d_model, c.has_attention_bias),
-        **_linear(f"{prefix}o.", c.d_model, c.n_heads * c.head_dim_v, c.has_attention_bias),
+        **_linear(f"{prefix}o.", c.d_model, c.n_heads * c.head_dim_v, c.has_attention_out_bias),
     }
 
 

@@ -270,3 +270,20 @@ def test_a_subject_of_16_positions_is_never_fed_17_except_by_the_probe(
     # only the too-long probe, once, at the subject's own limit + 1; it expects the refusal
     assert over == {("sinusoidal_pe", 17): 1}, over
     assert _status(document, "shapes.rejects_beyond_max_len", "sinusoidal_pe") == {"pass"}
+
+
+def test_attention_output_bias_is_its_own_part() -> None:
+    """SPEC.md §0.5: "attention" alone covers q, k, v and the output projection (as it did
+    before the output projection had its own switch); "attention_out" sets o apart (ViT's
+    qkv_bias=False keeps o's bias; Qwen2 drops it and keeps q, k, v's)."""
+    vit_like = ConfigSpace(biases={"attention": False, "attention_out": True})
+    config = vit_like.resolve({}, DEFAULT_CONFIG)
+    assert isinstance(config, Config)
+    assert (config.has_attention_bias, config.has_attention_out_bias) == (False, True)
+    assert "attention output projection with bias" in vit_like.describe()
+    whole = ConfigSpace(biases={"attention": False})
+    resolved = whole.resolve({}, DEFAULT_CONFIG)
+    assert isinstance(resolved, Config) and not resolved.has_attention_out_bias
+    assert "attention_out_bias=True" in str(whole.admits(config))
+    qwen2 = Config(attention_bias=True, attention_out_bias=False)
+    assert "attention_out_bias=False" in str(ConfigSpace(biases={"attention": True}).admits(qwen2))

@@ -154,3 +154,36 @@ def test_what_transformers_cannot_express_is_unsupported(adapter_name: str) -> N
     ):
         with pytest.raises(Unsupported, match=why):
             adapter.build(layer, config, seed=0)
+
+
+@needs_transformers
+@pytest.mark.spec("0.5")
+@pytest.mark.parametrize("subject_name", ["mha[sdpa]", "encoder_layer[sdpa]", "encoder[sdpa]"])
+def test_vit_qkv_bias_off_keeps_the_output_bias(subject_name: str) -> None:
+    """ViTConfig(qkv_bias=False): q, k, v without bias, the output projection with one
+    (Config.attention_bias=False, attention_out_bias=True): the layout loads name for name and
+    the output is the oracle's (float64, sdpa: rounding only, ~1e-15 here; a dropped or
+    added bias moves it by ~0.1)."""
+    import dataclasses
+
+    from tck.reference import init_params
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    adapter = load_adapter("hf.vit")
+    subject = _subject(adapter, subject_name)
+    config = dataclasses.replace(DEFAULT_CONFIG, attention_bias=False, attention_out_bias=True)
+    handle = adapter.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    assert not any(k.endswith(("q.bias", "k.bias", "v.bias")) for k in params)
+    assert any(k.endswith("o.bias") for k in params)
+    adapter.load(handle, params)
+    shape = Shape(lq=5, lk=5)  # ViTAttention is self-attention: one length
+    inputs = make_inputs(subject.component, config, np.random.default_rng(2), shape)
+    if subject.component == "mha":  # ViTAttention is self-attention
+        inputs = {**inputs, "key": inputs["query"], "value": inputs["query"]}
+    gold = expected(subject.component, inputs, params, config, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
+    without_out = dataclasses.replace(config, attention_out_bias=False)
+    with pytest.raises(Unsupported, match="attention_out_bias"):
+        adapter.build(subject, without_out, seed=0)

@@ -91,7 +91,11 @@ def test_llama_bias_per_part(subject: str) -> None:
 
     chosen = next(s for s in llama.subjects() if s.name == subject)
     dtype = "float64" if "float64" in llama.dtypes(chosen) else "float32"
-    for fields in ({"attention_bias": True, "ffn_bias": False}, {"ffn_bias": True}):
+    for fields in (
+        {"attention_bias": True, "ffn_bias": False},
+        {"ffn_bias": True},
+        {"attention_bias": True, "attention_out_bias": False},  # Qwen2: q, k, v biased, o not
+    ):
         config = dataclasses.replace(DEFAULT_CONFIG, **{"bias": False, **fields})
         handle = llama.build(chosen, config, seed=0, dtype=dtype)
         params = init_params(chosen.component, config, chosen.conventions, seed=1)
@@ -99,6 +103,7 @@ def test_llama_bias_per_part(subject: str) -> None:
         biases = {k.rsplit(".", 2)[-2] for k in params if k.endswith(".bias")}
         if chosen.component != "gated_ffn":
             assert ("q" in biases) == config.has_attention_bias
+            assert ("o" in biases) == config.has_attention_out_bias
         if chosen.component != "causal_self_attention":
             assert ("up" in biases) == config.has_ffn_bias
         llama.load(handle, params)  # every canonical name has its slot, and no other
@@ -119,7 +124,22 @@ def test_gpt2_refuses_a_part_without_bias() -> None:
     from tck.adapters.hf_decoder import gpt2
 
     subject = next(s for s in gpt2.subjects() if s.name == "decoder_block[eager]")
-    for field in ("attention_bias", "ffn_bias", "norm_bias"):
+    for field in ("attention_bias", "ffn_bias", "norm_bias", "attention_out_bias"):
         config = dataclasses.replace(DEFAULT_CONFIG, **{field: False})
         with pytest.raises(Unsupported, match=field):
             gpt2.build(subject, config, seed=0)
+
+
+@pytest.mark.spec("0.5")
+def test_llama_refuses_output_bias_it_cannot_build() -> None:
+    """LlamaConfig switches q, k, v and o together and Qwen2 has q, k, v biases alone: an
+    output-projection bias without the q, k, v ones is Unsupported in words, never built."""
+    import dataclasses
+
+    from tck.adapters import Unsupported
+    from tck.adapters.hf_decoder import llama
+
+    subject = next(s for s in llama.subjects() if s.name == "causal_self_attention[eager]")
+    config = dataclasses.replace(DEFAULT_CONFIG, attention_bias=False, attention_out_bias=True)
+    with pytest.raises(Unsupported, match="attention_out_bias=True"):
+        llama.build(subject, config, seed=0, dtype="float32")

@@ -153,6 +153,8 @@ def test_bias_per_part(component: str, ffn_kind: str) -> None:
         {"norm_bias": False},
         {"head_bias": False},
         {"bias": False, "ffn_bias": True},
+        {"attention_bias": False, "attention_out_bias": True},  # ViT's qkv_bias=False
+        {"attention_bias": True, "attention_out_bias": False},  # Qwen2
     ):
         config = Config(**{**base.to_dict(), **fields})
         shapes = param_shapes(component, config, conventions)
@@ -184,7 +186,13 @@ def _agrees_per_part(adapter: TorchModuleAdapter, name: str, fields: dict[str, b
 
 
 @pytest.mark.parametrize(
-    "fields", [{"attention_bias": False}, {"bias": False, "attention_bias": True}]
+    "fields",
+    [
+        {"attention_bias": False},
+        {"bias": False, "attention_bias": True},
+        {"attention_bias": False, "attention_out_bias": True},
+        {"attention_bias": True, "attention_out_bias": False},
+    ],
 )
 def test_bias_per_part_reaches_user_style_modules(fields: dict[str, bool]) -> None:
     """Adapters build the part without (or with) a bias that the config says: torch.nn's
@@ -192,14 +200,37 @@ def test_bias_per_part_reaches_user_style_modules(fields: dict[str, bool]) -> No
     from tck.adapters.mutants.gpt_tutorial import attention_entry, gated_ffn_entry
     from tck.adapters.torch_nn import adapter as torch_nn
 
-    _agrees_per_part(torch_nn, "mha", fields)
+    config = dataclasses.replace(BIAS_BASE, **fields)
+    if config.has_attention_bias == config.has_attention_out_bias:
+        _agrees_per_part(torch_nn, "mha", fields)
+    else:  # one bias switch for in_proj and out_proj: refused in words, never built
+        subject = next(s for s in torch_nn.subjects() if s.name == "mha")
+        with pytest.raises(Unsupported, match="one bias switch"):
+            torch_nn.build(subject, config, seed=0)
     tutorial = TorchModuleAdapter("gpt_tutorial", [attention_entry(), gated_ffn_entry()])
     _agrees_per_part(tutorial, "causal_self_attention", fields)
-    ffn_fields = {k.replace("attention", "ffn"): v for k, v in fields.items()}
+    ffn_fields = {k.replace("attention", "ffn"): v for k, v in fields.items() if "out" not in k}
     _agrees_per_part(tutorial, "gated_ffn", ffn_fields)
 
 
-@pytest.mark.parametrize("field", ["attention_bias", "ffn_bias", "norm_bias"])
+def test_attention_out_bias_follows_attention_bias() -> None:
+    """SPEC.md §0.5: attention_out_bias None follows attention_bias (which follows bias), so a
+    config written before the field existed has the layout it had; set, it switches o alone,
+    and it leaves to_dict only when set."""
+    assert Config(attention_bias=False).has_attention_out_bias is False
+    assert Config(bias=False).has_attention_out_bias is False
+    assert Config(bias=False, attention_bias=True).has_attention_out_bias is True
+    qwen2 = Config(attention_bias=True, attention_out_bias=False)
+    shapes = param_shapes("causal_self_attention", qwen2, canonical_conventions("causal_lm"))
+    assert {"q.bias", "k.bias", "v.bias"} <= set(shapes) and "o.bias" not in shapes
+    vit = Config(attention_bias=False, attention_out_bias=True)
+    shapes = param_shapes("mha", vit)
+    assert "o.bias" in shapes and not {"q.bias", "k.bias", "v.bias"} & set(shapes)
+    assert "attention_out_bias" not in Config().to_dict()
+    assert Config(**qwen2.to_dict()) == qwen2
+
+
+@pytest.mark.parametrize("field", ["attention_bias", "ffn_bias", "norm_bias", "attention_out_bias"])
 def test_one_bias_switch_refuses_a_part_without_bias(field: str) -> None:
     """nn.TransformerEncoderLayer has one bias switch for every part: a config without the
     bias of one part is Unsupported, in words that say why, never built with it."""
@@ -213,8 +244,10 @@ def test_one_bias_switch_refuses_a_part_without_bias(field: str) -> None:
 
 def _keeps(name: str, component: str, c: Config) -> bool:
     leaf = name.rsplit(".", 2)[-2] if "." in name else ""
-    if leaf in ("q", "k", "v", "o"):
+    if leaf in ("q", "k", "v"):
         return c.has_attention_bias
+    if leaf == "o":
+        return c.has_attention_out_bias
     if leaf in ("fc1", "fc2", "gate", "up", "down"):
         return c.has_ffn_bias
     if name == "head.bias":

@@ -117,6 +117,8 @@ NAMES: tuple[str, ...] = (
     "decoder_causal_diagonal",
     "vit_patch_grid_column_major",
     "vit_pos_before_cls",
+    # decoder options (SPEC.md §4.5, §2.6): a sliding window one key too wide
+    "sliding_window_off_by_one",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -41,14 +41,26 @@ def rotate_half(x: Tensor) -> Tensor:
 class Attention(nn.Module):
     """Causal self-attention with n_kv_heads key/value heads, optional RoPE and a KV cache."""
 
-    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, rope: bool, bias: bool = True):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        n_kv_heads: int,
+        rope: bool,
+        bias: bool = True,
+        out_bias: bool | None = None,
+    ):
+        """``bias``: on wq, wk, wv; ``out_bias``: on wo (default ``bias``), as the book GPT's
+        qkv_bias switch leaves the output projection's bias alone (SPEC.md §0.5)."""
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
         self.n_rep, self.rope = n_heads // n_kv_heads, rope
         self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=bias)
         self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=bias)
         self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=bias)
-        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=bias)
+        self.wo = nn.Linear(
+            n_heads * self.head_dim, dim, bias=bias if out_bias is None else out_bias
+        )
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.head_dim, 2).double() / self.head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -141,7 +153,12 @@ class Block(nn.Module):
         norm: Callable[[int], nn.Module] = RMSNorm if llama else nn.LayerNorm
         self.ln_1, self.ln_2 = norm(c.d_model), norm(c.d_model)
         self.attn = Attention(
-            c.d_model, c.n_heads, c.kv_heads, rope=llama, bias=c.has_attention_bias
+            c.d_model,
+            c.n_heads,
+            c.kv_heads,
+            rope=llama,
+            bias=c.has_attention_bias,
+            out_bias=c.has_attention_out_bias,
         )
         self.mlp = SwiGLU(c.d_model, c.d_ff, c.has_ffn_bias) if llama else MLP(c.d_model, c.d_ff)
 
@@ -192,10 +209,14 @@ def _linear(ours: str, theirs: str, bias: bool = True) -> dict[str, str]:
     return mapping
 
 
-def attention_map(ours: str, theirs: str, bias: bool = True) -> dict[str, str]:
+def attention_map(
+    ours: str, theirs: str, bias: bool = True, out_bias: bool | None = None
+) -> dict[str, str]:
+    """wq, wk, wv (``bias``) and wo (``out_bias``, default ``bias``)."""
     out: dict[str, str] = {}
     for name in "qkvo":
-        out.update(_linear(f"{ours}{name}.", f"{theirs}w{name}.", bias))
+        has = bias if name != "o" or out_bias is None else out_bias
+        out.update(_linear(f"{ours}{name}.", f"{theirs}w{name}.", has))
     return out
 
 
@@ -229,7 +250,14 @@ def attention_entry(
 
     def make(c: Config) -> nn.Module:
         _check(c)
-        return cls(c.d_model, c.n_heads, c.kv_heads, rope=True, bias=c.has_attention_bias)
+        return cls(
+            c.d_model,
+            c.n_heads,
+            c.kv_heads,
+            rope=True,
+            bias=c.has_attention_bias,
+            out_bias=c.has_attention_out_bias,
+        )
 
     def forward(m, x, key_padding=None, positions=None):
         return m(x, positions, key_padding)[0]
@@ -239,7 +267,7 @@ def attention_entry(
         make=make,
         forward=forward,
         step=step,
-        param_map=lambda c: attention_map("", "", c.has_attention_bias),
+        param_map=lambda c: attention_map("", "", c.has_attention_bias, c.has_attention_out_bias),
         conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
         **kw,
     )
