@@ -184,6 +184,7 @@ _LLAMA = {
     "rope_scaling": Key("RoPE frequency scaling (SPEC.md §2.3)", models=_rope_scaling, legacy=True),
 }
 
+
 def _window(value: Any) -> str | None:
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return None
@@ -207,9 +208,11 @@ _QWEN2.update(
     max_window_layers=Key("the first windowed layer, unused while use_sliding_window is false"),
     layer_types=Key(
         "each layer's attention (full or sliding)",
-        models=lambda v: None
-        if v is None or all(t == "full_attention" for t in v)
-        else f"layer_types={v!r}: sliding layers among full ones are not modelled",
+        models=lambda v: (
+            None
+            if v is None or all(t == "full_attention" for t in v)
+            else f"layer_types={v!r}: sliding layers among full ones are not modelled"
+        ),
     ),
 )
 

@@ -533,9 +533,7 @@ def qwen2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     return _llama_like(folder, "qwen2", Qwen2ForCausalLM)
 
 
-def _llama_like(
-    folder: str | os.PathLike[str] | None, family: str, cls: Any
-) -> TorchModuleAdapter:
+def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) -> TorchModuleAdapter:
     from . import hf_decoder
 
     path = _folder(folder)

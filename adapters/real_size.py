@@ -90,8 +90,8 @@ def stack_skip(
         return None  # a dtype it does not offer skips with the adapter's own reason
     top = next((d for d in PRECISIONS if d in dtypes), "float64")  # its most precise dtype
     kept = check in KEPT or (subject.component == "vit" and check.startswith("vit."))
-    if top != "float64" and check == "numerics.dtype_sweep":  # no float64, no oracle.equality
-        kept = True
+    if top != "float64" and check in ("numerics.dtype_sweep", "decoder.oracle_lengths"):
+        kept = True  # no float64, no equality.oracle: these compare with the oracle instead
     if check in ("gradients.gradients", "numerics.dtype_sweep"):
         kept = kept and params.get("dtype", "float64") == top
     if kept:

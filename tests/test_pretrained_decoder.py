@@ -266,3 +266,81 @@ def test_adapter_that_contradicts_the_file(tmp_path) -> None:
     done = _tck(["--adapter", "hf.llama", "--model", str(model), "-n", "0"], tmp_path)
     assert done.returncode == 2 and "model_type 'gpt2' (hf.gpt2), not 'llama'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _mistral(folder: Path, window: int = 6) -> Path:
+    torch.manual_seed(5)
+    config = transformers.MistralConfig(
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=40,
+        vocab_size=31,
+        max_position_embeddings=32,
+        sliding_window=window,  # SPEC.md §4.5: the last 6 keys of each query
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    return _save(transformers.MistralForCausalLM(config), folder)
+
+
+def test_mistral_window_read_and_named(tmp_path) -> None:
+    """The window is read from the file and checked at lengths past it (the checkpoint's own
+    32 positions); the same weights with another window declare and show another one."""
+    model = _mistral(tmp_path / "mistral")
+    document = _run(model, tmp_path / "out", "causal_self_attention")
+    assert document["adapter"]["name"] == "hf.mistral:mistral"
+    subject = "causal_self_attention[eager]"
+    assert "sliding_window=6" in _strict_note(document, subject)
+    oracle = next(
+        r
+        for r in document["results"]
+        if (r["check"], r["subject"]) == ("decoder.oracle_lengths", subject)
+    )
+    assert oracle["status"] == "pass"
+    assert "unpadded call of length 32" in [c["what"] for c in oracle["metrics"]["calls"]]
+
+    other = tmp_path / "mistral_window"
+    shutil.copytree(model, other)
+    _edit_config(other, sliding_window=11)
+    changed = _run(other, tmp_path / "out_window", "causal_self_attention")
+    before = document["adapter"]["conventions"][subject]
+    after = changed["adapter"]["conventions"][subject]
+    assert {k for k in before if before[k] != after[k]} == {"sliding_window"}
+    assert after["sliding_window"] == 11
+
+
+def test_qwen2_bias_on_qkv_not_o(tmp_path) -> None:
+    torch.manual_seed(6)
+    config = transformers.Qwen2Config(
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=40,
+        vocab_size=31,
+        max_position_embeddings=24,
+        rope_theta=1e6,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    model = _save(transformers.Qwen2ForCausalLM(config), tmp_path / "qwen2")
+    document = _run(model, tmp_path / "out", "causal_self_attention")
+    subject = "causal_self_attention[sdpa]"
+    assert document["adapter"]["name"] == "hf.qwen2:qwen2"
+    supports = str(document["adapter"]["supports"][subject])
+    assert "attention with bias" in supports
+    assert "attention output projection without bias" in supports
+    assert document["adapter"]["conventions"][subject]["pe_base"] == 1e6
+    # the canonical parameters read off the checkpoint: q, k, v biases, none on o
+    from tck.adapters import pretrained
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.spaces import subject_config
+
+    adapter = pretrained.auto(model)
+    subject_ = next(s for s in adapter.subjects() if s.name == subject)
+    config = subject_config(subject_, DEFAULT_CONFIG, {})  # as every check resolves it
+    handle = adapter.build(subject_, config, seed=0, dtype="float32")
+    names = set(adapter.params(handle))
+    assert {"q.bias", "k.bias", "v.bias"} <= names and "o.bias" not in names, names
