@@ -185,6 +185,8 @@ def test_heads_not_checked_are_listed(tmp_path) -> None:
     document = _run(model, tmp_path / "out", "mha")
     note = _strict_note(document, "mha[eager]")
     assert "Not checked" in note and "classifier.weight" in note and "pooler.dense.weight" in note
+    page = (tmp_path / "out" / "index.html").read_text()  # and in the HTML report
+    assert "config.json, read strictly" in page and "classifier.weight" in page
 
 
 def _bert(folder: Path) -> Path:
