@@ -31,7 +31,7 @@ from tck.usage import INSTALL
 try:  # one clear line from load_adapter when transformers is missing or broken
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
     from transformers.cache_utils import DynamicCache
-    from transformers.masking_utils import create_causal_mask
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 except Exception as err:  # a broken install fails in many ways, not only ImportError
     raise ImportError(
         f"the hf adapters need transformers ({INSTALL['hf']}), and importing it failed: "
@@ -296,14 +296,27 @@ def _positions(x: Tensor, positions: Tensor | None, past: int) -> Tensor:
 
 
 def _causal_mask(m: nn.Module, x: Tensor, key_padding, positions, cache) -> Any:
-    """The mask transformers' model builds for these tokens (x: embeddings [B, n, D])."""
-    return create_causal_mask(
+    """The mask transformers' model builds for these tokens (x: embeddings [B, n, D]): with
+    a sliding window when layer 0 has one (Mistral's ``sliding_window``, SPEC.md §4.5)."""
+    return _mask_function(m.config)(
         config=m.config,
         inputs_embeds=x,
         attention_mask=None if key_padding is None else key_padding.long(),
         cache=cache,
         position_ids=positions,
     )
+
+
+def _mask_function(config: Any) -> Callable[..., Any]:
+    """How transformers masks layer 0 of a model with this config: MistralModel windows
+    every layer when ``sliding_window`` is set; models with ``layer_types`` (Qwen2) follow
+    the first layer's type."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        sliding = types[0] == "sliding_attention"
+    else:
+        sliding = getattr(config, "sliding_window", None) is not None
+    return create_sliding_window_causal_mask if sliding else create_causal_mask
 
 
 def _piece(call: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], Callable[..., Any]]:

@@ -12,12 +12,22 @@ checkpoint's canonical parameters (``params``) and never writes them: ``load`` i
 that need other parameters (the shipped fixtures) skip with that reason. In float64 every
 check of a subject shares the loaded model's own parts (read-only: nothing writes them); a
 build in another dtype is a copy, so a check that converts it (float16) leaves them alone.
+
+The decoder-only families (``hf.gpt2``, ``hf.llama``) are checked the same way, and
+``tck run --model DIR`` without ``--adapter`` picks the adapter from ``config.json``
+(``auto``). Every folder is read strictly (``checkpoint_config``): a ``config.json`` key that
+changes the maths is read and shown in the subjects' notes, or refused by name; a size the
+file lacks is refused; tensors the model does not use, or needs and lacks, are refused by
+name, except a head tck does not check (a pooler, a classifier), which is listed as not
+checked. The checkpoint is read from disk once: the second attention implementation is a
+twin module that shares its parameters (``_twin``). See docs/checkpoints.md.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +36,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import checkpoint_config
 from .base import Arrays, Config, Subject, Unsupported
+from .checkpoint_config import ModelError
 from .config_space import ConfigSpace
 from .real_size import stack_skip
 from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
@@ -35,10 +47,12 @@ ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck r
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
 LAYERED = ("encoder_layer", "encoder", "vit")  # the subjects eps and activation apply to
-
-
-class ModelError(Exception):
-    """The checkpoint folder cannot be used; the message says why and what to do."""
+# the subjects the oracle comparison also runs at the checkpoint's own length
+REAL_LENGTH_COMPONENTS = ("mha", "encoder_layer", "encoder")
+REAL_LENGTH_COMPONENTS += ("causal_self_attention", "decoder_block", "causal_lm")
+# The longest call the oracle comparison makes on a decoder whose context is longer: its
+# cost grows with the square of the length (SPEC.md §11.1), docs/checkpoints.md
+MAX_REAL_LENGTH = 2048
 
 
 def _folder(folder: str | os.PathLike[str] | None) -> Path:
@@ -59,18 +73,45 @@ def _folder(folder: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-def _load(cls: Any, path: Path, implementation: str, **kwargs: Any) -> nn.Module:
+# Top-level parts of a checkpoint that tck does not check (a pooler, a task head): listed in
+# the report as not checked when the file holds them, never refused, never silently dropped.
+HEADS = frozenset(
+    {"pooler", "classifier", "cls", "qa_outputs", "score", "multiple_choice_head", "lm_head"}
+)
+
+
+def _not_checked(key: str, prefix: str) -> bool:
+    parts = key.split(".")
+    if parts[0] == prefix and len(parts) > 1:
+        parts = parts[1:]
+    return parts[0] in HEADS
+
+
+def _names(keys: set[str] | list[str], limit: int = 4) -> str:
+    ordered = sorted(keys)
+    more = f" and {len(ordered) - limit} more" if len(ordered) > limit else ""
+    return ", ".join(ordered[:limit]) + more
+
+
+def _load(
+    cls: Any, path: Path, implementation: str = "eager", **kwargs: Any
+) -> tuple[nn.Module, list[str]]:
+    """The model of class ``cls`` saved in ``path``, in float64 and eval mode, and the
+    tensors of the file it does not use that belong to a head tck does not check. Any other
+    tensor the file holds and the model does not use, or the model needs and the file lacks,
+    is refused by name: transformers would drop it, or draw it at random, with a warning."""
     from transformers.utils import logging
 
     verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()  # its load report and progress bars are not ours to print
+    logging.set_verbosity_error()  # its load report is read below, not printed
     logging.disable_progress_bar()
     try:
-        model = cls.from_pretrained(
+        model, info = cls.from_pretrained(
             path,
             local_files_only=True,
             use_safetensors=True,
             attn_implementation=implementation,
+            output_loading_info=True,
             **kwargs,
         )
     except Exception as err:  # transformers raises many kinds: one line for the user
@@ -80,7 +121,65 @@ def _load(cls: Any, path: Path, implementation: str, **kwargs: Any) -> nn.Module
         logging.set_verbosity(verbosity)
         if bars:
             logging.enable_progress_bar()
-    return model.to(torch.float64).eval()
+    prefix = getattr(cls, "base_model_prefix", "")
+    unexpected = set(info.get("unexpected_keys") or ())
+    heads = sorted(k for k in unexpected if _not_checked(k, prefix))
+    unused = unexpected - set(heads)
+    where = f"{str(path)!r}:"
+    if unused:
+        raise ModelError(
+            f"{where} tensors {_names(unused)} are in the checkpoint but {cls.__name__} does "
+            "not use them (an option tck does not read?); tck refuses rather than drop them"
+        )
+    missing = set(info.get("missing_keys") or ())
+    if missing:
+        raise ModelError(
+            f"{where} {cls.__name__} needs tensors {_names(missing)}, which the checkpoint "
+            "lacks (transformers would draw them at random); tck refuses"
+        )
+    mismatched = info.get("mismatched_keys") or ()
+    if mismatched:
+        names = {m[0] if isinstance(m, tuple) else str(m) for m in mismatched}
+        raise ModelError(f"{where} tensors {_names(names)} have shapes config.json does not give")
+    return model.to(torch.float64).eval(), heads
+
+
+def _twin(model: nn.Module, implementation: str) -> nn.Module:
+    """``model`` with another attention implementation, sharing its parameters and buffers
+    (nothing read from disk again, nothing copied but the modules and the config)."""
+    if implementation == model.config._attn_implementation:
+        return model
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    twin = copy.deepcopy(model, shared)
+    twin.set_attn_implementation(implementation)
+    return twin.eval()
+
+
+def _implementations(model: nn.Module, implementations: tuple[str, ...]) -> dict[str, nn.Module]:
+    return {impl: _twin(model, impl) for impl in implementations}
+
+
+def _read(path: Path, name: str) -> checkpoint_config.Reading:
+    """The strict reading of ``path``'s config.json for the family ``name`` (refused in one
+    line when it names another family or a key tck does not read)."""
+    raw = checkpoint_config.read_config(path)
+    found = checkpoint_config.family(raw, path)
+    if found != name:
+        raise ModelError(
+            f"{str(path)!r}: config.json names model_type {found!r} "
+            f"({checkpoint_config.ADAPTERS[found]}), not {name!r}; drop --adapter to let tck "
+            "pick it"
+        )
+    return checkpoint_config.check(raw, name, path)
+
+
+def _report(reading: checkpoint_config.Reading, loaded: Any, heads: list[str]) -> str:
+    """One note for every subject: each key read and its source, and the parts not checked."""
+    lines = checkpoint_config.show(reading, loaded)
+    text = "config.json, read strictly: " + "; ".join(lines) + "."
+    if heads:
+        text += f" Not checked (in the checkpoint, outside every subject): {', '.join(heads)}."
+    return text
 
 
 def _activation(hidden_act: Any, path: Path) -> str:
@@ -113,7 +212,7 @@ class _AsIs:
         """The sequence length the checkpoint runs at, for ``subject`` (BERT: its position
         table, 512 for BERT-base; ViT: its patches and the class token, 197 at 224 px): the
         oracle comparison makes one call at it (``equality.oracle``). None: no such length."""
-        if subject.component not in ("mha", "encoder_layer", "encoder"):
+        if subject.component not in REAL_LENGTH_COMPONENTS:
             return None
         return getattr(self, "positions", None)
 
@@ -138,7 +237,17 @@ class _AsIs:
         ``torch.autograd.grad``, which accumulates nothing. In another dtype or on another
         device, a fresh copy converted from the checkpoint (which stays float64)."""
         plain = dtype == "float64" and device == "cpu" and self.dtype == torch.float64
-        if not plain or dtype not in self.dtypes(subject):  # its checks, its reasons
+        if dtype not in self.dtypes(subject):  # its checks, its reasons
+            return self.refuse_dtype(subject, config, seed=seed, dtype=dtype, device=device)
+        if not plain and device == "cpu" and dtype in ("float32",):
+            # hf.llama's subjects run in float32 at best: one converted copy per subject,
+            # shared the same way (a 135 M-parameter model is 0.5 GB in float32)
+            converted = self.__dict__.setdefault("_converted", {})
+            key = (subject.name, dtype)
+            if key not in converted:
+                converted[key] = super().build(subject, config, seed=seed, dtype=dtype)
+            return dataclasses.replace(converted[key], config=config)
+        if not plain:
             return super().build(subject, config, seed=seed, dtype=dtype, device=device)
         shared = self.__dict__.setdefault("_shared", {})  # subject name -> its module
         view = self.__dict__.get("views", {}).get(subject.name)
@@ -151,6 +260,12 @@ class _AsIs:
         entry = self._entries[subject.name]
         self.require_device(subject, device)
         return TorchHandle(entry, subject, shared[subject.name], config, torch.float64)
+
+    def refuse_dtype(
+        self, subject: Subject, config: Config, *, seed: int, dtype: str, device: str
+    ) -> TorchHandle:
+        """A dtype the subject does not offer: the adapter's own refusal, with its reason."""
+        return super().build(subject, config, seed=seed, dtype=dtype, device=device)  # type: ignore[misc]
 
     def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
         """The canonical parameters, exported once per shared copy and handed out read-only
@@ -224,9 +339,13 @@ def _entries(
     fixed: dict[str, Any],
     max_len: int | None = None,
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] | None = None,
+    *,
+    note: str = "",
+    space: ConfigSpace | None = None,
+    layered: tuple[str, ...] = LAYERED,
     **conv: Any,
 ) -> list[TorchEntry]:
-    space = ConfigSpace(fixed=fixed, max_len=max_len)
+    space = space or ConfigSpace(fixed=fixed, max_len=max_len)
     out = []
     for entry in base._entries.values():
         name = entry.name or entry.component
@@ -235,7 +354,7 @@ def _entries(
         impl = name.partition("[")[2].rstrip("]") or "eager"
         model = models[impl]
         conventions = entry.conventions
-        if conventions is not None and entry.component in LAYERED:
+        if conventions is not None and entry.component in layered:
             conventions = dataclasses.replace(conventions, **conv)
         paths = PARTS.get(base.name, {}).get(entry.component)
         if views is not None:
@@ -246,7 +365,7 @@ def _entries(
                 make=lambda c, model=model, paths=paths: copy_parts(model, paths),
                 conventions=conventions,
                 supports=space,
-                notes=(*entry.notes, _describe(space)),
+                notes=(*entry.notes, _describe(space), *((note,) if note else ())),
             )
         )
     return out
@@ -267,10 +386,11 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     from . import hf
 
     path = _folder(folder)
-    models = {
-        impl: _load(BertModel, path, impl, add_pooling_layer=False) for impl in hf.IMPLEMENTATIONS
-    }
-    c = models["eager"].config
+    reading = _read(path, "bert")
+    model, heads = _load(BertModel, path, add_pooling_layer=False)
+    models = _implementations(model, hf.IMPLEMENTATIONS)
+    c = model.config
+    note = _report(reading, c, heads)
     fixed = {
         "d_model": c.hidden_size,
         "n_heads": c.num_attention_heads,
@@ -281,7 +401,7 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
-    entries = _entries(hf.bert, models, fixed, c.max_position_embeddings, views, **conv)
+    entries = _entries(hf.bert, models, fixed, c.max_position_embeddings, views, note=note, **conv)
     adapter = _PretrainedBert(f"hf.bert:{path.name}", entries)
     adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
@@ -296,8 +416,11 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     from . import hf
 
     path = _folder(folder)
-    models = {impl: _load(ViTForImageClassification, path, impl) for impl in hf.IMPLEMENTATIONS}
-    c = models["eager"].config
+    reading = _read(path, "vit")
+    model, heads = _load(ViTForImageClassification, path)
+    models = _implementations(model, hf.IMPLEMENTATIONS)
+    c = model.config
+    note = _report(reading, c, heads)
     fixed = {
         "d_model": c.hidden_size,
         "n_heads": c.num_attention_heads,
@@ -309,11 +432,11 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "image_size": c.image_size,
         "patch_size": c.patch_size,
         "channels": c.num_channels,
-        "n_classes": models["eager"].classifier.out_features,
+        "n_classes": model.classifier.out_features,
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
-    entries = _entries(hf.vit, models, fixed, views=views, **conv)
+    entries = _entries(hf.vit, models, fixed, views=views, note=note, **conv)
     adapter = _PretrainedViT(f"hf.vit:{path.name}", entries)
     adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
@@ -323,3 +446,174 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
 class _PretrainedViT(_AsIs, TorchModuleAdapter):
     """hf.vit's eager subjects keep their dtypes (float32 and below: a float32 softmax)."""
+
+
+# ------------------------------------------------------------------ decoder-only families
+
+PARTS["hf.gpt2"] = {
+    "causal_self_attention": ("transformer.h.0",),
+    "decoder_block": ("transformer.h.0",),
+    "causal_lm": None,  # GPT2LMHeadModel's own forward: the whole model
+}
+PARTS["hf.llama"] = PARTS["hf.mistral"] = PARTS["hf.qwen2"] = {
+    "gated_ffn": ("model.layers.0",),
+    "causal_self_attention": ("model.rotary_emb", "model.layers.0"),
+    "decoder_block": ("model.rotary_emb", "model.layers.0"),
+    "causal_lm": None,
+}
+DECODER_COMPONENTS = ("gated_ffn", "causal_self_attention", "decoder_block", "causal_lm")
+
+
+def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.gpt2 on the GPT2LMHeadModel saved in ``folder`` (default: $TCK_MODEL): its sizes,
+    its position table (``n_positions``), its LayerNorm eps and activation (``gelu_new`` is
+    the tanh GELU of SPEC.md §6.1), the head tied to the token table."""
+    from transformers import GPT2LMHeadModel
+
+    from . import hf_decoder
+
+    path = _folder(folder)
+    reading = _read(path, "gpt2")
+    model, heads = _load(GPT2LMHeadModel, path)
+    models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
+    c = model.config
+    fixed = {
+        "d_model": c.n_embd,
+        "n_heads": c.n_head,
+        "d_ff": c.n_inner or 4 * c.n_embd,  # GPT2MLP: n_inner, or 4 * n_embd when null
+        "n_layers": c.n_layer,
+        "vocab_size": c.vocab_size,
+        "n_kv_heads": c.n_head,  # no grouped-query attention (SPEC.md §11.2)
+    }
+    space = ConfigSpace(fixed=fixed, max_len=c.n_positions, tied=True)
+    conv = {
+        "eps": float(c.layer_norm_epsilon),
+        "activation": _activation(c.activation_function, path),
+    }
+    views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
+    entries = _entries(
+        hf_decoder.gpt2,
+        models,
+        fixed,
+        views=views,
+        note=_report(reading, c, heads),
+        space=space,
+        layered=DECODER_COMPONENTS,
+        **conv,
+    )
+    adapter = _PretrainedDecoder(f"hf.gpt2:{path.name}", entries)
+    adapter.views = views
+    adapter.fixed, adapter.folder = fixed, path
+    adapter.positions = min(int(c.n_positions), MAX_REAL_LENGTH)
+    return adapter
+
+
+def llama(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.llama on the LlamaForCausalLM saved in ``folder`` (default: $TCK_MODEL): its sizes,
+    key/value heads (SPEC.md §11.2), head width, RoPE base (``rope_theta``), RMSNorm eps,
+    biases and tying, and its context (``max_position_embeddings``)."""
+    from transformers import LlamaForCausalLM
+
+    return _llama_like(folder, "llama", LlamaForCausalLM)
+
+
+def mistral(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.mistral: Llama's subjects on the MistralForCausalLM saved in ``folder``, with its
+    ``sliding_window`` as the declared convention of SPEC.md §4.5 (every layer windowed)."""
+    from transformers import MistralForCausalLM
+
+    return _llama_like(folder, "mistral", MistralForCausalLM)
+
+
+def qwen2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """hf.qwen2: Llama's subjects on the Qwen2ForCausalLM saved in ``folder``: q, k and v
+    with a bias, the output projection and the MLP without (SPEC.md §0.5)."""
+    from transformers import Qwen2ForCausalLM
+
+    return _llama_like(folder, "qwen2", Qwen2ForCausalLM)
+
+
+def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) -> TorchModuleAdapter:
+    from . import hf_decoder
+
+    path = _folder(folder)
+    reading = _read(path, family)
+    model, heads = _load(cls, path)
+    models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    fixed: dict[str, Any] = {
+        "d_model": c.hidden_size,
+        "n_heads": c.num_attention_heads,
+        "d_ff": c.intermediate_size,
+        "n_layers": c.num_hidden_layers,
+        "vocab_size": c.vocab_size,
+        "n_kv_heads": c.num_key_value_heads or c.num_attention_heads,
+    }
+    if head_dim * c.num_attention_heads != c.hidden_size:  # heads wider or narrower than D/H
+        fixed.update(d_k=head_dim, d_v=head_dim)
+    if family == "qwen2":  # the architecture's own layout (Qwen2Attention, Qwen2MLP)
+        biases = {"attention": True, "attention_out": False, "ffn": False}
+    else:
+        attention = bool(getattr(c, "attention_bias", False))
+        biases = {"attention": attention, "ffn": bool(getattr(c, "mlp_bias", False))}
+    space = ConfigSpace(
+        fixed=fixed,
+        max_len=c.max_position_embeddings,
+        biases=biases,
+        tied=bool(c.tie_word_embeddings),
+    )
+    rope = c.rope_parameters or {}
+    conv: dict[str, Any] = {
+        "eps": float(c.rms_norm_eps),
+        "pe_base": float(rope.get("rope_theta", 10000.0)),
+        "gate_activation": checkpoint_config.GATE_ACTIVATIONS[c.hidden_act],
+    }
+    if family == "mistral":
+        conv["sliding_window"] = c.sliding_window  # None: every earlier key (SPEC.md §4.5)
+    views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
+    entries = _entries(
+        hf_decoder.llama,
+        models,
+        fixed,
+        views=views,
+        note=_report(reading, c, heads),
+        space=space,
+        layered=DECODER_COMPONENTS,
+        **conv,
+    )
+    adapter = _PretrainedDecoder(f"hf.{family}:{path.name}", entries)
+    adapter.float32_note = hf_decoder.LLAMA_FLOAT32_NOTE
+    adapter.views = views
+    adapter.fixed, adapter.folder = fixed, path
+    adapter.positions = min(int(c.max_position_embeddings), MAX_REAL_LENGTH)
+    return adapter
+
+
+class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
+    """A decoder checkpoint; hf.llama's attention, block and model run in float32 and below
+    (its RMSNorm and RoPE angles compute in float32), and say so when asked for float64."""
+
+    float32_note = ""
+
+    def refuse_dtype(
+        self, subject: Subject, config: Config, *, seed: int, dtype: str, device: str
+    ) -> TorchHandle:
+        if self.float32_note:
+            raise Unsupported(
+                f"{subject.name} runs in {', '.join(self.dtypes(subject))}: {self.float32_note}"
+            )
+        return super().refuse_dtype(subject, config, seed=seed, dtype=dtype, device=device)
+
+
+BUILDERS = {"bert": bert, "vit": vit, "gpt2": gpt2, "llama": llama}
+BUILDERS.update(mistral=mistral, qwen2=qwen2)
+
+
+def auto(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
+    """The adapter ``config.json`` of ``folder`` names (``model_type``, else
+    ``architectures``), on that checkpoint; an unknown family is refused in one line
+    listing the supported ones."""
+    path = _folder(folder)
+    name = checkpoint_config.family(checkpoint_config.read_config(path), path)
+    return BUILDERS[name](path)

@@ -38,7 +38,7 @@ from .base import Subject
 
 ENV = "TCK_STACK_PLAN"
 PRECISIONS = ("float64", "float32", "float16", "bfloat16")
-STACKS = ("encoder", "decoder", "vit")  # the subjects that hold every layer
+STACKS = ("encoder", "decoder", "vit", "causal_lm")  # the subjects that hold every layer
 REAL_SIZE_LAYER_PARAMS = 1_000_000
 KEPT = frozenset(
     {
@@ -48,6 +48,11 @@ KEPT = frozenset(
         "shapes.output_shapes",
         "params.round_trip",
         "params.count",
+        # a decoder's cache and its left padding run through every layer's own cache slot
+        # (SPEC.md §11.6, §11.7): a layer index wired wrongly shows only on the whole stack
+        "decoder.kv_cache",
+        "decoder.kv_cache_left_padded",
+        "decoder.left_padding",
     }
 )
 
@@ -85,8 +90,8 @@ def stack_skip(
         return None  # a dtype it does not offer skips with the adapter's own reason
     top = next((d for d in PRECISIONS if d in dtypes), "float64")  # its most precise dtype
     kept = check in KEPT or (subject.component == "vit" and check.startswith("vit."))
-    if top != "float64" and check == "numerics.dtype_sweep":  # no float64, no oracle.equality
-        kept = True
+    if top != "float64" and check in ("numerics.dtype_sweep", "decoder.oracle_lengths"):
+        kept = True  # no float64, no equality.oracle: these compare with the oracle instead
     if check in ("gradients.gradients", "numerics.dtype_sweep"):
         kept = kept and params.get("dtype", "float64") == top
     if kept:

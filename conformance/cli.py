@@ -240,8 +240,13 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 PRETRAINED = {
     "hf.bert": "tck.adapters.pretrained:bert",
     "hf.vit": "tck.adapters.pretrained:vit",
+    "hf.gpt2": "tck.adapters.pretrained:gpt2",
+    "hf.llama": "tck.adapters.pretrained:llama",
+    "hf.mistral": "tck.adapters.pretrained:mistral",
+    "hf.qwen2": "tck.adapters.pretrained:qwen2",
     "timm.vit": "tck.adapters.timm_pretrained:vit",  # a folder or a weights file
 }
+AUTO = "tck.adapters.pretrained:auto"  # --model DIR alone: the family config.json names
 
 
 def _pretrained(args: argparse.Namespace) -> str | None:
@@ -253,9 +258,10 @@ def _pretrained(args: argparse.Namespace) -> str | None:
         return None
     if args.component or args.map:
         raise UsageError("--component and --map do not apply with --model")
-    if args.adapter not in PRETRAINED:
+    if args.adapter is not None and args.adapter not in PRETRAINED:
         raise UsageError(
-            f"--model works with --adapter {' or '.join(PRETRAINED)}, not {args.adapter!r}"
+            f"--model works with --adapter {', '.join(PRETRAINED)}, or none (the adapter "
+            f"config.json names), not {args.adapter!r}"
         )
     import os
 
@@ -270,7 +276,7 @@ def _pretrained(args: argparse.Namespace) -> str | None:
             os.environ[ENV] = str(_folder(args.model).resolve())
     except ModelError as err:
         raise UsageError(str(err)) from None
-    return PRETRAINED[args.adapter]
+    return PRETRAINED[args.adapter] if args.adapter else AUTO
 
 
 def _onnx_file(args: argparse.Namespace) -> str | None:
@@ -455,9 +461,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         default=None,
         metavar="DIR",
-        help="with --adapter hf.bert or hf.vit: check the save_pretrained folder DIR as it "
-        "is, at its own sizes with its own weights (local files and safetensors only); with "
-        "timm.vit: a timm checkpoint folder or weights file",
+        help="check the save_pretrained folder DIR as it is, at its own sizes with its own "
+        "weights (local files and safetensors only); the adapter is the one its config.json "
+        "names (bert, vit, gpt2, llama, mistral, qwen2) unless --adapter says; with --adapter timm.vit: a "
+        "timm checkpoint folder or weights file",
     )
     parser.add_argument(
         "--component",

@@ -191,6 +191,7 @@ def report_context(document: dict[str, Any]) -> dict[str, Any]:
     return {
         "doc": document,
         "adapter": document["adapter"],
+        "subject_notes": subject_notes(document),
         "summary": document["summary"],
         "started": _when(document.get("started")),
         "by_component": by_component,
@@ -225,6 +226,16 @@ def _baseline(document: dict[str, Any]) -> dict[str, Any] | None:
         "known": [r for r in rows if r.get("baseline") == "known"],
         "fixed": list(baseline["fixed"]),
     }
+
+
+def subject_notes(document: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """Each distinct note of the adapter's subjects (what a checkpoint's config.json set, the
+    parts not checked, ...), with the subjects it applies to, in first-seen order."""
+    seen: dict[str, list[str]] = {}
+    for subject, notes in sorted((document.get("adapter", {}).get("notes") or {}).items()):
+        for note in notes:
+            seen.setdefault(str(note), []).append(str(subject))
+    return list(seen.items())
 
 
 def _when(timestamp: Any) -> str:
