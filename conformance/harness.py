@@ -266,9 +266,13 @@ class Harness:
         careful_err, lost = 0.0, 0
         if careful is not None:
             careful_err, lost = careful_error(careful, gold, ignore)
-            if lost:  # the careful run overflowed there: it can bound nothing
-                overflow = ~np.isfinite(careful) & np.isfinite(gold)
-                ignore = overflow if ignore is None else ignore | overflow
+            if lost:
+                # The careful run overflowed where the oracle is finite: it bounds nothing
+                # there, so a finite output is not compared; a non-finite one is compared and
+                # fails (numerics.overflow), since an overflowing yardstick excuses no
+                # overflow (SPEC.md §10.7).
+                unbounded = ~np.isfinite(careful) & np.isfinite(gold) & np.isfinite(test)
+                ignore = unbounded if ignore is None else ignore | unbounded
         elif inst.dtype != "float64":
             raise ValueError(f"comparing in {inst.dtype} needs the careful run (careful=)")
         result = compare(

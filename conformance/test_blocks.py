@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
-from tck.conformance.deltas import delta, require_deterministic
+from tck.conformance.deltas import delta, real_positions, require_deterministic, require_finite
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import batch_slice, rng
 from tck.conformance.results import CheckFailure
@@ -49,8 +49,10 @@ def test_batch_independence(tck: Harness) -> None:
         inputs = tck.inputs(inst, shape, seed=tck.seed + index)
         out = tck.run(inst, inputs)
         for b in range(shape.batch):
-            alone = tck.run(inst, batch_slice(inputs, b))
-            found = delta(alone, out[b : b + 1])
+            row = batch_slice(inputs, b)
+            alone = tck.run(inst, row)
+            found = delta(alone, out[b : b + 1], real=real_positions(row, alone.shape))
+            require_finite(found, f"batch row {b} alone -> in the batch")
             if found.changed:
                 require_deterministic(tck, inst, inputs, out)
                 raise CheckFailure(
@@ -87,7 +89,7 @@ def test_permutation_equivariance(tck: Harness) -> None:
         require_deterministic(tck, inst, inputs, out)
         order = generator.permutation(7)
         moved = permute(inputs, ("memory", "memory_key_padding"), order, 1)
-        expect(tck, out, tck.run(inst, moved), "permuting the memory", order)
+        expect(tck, out, tck.run(inst, moved), "permuting the memory", order, inputs)
         return
     length = 7
     inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=length, masked=False))
@@ -98,18 +100,26 @@ def test_permutation_equivariance(tck: Harness) -> None:
     order = generator.permutation(length)
     if component == "attention":
         shuffled = tck.run(inst, permute(inputs, ("q",), order, 2))
-        expect(tck, np.take(out, order, axis=2), shuffled, "permuting the queries", order)
+        expect(tck, np.take(out, order, axis=2), shuffled, "permuting the queries", order, {})
         shuffled = tck.run(inst, permute(inputs, ("k", "v"), order, 2))
-        expect(tck, out, shuffled, "permuting keys with their values", order)
+        expect(tck, out, shuffled, "permuting keys with their values", order, {})
         return
     names = ("query", "key", "value") if component == "mha" else ("x",)
     shuffled = tck.run(inst, permute(inputs, names, order, 1))
-    expect(tck, np.take(out, order, axis=1), shuffled, "permuting the positions", order)
+    expect(tck, np.take(out, order, axis=1), shuffled, "permuting the positions", order, {})
 
 
-def expect(tck: Harness, want: np.ndarray, got: np.ndarray, what: str, order) -> None:
-    found = delta(want, got)
+def expect(
+    tck: Harness,
+    want: np.ndarray,
+    got: np.ndarray,
+    what: str,
+    order,
+    inputs: Mapping[str, np.ndarray],
+) -> None:
+    found = delta(want, got, real=real_positions(inputs, want.shape))
     tck.note(found.metrics())
+    require_finite(found, f"{what} (expected -> measured)")
     if found.changed:
         raise CheckFailure(
             "blocks.not_permutation_equivariant",
@@ -134,8 +144,11 @@ def test_eval_determinism(tck: Harness) -> None:
     out = tck.run(first, inputs)
     twin_out = tck.run(twin, inputs)
     again = tck.run(first, inputs)
-    random, repeated = delta(out, twin_out), delta(out, again)
+    real = real_positions(inputs, out.shape)
+    random, repeated = delta(out, twin_out, real=real), delta(out, again, real=real)
     tck.note({**random.metrics("twin_"), **repeated.metrics("repeat_")})
+    require_finite(repeated, "the same instance called twice with the same inputs")
+    require_finite(random, "two identical instances called with the same inputs")
     comparable = same_params(first, twin)
     if repeated.changed and not (comparable and not random.changed):
         raise CheckFailure(
@@ -184,8 +197,9 @@ def test_instance_reuse(tck: Harness) -> None:
     if delta(out, tck.run(inst, first)).changed:
         pytest.skip("two consecutive identical calls already differ (see blocks.eval_determinism)")
     tck.run(inst, second)
-    found = delta(out, tck.run(inst, first))
+    found = delta(out, tck.run(inst, first), real=real_positions(first, out.shape))
     tck.note(found.metrics())
+    require_finite(found, "the first inputs again after a call with other sizes and masks")
     if found.changed:
         raise CheckFailure(
             "state.leaks_between_calls",

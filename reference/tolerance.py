@@ -140,6 +140,23 @@ class Comparison:
     dtype: str = "float64"
     careful_err: float = 0.0  # max|careful - gold| of the careful run in ``dtype``
     k: float = K_FORWARD
+    # Where ``require_finite`` asked for finite values: the positions NaN or inf in ``test``
+    # and in ``gold`` (a position non-finite in both counts in both).
+    nonfinite_test: int = 0
+    nonfinite_gold: int = 0
+
+    @property
+    def nonfinite(self) -> bool:
+        """A NaN or inf where both sides had to be finite (``compare(require_finite=)``)."""
+        return bool(self.nonfinite_test or self.nonfinite_gold)
+
+    def describe_nonfinite(self, test: str = "test", gold: str = "gold") -> str:
+        """In words: how many positions are not finite on each side, and the first one."""
+        return (
+            f"{self.nonfinite_test} position(s) of the {test} and {self.nonfinite_gold} of the "
+            f"{gold} are NaN or inf where both must be finite (first at index "
+            f"{self.worst_index}); a non-finite value on both sides is not agreement"
+        )
 
     def metrics(self) -> dict[str, Any]:
         out = {
@@ -150,6 +167,8 @@ class Comparison:
             "nan_mismatch": self.nan_mismatch,
             "worst_index": list(self.worst_index) if self.worst_index is not None else None,
         }
+        if self.nonfinite:
+            out.update(nonfinite_test=self.nonfinite_test, nonfinite_gold=self.nonfinite_gold)
         if self.dtype != "float64":
             out.update(dtype=self.dtype, ref_max_abs_err=self.careful_err, k=self.k)
             multiple = self.careful_multiple
@@ -174,20 +193,34 @@ def compare(
     careful_err: float = 0.0,
     k: float = K_FORWARD,
     ignore: np.ndarray | None = None,
+    require_finite: np.ndarray | bool = False,
 ) -> Comparison:
     """Apply the rule. ``ignore`` masks positions the spec leaves undefined (§4.4), or where
-    the careful run overflowed (``careful_error``)."""
+    the careful run overflowed (``careful_error``).
+
+    ``require_finite`` (True, or a mask broadcast to the shape) marks the compared positions
+    where both sides must be finite: an implementation compared with itself (a cached step
+    with the full forward, a row with the same row alone, a call with the same call again)
+    has no oracle to say that NaN is expected there, so a NaN or inf on either side fails,
+    and NaN on both sides is never agreement. Elsewhere a NaN in exactly one side fails."""
     test, gold = np.asarray(test, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if test.shape != gold.shape:
         raise ValueError(f"shape {test.shape} is not the expected {gold.shape}")
     considered = (
         np.ones(gold.shape, bool) if ignore is None else ~np.broadcast_to(ignore, gold.shape)
     )
+    finite_here = considered & np.broadcast_to(np.asarray(require_finite, bool), gold.shape)
+    test_bad, gold_bad = finite_here & ~np.isfinite(test), finite_here & ~np.isfinite(gold)
+    considered = considered & ~(test_bad | gold_bad)  # counted below, not as a difference
     test_nan, gold_nan = np.isnan(test) & considered, np.isnan(gold) & considered
     nan_mismatch = int((test_nan ^ gold_nan).sum())
     both = considered & ~test_nan & ~gold_nan
-    err = np.where(both, np.abs(test - gold), 0.0)
-    scale = float(np.abs(np.where(both, gold, 0.0)).max(initial=0.0))
+    # An infinite gold value is matched only by the same infinity (err 0; inf - inf is not 0)
+    # and sets no scale: the bound stays finite, so it cannot excuse every other position.
+    with np.errstate(invalid="ignore"):
+        err = np.where(both & (test != gold), np.abs(test - gold), 0.0)
+    err = np.where(np.isnan(err), np.inf, err)
+    scale = float(np.abs(np.where(both & np.isfinite(gold), gold, 0.0)).max(initial=0.0))
     bound = k * careful_err + FLOOR[dtype] * max(1.0, scale)
     max_err = float(err.max(initial=0.0))
     if not np.isfinite(max_err):  # test is +-inf where gold is finite
@@ -198,9 +231,11 @@ def compare(
     )
     if nan_mismatch:
         worst = tuple(int(i) for i in np.argwhere(test_nan ^ gold_nan)[0])
+    if test_bad.any() or gold_bad.any():
+        worst = tuple(int(i) for i in np.argwhere(test_bad | gold_bad)[0])
     ratio = max_err / bound if bound > 0 else float("inf")
     return Comparison(
-        nan_mismatch == 0 and max_err <= bound,
+        nan_mismatch == 0 and not (test_bad.any() or gold_bad.any()) and max_err <= bound,
         max_err,
         mean_err,
         bound,
@@ -210,4 +245,6 @@ def compare(
         dtype,
         careful_err,
         k,
+        int(test_bad.sum()),
+        int(gold_bad.sum()),
     )

@@ -1,0 +1,216 @@
+"""Honest verdicts (SPEC.md §10.7, §10.11, §11.7): a NaN on both sides of a comparison of an
+implementation with itself is not agreement, an overflowing careful run excuses no overflow,
+float64 bounds scale with the values, and a check that verified nothing is not a pass."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported, load_adapter
+from tck.conformance import test_blocks, test_decoder
+from tck.conformance.deltas import delta, real_positions
+from tck.conformance.harness import Harness
+from tck.conformance.results import CheckFailure
+from tck.reference.inputs import Shape
+from tck.reference.tolerance import compare
+
+
+def subject(adapter, name: str):
+    return next(s for s in adapter.subjects() if s.name == name)
+
+
+# ------------------------------------------------------------- NaN on both sides (§10.7)
+
+
+@pytest.mark.spec("10.7")
+def test_compare_counts_nonfinite_on_both_sides_where_finite_is_required() -> None:
+    a = np.array([[1.0, np.nan, 3.0], [np.inf, 5.0, 6.0]])
+    b = np.array([[1.0, np.nan, 3.0], [np.inf, 5.0, 6.0]])
+    # NaN and the same inf in both: the oracle's own policy (§4.4) agrees, by default
+    assert compare(a, b).passed
+    strict = compare(a, b, require_finite=True)
+    assert not strict.passed and strict.nonfinite
+    assert (strict.nonfinite_test, strict.nonfinite_gold, strict.worst_index) == (2, 2, (0, 1))
+    assert strict.max_abs_err == 0.0  # the finite positions agree; the NaN decides
+    assert "2 position(s) of the test and 2 of the gold" in strict.describe_nonfinite()
+    # only where required: a pad position may be NaN on both sides
+    real = np.array([[True, False, True], [False, True, True]])
+    assert compare(a, b, require_finite=real).passed
+
+
+@pytest.mark.spec("10.7")
+def test_an_infinite_gold_value_sets_no_scale() -> None:
+    """An inf in the reference side used to make the bound inf, excusing every position."""
+    gold = np.array([np.inf, 1.0, 2.0])
+    assert not compare(np.array([np.inf, 1.0, 7.0]), gold).passed
+    assert not compare(np.array([-np.inf, 1.0, 2.0]), gold).passed
+    assert compare(np.array([np.inf, 1.0, 2.0]), gold).bound == pytest.approx(2e-10)
+    assert delta(gold, np.array([np.inf, 1.0, 7.0])).changed
+
+
+@pytest.mark.spec("10.7")
+def test_delta_requires_finite_at_real_positions_only() -> None:
+    out = np.ones((2, 3, 4))
+    out[1, 2] = np.nan  # the last position of row 1: a pad there
+    keep = np.array([[True, True, True], [True, True, False]])
+    assert not delta(out, out.copy()).changed  # NaN stays NaN: unchanged (masks' checks)
+    assert not delta(out, out.copy(), real=real_positions({"key_padding": keep}, out.shape)).changed
+    out[1, 0] = np.nan  # a real token
+    found = delta(out, out.copy(), real=real_positions({"key_padding": keep}, out.shape))
+    assert found.changed and found.nonfinite
+    assert found.index == (1, 0, 0) and "real position(s) are NaN or inf" in found.describe()
+
+
+class NegInfLayer(nn.Module):
+    """A pre-LN causal layer in the style of minimal GPT code: scores of masked keys are
+    filled with -inf, so a left pad (whose causal row holds only pads) gets a NaN row."""
+
+    def __init__(self, d: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x, past=None, keep=None):
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(d, dim=2)
+        q, k, v = (t.view(b, n, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        total = k.shape[2]
+        allowed = torch.ones(n, total, dtype=torch.bool).tril(diagonal=total - n)
+        if keep is not None:
+            allowed = allowed & keep[:, None, None, :]
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])
+        att = att.masked_fill(~allowed, float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(b, n, d)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln_2(x)))), (k, v)
+
+
+class NegInfStack(nn.Module):
+    """Two such layers: the NaN of a pad row in layer 1 is a NaN key and value in layer 2,
+    and 0 * NaN is NaN: every real token of a left-padded row becomes NaN."""
+
+    def __init__(self, d: int, n_heads: int):
+        super().__init__()
+        self.layers = nn.ModuleList(NegInfLayer(d, n_heads) for _ in range(2))
+
+    def forward(self, x, cache=None, keep=None):
+        new = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, None if cache is None else cache[i], keep)
+            new.append(kv)
+        return x, new
+
+
+def _neg_inf_step(module, cache, x, positions=None, key_padding=None):
+    out, cache = module(x, cache, key_padding)
+    return out, cache
+
+
+class NoParams(TorchModuleAdapter):
+    """Modules offered without a parameter map: only the parameter-free checks apply."""
+
+    def load(self, handle, params):
+        raise Unsupported(f"{self.name} maps no canonical parameters")
+
+    def params(self, handle):
+        raise Unsupported(f"{self.name} maps no canonical parameters")
+
+
+NEG_INF = NoParams(
+    "verdicts.neg_inf_fill",
+    [
+        TorchEntry(
+            "decoder_block",
+            make=lambda c: NegInfStack(c.d_model, c.n_heads),
+            # no positional encoding: the position ids change nothing
+            forward=lambda m, x, key_padding=None, positions=None: m(x, keep=key_padding)[0],
+            step=_neg_inf_step,
+        )
+    ],
+)
+
+
+@pytest.mark.spec("10.7", "11.6", "11.7")
+def test_cache_comparison_with_nan_on_both_sides_fails_naming_it() -> None:
+    """Cached decoding and the full forward are both NaN at the real tokens of the shorter
+    left-padded row: that is a failure naming the non-finite output, never agreement."""
+    tck = Harness(NEG_INF, subject(NEG_INF, "decoder_block"), seed=0)
+    with pytest.raises(CheckFailure) as failed:
+        test_decoder.test_kv_cache_left_padded(tck)
+    assert failed.value.code == "numerics.nonfinite_output"
+    assert "NaN or inf" in failed.value.message and "0 > bound" not in failed.value.message
+    assert failed.value.metrics["nonfinite_test"] > 0
+    # the same subject, unpadded: finite, and the cache agrees
+    test_decoder.test_kv_cache(Harness(NEG_INF, subject(NEG_INF, "decoder_block"), seed=0))
+
+
+@pytest.mark.spec("10.7", "11.7")
+def test_left_padding_with_nan_at_real_tokens_fails_naming_it() -> None:
+    tck = Harness(NEG_INF, subject(NEG_INF, "decoder_block"), seed=0)
+    with pytest.raises(CheckFailure) as failed:
+        test_decoder.test_left_padding(tck)
+    assert failed.value.code == "numerics.nonfinite_output"
+
+
+class NanAtRealTokens(nn.Module):
+    """An encoder-style layer whose output is NaN on every call (a 0/0 normalisation):
+    every comparison with itself meets the same NaN on both sides."""
+
+    def forward(self, x, key_padding=None):
+        return x / (x - x).sum(-1, keepdim=True)  # 0/0 everywhere
+
+
+@pytest.mark.spec("10.1", "10.7")
+def test_determinism_with_nan_on_both_sides_fails_naming_it() -> None:
+    adapter = NoParams(
+        "verdicts.nan_everywhere",
+        [TorchEntry("layer_norm", make=lambda c: NanAtRealTokens(), forward=lambda m, x: m(x))],
+    )
+    tck = Harness(adapter, subject(adapter, "layer_norm"), seed=0)
+    with pytest.raises(CheckFailure) as failed:
+        test_blocks.test_eval_determinism(tck)
+    assert failed.value.code == "numerics.nonfinite_output"
+
+
+# ----------------------------------------------------- an overflowing yardstick (§10.7)
+
+
+@pytest.mark.spec("10.7", "10.10")
+def test_overflow_fails_where_the_careful_run_overflows_too() -> None:
+    """An encoder layer in float16 on inputs ~3e3 (a trained model's outlier features): the
+    FFN's hidden values pass 65504 in the subject and in the careful run alike, while the
+    float64 oracle is finite. The subject's inf/NaN is an overflow; it used to be dropped
+    from the comparison with the careful run's positions (a pass with error 0.0)."""
+    reference = load_adapter("reference")
+    tck = Harness(reference, subject(reference, "encoder_layer"), seed=0)
+    inst = tck.instance(dtype="float16")
+    inputs = tck.inputs(inst, Shape(batch=2, lq=5, lk=5, masked=False, magnitude=3e3))
+    with pytest.raises(CheckFailure) as failed:
+        tck.assert_matches_oracle(inst, inputs)
+    assert failed.value.code == "numerics.overflow"
+    assert tck.record.metrics["ref_nonfinite"] == 2 * 5 * 24  # the careful run overflowed too
+    assert failed.value.metrics["nan_mismatch"] == 2 * 5 * 24
+
+
+@pytest.mark.spec("10.7")
+def test_finite_output_where_only_the_careful_run_overflows_is_not_judged() -> None:
+    """Where the careful run overflows and the output is finite, nothing bounds the output
+    there: those positions are left out, the others are judged as before."""
+    reference = load_adapter("reference")
+    tck = Harness(reference, subject(reference, "ffn"), seed=0)
+    inst = tck.instance(dtype="float16")
+    gold = np.array([[1.0, 2.0, 3.0e4]])
+    careful = np.array([[1.0, 2.0, np.inf]])
+    assert tck.compare(inst, np.array([[1.0, 2.0, 5.0]]), gold, careful=careful).passed
+    assert not tck.compare(inst, np.array([[1.0, 2.0, np.inf]]), gold, careful=careful).passed
+    assert not tck.compare(inst, np.array([[1.0, 2.5, 5.0]]), gold, careful=careful).passed
