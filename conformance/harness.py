@@ -115,6 +115,20 @@ class Harness:
         offered = getattr(self.adapter, "dtypes", None)
         return tuple(offered(self.subject)) if callable(offered) else ("float64",)
 
+    def own_dtype(self) -> str:
+        """float64 when the adapter offers it for this subject, else the highest precision
+        it offers: the dtype of the checks that compare a subject with itself (batching,
+        padding, determinism, causality, shapes), which need no oracle and so no float64.
+        An ONNX graph or a model offered only in float32 is checked there in float32."""
+        offered = self.dtypes()
+        return next(
+            (d for d in ("float64", "float32", "bfloat16", "float16") if d in offered), "float64"
+        )
+
+    def own_instance(self, config: Config | None = None, **kwargs: Any) -> Instance:
+        """``instance`` in ``own_dtype``: for the checks that compare a subject with itself."""
+        return self.instance(config, dtype=self.own_dtype(), **kwargs)
+
     def instance(
         self,
         config: Config | None = None,

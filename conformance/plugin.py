@@ -38,6 +38,7 @@ from tck.adapters.devices import (
     DeviceError,
     check_device,
     device_environment,
+    offers_device,
     require_some_subject_on,
 )
 from tck.fixtures import FixtureError
@@ -815,7 +816,24 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
         document["not_run"] = not_run
     if interrupted:
         document["interrupted"] = True
+    here = {s.name for s in subjects if offers_device(adapter, s, _device(config))}
+    nothing = [s for s in unverified_subjects(document["results"]) if s in here]
+    if nothing:  # never green: every check of these subjects skipped (SPEC.md §10.11)
+        document["unverified_subjects"] = nothing
     return document
+
+
+def unverified_subjects(results: list[dict[str, Any]]) -> list[str]:
+    """The subjects of ``results`` on which nothing verified anything: no check passed or
+    showed a convention, and none failed (a failure is its own red verdict). A subject
+    whose every check skipped (a dtype it does not offer, a map it lacks) is not a pass;
+    the caller leaves out the subjects the adapter runs on another device only."""
+    verdicts: dict[str, set[str]] = {}
+    for r in results:
+        verdicts.setdefault(r["subject"], set()).add(r["status"])
+    return sorted(
+        s for s, seen in verdicts.items() if not seen & {"pass", "convention", "fail", "error"}
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

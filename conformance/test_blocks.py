@@ -44,7 +44,7 @@ SECOND = Shape(batch=3, lq=11, lk=4, lengths=(4, 1, 2))  # other sizes, other ma
 def test_batch_independence(tck: Harness) -> None:
     """§10.2: f(X, keep)[b] = f(X[b:b+1], keep[b:b+1])[0]: running the batch gives each row
     as running that row alone with its own mask."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     for index, shape in enumerate((Shape(batch=3, lq=6, lk=7, lengths=(7, 4, 2)), SECOND)):
         inputs = tck.inputs(inst, shape, seed=tck.seed + index)
         out = tck.run(inst, inputs)
@@ -80,7 +80,7 @@ def test_permutation_equivariance(tck: Harness) -> None:
     """§10.5: without positional information or a causal mask, permuting the positions
     permutes the output the same way; permuting keys with their values (and their mask
     columns) changes nothing. Decoders: permuting the memory changes nothing."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     generator = rng(tck.seed)
     component = tck.component
     if component in ("decoder_layer", "decoder"):
@@ -139,7 +139,7 @@ def test_eval_determinism(tck: Harness) -> None:
     """§10.1: in evaluation mode the same inputs give the same outputs. Two identical fresh
     instances that disagree on their first call are random (dropout left on in eval); one
     that agrees with its twin but not with itself carries state between calls."""
-    first, twin = tck.instance(), tck.instance()  # both built before either runs
+    first, twin = tck.own_instance(), tck.own_instance()  # both built before either runs
     inputs = tck.inputs(first, FIRST)
     out = tck.run(first, inputs)
     twin_out = tck.run(twin, inputs)
@@ -190,7 +190,7 @@ def same_params(first: Instance, twin: Instance) -> bool:
 def test_instance_reuse(tck: Harness) -> None:
     """§10.1: one instance reused across calls with other batch sizes, lengths and masks
     gives, for the first inputs again, the first output (no state carried between calls)."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     first = tck.inputs(inst, FIRST, seed=tck.seed)
     second = tck.inputs(inst, SECOND, seed=tck.seed + 1)
     out = tck.run(inst, first)
@@ -210,7 +210,7 @@ def test_instance_reuse(tck: Harness) -> None:
         )
     if "positions" in first:  # same length, other positions: a cache keyed by length only
         shifted = {**first, "positions": np.asarray(first["positions"]) + 7}
-        found = delta(tck.run(tck.instance(), shifted), tck.run(inst, shifted))
+        found = delta(tck.run(tck.own_instance(), shifted), tck.run(inst, shifted))
         tck.note(found.metrics())
         if found.changed:
             raise CheckFailure(

@@ -4,7 +4,10 @@ float64 bounds scale with the values, and a check that verified nothing is not a
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -214,3 +217,95 @@ def test_finite_output_where_only_the_careful_run_overflows_is_not_judged() -> N
     assert tck.compare(inst, np.array([[1.0, 2.0, 5.0]]), gold, careful=careful).passed
     assert not tck.compare(inst, np.array([[1.0, 2.0, np.inf]]), gold, careful=careful).passed
     assert not tck.compare(inst, np.array([[1.0, 2.5, 5.0]]), gold, careful=careful).passed
+
+
+# ------------------------------------------------- runs that verified nothing (§10.11)
+
+
+def _tck_run(args: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tck", "run", *args, "-n", "0", "--profile", "ci"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+REFUSES = """
+from torch import nn
+from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported
+
+
+class Refuses(TorchModuleAdapter):
+    def build(self, subject, config, *, seed, **kwargs):
+        raise Unsupported("this subject builds in no configuration the checks ask for")
+
+
+adapter = Refuses(
+    "refuses",
+    [TorchEntry("layer_norm", make=lambda c: nn.LayerNorm(c.d_model), forward=lambda m, x: m(x))],
+)
+"""
+
+
+@pytest.mark.spec("10.11")
+def test_a_run_that_verified_nothing_exits_non_zero(tmp_path) -> None:
+    (tmp_path / "refuses_everything.py").write_text(REFUSES)
+    proc = _tck_run(["--adapter", "refuses_everything:adapter", "--out", "out"], tmp_path)
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert document["summary"]["passed"] == 0 and document["summary"]["skipped"] > 0
+    assert document["unverified_subjects"] == ["layer_norm"]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "NOTHING VERIFIED on 1 subject(s): layer_norm" in proc.stdout
+
+
+@pytest.mark.spec("10.11")
+def test_unverified_subjects_leave_out_nothing_that_verified() -> None:
+    from tck.conformance.plugin import unverified_subjects
+
+    rows = [
+        {"subject": "a", "status": "skip"},
+        {"subject": "a", "status": "unverified"},
+        {"subject": "b", "status": "skip"},
+        {"subject": "b", "status": "pass"},
+        {"subject": "c", "status": "fail"},
+        {"subject": "d", "status": "convention"},
+    ]
+    assert unverified_subjects(rows) == ["a"]
+
+
+@pytest.mark.spec("10.9", "10.2", "10.1")
+def test_float32_onnx_file_runs_the_parameter_free_checks_in_float32(tmp_path) -> None:
+    """An exported float32 encoder layer without a map: batching, padding, determinism and
+    shapes run on the graph in float32 (they used to skip: 0 passed, 38 skipped, exit 0)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import dataclasses
+
+    import onnx
+
+    from tck.adapters.onnx_runtime import export
+    from tck.adapters.reference import adapter
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.reference import init_params
+
+    config = dataclasses.replace(DEFAULT_CONFIG, d_model=16, n_heads=2, d_ff=24)
+    layer = subject(adapter, "encoder_layer")
+    handle = adapter.build(layer, config, seed=0, dtype="float32")
+    adapter.load(handle, init_params("encoder_layer", config, layer.conventions, seed=3))
+    x = torch.randn(2, 5, config.d_model, dtype=torch.float32)
+    keep = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    onnx.save(export(handle, {"x": x, "key_padding": keep}), str(tmp_path / "layer32.onnx"))
+    args = ["--adapter", "onnx:layer32.onnx", "--component", "encoder_layer", "--out", "out"]
+    proc = _tck_run(args, tmp_path)
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    passed = {r["check"] for r in document["results"] if r["status"] == "pass"}
+    assert {
+        "blocks.batch_independence",
+        "blocks.eval_determinism",
+        "masks.padding_invariance",
+        "shapes.output_shapes",
+    } <= passed, sorted(passed)
+    assert document["summary"]["failed"] == 0 and "unverified_subjects" not in document
+    assert proc.returncode == 0, proc.stdout + proc.stderr
