@@ -66,6 +66,9 @@ class Instance:
     params: dict[str, np.ndarray] | None  # rounded to ``dtype``, held as float64
     seed: int = 0  # what build and init_params were given
     dtype: str = "float64"  # what build was given (SPEC.md §10.7)
+    # Why ``params`` are the subject's own rather than loaded canonical ones (None: loaded,
+    # or not asked for): a round trip of parameters never loaded proves nothing.
+    not_loaded: str | None = None
 
     @property
     def component(self) -> str:
@@ -145,8 +148,9 @@ class Harness:
         config = config or self.config()
         seed = self.seed if seed is None else seed
         handle = self.build(config, seed=seed, dtype=dtype)
-        values = None
+        values, not_loaded = None, None
         if params and not getattr(self.adapter, "loads_params", True):
+            not_loaded = f"{self.adapter.name} never loads parameters (it checks its own)"
             try:  # an adapter that never loads (a checkpoint as it is): its own, at once
                 values = self.adapter.params(handle)
             except Unsupported:
@@ -157,12 +161,13 @@ class Harness:
             try:
                 self.adapter.load(handle, canonical)
                 values = canonical
-            except Unsupported:
+            except Unsupported as why:
+                not_loaded = f"{self.adapter.name} cannot load canonical parameters: {why}"
                 try:
                     values = self.adapter.params(handle)
                 except Unsupported:
                     values = None
-        return Instance(self.subject, config, handle, values, seed, dtype)
+        return Instance(self.subject, config, handle, values, seed, dtype, not_loaded)
 
     def require_device(self) -> None:
         """Unsupported unless the adapter runs this subject on the harness' device."""

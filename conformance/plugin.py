@@ -782,6 +782,7 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
                 "this check produced no result (its worker died, or the run stopped early)",
             )
         results.append(_missing_result(config, nodeid, code, message))
+    results = one_export_failure(results)
     results.sort(key=lambda r: (r.check, r.subject))
     profile = (
         state["profile"]
@@ -821,6 +822,47 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
     if nothing:  # never green: every check of these subjects skipped (SPEC.md §10.11)
         document["unverified_subjects"] = nothing
     return document
+
+
+EXPORT_FAILED = "onnx.export_failed"
+
+
+def one_export_failure(results: list[Result]) -> list[Result]:
+    """One failing row per subject whose ONNX export failed (SPEC.md §10.9). Every check of
+    an exported subject needs the graph, so one exporter error used to be an error row per
+    check (dozens). The row kept is the export check's (``onnx.dynamic_axes``, exported at
+    the default opset; else another ``onnx.*`` check; else the first check), now a
+    failure; the others skip, citing it."""
+    failed: dict[str, list[Result]] = {}
+    for r in results:
+        if r.diagnosis.get("code") == EXPORT_FAILED and r.status in ("fail", "error"):
+            failed.setdefault(r.subject, []).append(r)
+    for subject, rows in failed.items():
+        keep = min(
+            rows,
+            key=lambda r: (
+                r.check != "onnx.dynamic_axes",
+                not r.check.startswith("onnx."),
+                r.check,
+            ),
+        )
+        keep.status = "fail"
+        first = (keep.diagnosis.get("message") or "").strip().splitlines()
+        why = first[0][:300] if first else EXPORT_FAILED
+        for r in rows:
+            if r is keep:
+                continue
+            r.status, r.repro, r.counterexample = "skip", "", ""
+            r.diagnosis = {
+                "code": "skip",
+                "message": f"the ONNX export of {subject} failed, so this check has no graph "
+                f"to run ({EXPORT_FAILED}, reported once, on {keep.check}): {why}",
+            }
+        if len(rows) > 1:
+            keep.diagnosis["message"] += (
+                f" ({len(rows) - 1} other check(s) of {subject} need the graph and skip)"
+            )
+    return results
 
 
 def unverified_subjects(results: list[dict[str, Any]]) -> list[str]:

@@ -309,3 +309,107 @@ def test_float32_onnx_file_runs_the_parameter_free_checks_in_float32(tmp_path) -
     } <= passed, sorted(passed)
     assert document["summary"]["failed"] == 0 and "unverified_subjects" not in document
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+class ReadsItsOwn(NoParams):
+    """Cannot load; params() answers anyway, with the wrong shape."""
+
+    def params(self, handle):
+        return {"weight": np.zeros(3), "bias": np.zeros(3)}
+
+
+@pytest.mark.spec("0.2", "0.5")
+def test_round_trip_skips_when_nothing_could_be_loaded() -> None:
+    """It used to compare params() with itself and pass, wrong shapes and all."""
+    from tck.conformance import test_params
+
+    adapter = ReadsItsOwn(
+        "verdicts.reads_its_own",
+        [
+            TorchEntry(
+                "layer_norm", make=lambda c: nn.LayerNorm(c.d_model), forward=lambda m, x: m(x)
+            )
+        ],
+    )
+    tck = Harness(adapter, subject(adapter, "layer_norm"), seed=0)
+    with pytest.raises(pytest.skip.Exception, match="cannot load canonical parameters"):
+        test_params.test_round_trip(tck)
+    # an adapter that loads still round-trips
+    test_params.test_round_trip(
+        Harness(load_adapter("reference"), subject(load_adapter("reference"), "layer_norm"))
+    )
+
+
+# ----------------------------------------------------- one row per failed export (§10.9)
+
+
+@pytest.mark.spec("10.9")
+def test_an_export_failure_is_one_failing_row_per_subject() -> None:
+    from tck.conformance.plugin import one_export_failure
+    from tck.conformance.results import Result
+
+    def row(check: str, subject: str, code: str = "onnx.export_failed", status: str = "error"):
+        return Result(check, ["10.9"], "mha", subject, status, {"code": code, "message": "boom\nx"})
+
+    rows = [
+        row("attention.oracle", "mha[x]@ort.enable_all"),
+        row("onnx.dynamic_axes", "mha[x]@ort.enable_all", status="fail"),
+        row("onnx.opset", "mha[x]@ort.enable_all", status="fail"),
+        row("blocks.batch_independence", "mha[x]@ort.disable_all"),
+        row("attention.oracle", "mha[x]@ort.disable_all"),
+        row("attention.oracle", "mha[x]", code="attention.oracle_mismatch", status="fail"),
+    ]
+    one_export_failure(rows)
+    failing = [(r.check, r.subject) for r in rows if r.status in ("fail", "error")]
+    assert failing == [
+        ("onnx.dynamic_axes", "mha[x]@ort.enable_all"),
+        ("attention.oracle", "mha[x]@ort.disable_all"),
+        ("attention.oracle", "mha[x]"),  # not an export failure: untouched
+    ]
+    skipped = [r for r in rows if r.status == "skip"]
+    assert len(skipped) == 3
+    assert all("onnx.export_failed" in r.diagnosis["message"] for r in skipped)
+    assert "reported once, on onnx.dynamic_axes): boom" in skipped[0].diagnosis["message"]
+    assert "2 other check(s)" in rows[1].diagnosis["message"]
+
+
+NOT_EXPORTABLE = '''
+import torch
+from torch import nn
+from tck.adapters import TorchEntry, TorchModuleAdapter
+
+
+class Guarded(nn.LayerNorm):
+    """A norm with a data-dependent branch (torch.equal), which the dynamo exporter cannot
+    trace (DataDependentOutputException: aten.equal.default)."""
+
+    def forward(self, x):
+        if torch.equal(x, x.flip(1)):
+            return x
+        return super().forward(x)
+
+
+adapter = TorchModuleAdapter(
+    "not_exportable",
+    [TorchEntry("layer_norm", make=lambda c: Guarded(c.d_model), forward=lambda m, x: m(x))],
+)
+'''
+
+
+@pytest.mark.spec("10.9")
+def test_tck_run_export_failure_is_one_row_per_exported_subject(tmp_path) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    (tmp_path / "not_exportable.py").write_text(NOT_EXPORTABLE)
+    args = ["--adapter", "not_exportable:adapter", "--export", "onnx", "--out", "out"]
+    proc = _tck_run(args, tmp_path)
+    document = json.loads((tmp_path / "out" / "results.json").read_text())
+    bad = [r for r in document["results"] if r["status"] in ("fail", "error")]
+    by_subject = {r["subject"]: r for r in bad}
+    assert len(bad) == len(by_subject) == 2, [(r["check"], r["subject"]) for r in bad]
+    assert set(by_subject) == {"layer_norm@ort.enable_all", "layer_norm@ort.disable_all"}
+    assert {r["diagnosis"]["code"] for r in bad} == {"onnx.export_failed"}
+    assert by_subject["layer_norm@ort.enable_all"]["check"] == "onnx.dynamic_axes"
+    cited = [r for r in document["results"] if "reported once" in r["diagnosis"]["message"]]
+    assert cited and all(r["status"] == "skip" for r in cited)
+    assert proc.returncode == 1
