@@ -4,6 +4,7 @@ float64 bounds scale with the values, and a check that verified nothing is not a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -413,3 +414,69 @@ def test_tck_run_export_failure_is_one_row_per_exported_subject(tmp_path) -> Non
     cited = [r for r in document["results"] if "reported once" in r["diagnosis"]["message"]]
     assert cited and all(r["status"] == "skip" for r in cited)
     assert proc.returncode == 1
+
+
+# ------------------------------------------------------------ pads and positions (§11.7)
+
+
+def _positions_from_mask(m, x, key_padding=None):
+    """transformers' rule when no position ids are given: cumsum(mask) - 1, and 1 at pads
+    (``position_ids.masked_fill_(attention_mask == 0, 1)``)."""
+    positions = None
+    if key_padding is not None:
+        positions = (key_padding.long().cumsum(-1) - 1).masked_fill(~key_padding, 1)
+    return m(x, key_padding, positions)
+
+
+def _cumsum_adapter(component: str) -> TorchModuleAdapter:
+    from tck.adapters.reference import LLAMA
+    from tck.reference import model as ref
+
+    return TorchModuleAdapter(
+        f"verdicts.positions_from_mask.{component}",
+        [
+            TorchEntry(
+                component,
+                make=lambda config: ref.build(component, config, LLAMA),
+                forward=_positions_from_mask,
+                conventions=LLAMA,
+            )
+        ],
+    )
+
+
+@pytest.mark.spec("11.7", "11.1")
+def test_positions_from_the_mask_pass_oracle_lengths() -> None:
+    """A correct decoder that derives its position ids from the mask places its pad rows at
+    position 1, the oracle's default at 0 .. L-1: only the padded query rows differ, and
+    §11.7 promises nothing there (it used to fail with ratio ~1e9 at a padded row)."""
+    adapter = _cumsum_adapter("decoder_block")
+    tck = Harness(adapter, subject(adapter, "decoder_block"), seed=0)
+    test_decoder.test_oracle_lengths(tck)
+    assert tck.record.calls[-1]["what"] == "right-padded rows of lengths 13 and 7"
+    assert tck.record.calls[-1]["passed"]
+
+
+@pytest.mark.spec("4.2", "11.7")
+def test_a_failure_at_a_padded_position_says_so() -> None:
+    """An encoder layer wrong only at its padded query rows (zeroed, undeclared): the
+    message names the worst index as padded."""
+    from tck.adapters.reference import entry
+    from tck.reference import canonical_conventions
+
+    base = entry("encoder_layer", canonical_conventions("encoder_layer"))
+
+    def zeroed(m, x, key_padding=None, causal=False):
+        out = base.forward(m, x, key_padding=key_padding, causal=causal)
+        return out if key_padding is None else out * key_padding[..., None]
+
+    adapter = TorchModuleAdapter(
+        "verdicts.pads_zeroed",
+        [dataclasses.replace(base, forward=zeroed, name="encoder_layer")],
+    )
+    tck = Harness(adapter, subject(adapter, "encoder_layer"), seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape(batch=2, lq=6, lk=6, lengths=(6, 3)))
+    with pytest.raises(CheckFailure) as failed:
+        tck.assert_matches_oracle(inst, inputs)
+    assert "is a PADDED position (key_padding False at batch row 1" in failed.value.message
