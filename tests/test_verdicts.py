@@ -480,3 +480,32 @@ def test_a_failure_at_a_padded_position_says_so() -> None:
     with pytest.raises(CheckFailure) as failed:
         tck.assert_matches_oracle(inst, inputs)
     assert "is a PADDED position (key_padding False at batch row 1" in failed.value.message
+
+
+# ------------------------------------------------- float64 bounds scale with the values
+
+
+@pytest.mark.spec("10.7", "10.8")
+@pytest.mark.parametrize("magnitude", [1.0, 1e3, 1e5])
+def test_float64_gradient_bound_scales_with_the_values(magnitude: float) -> None:
+    """torch.nn's encoder layer against float64 autograd through the reference, on inputs
+    of growing magnitude: correct, so every gradient passes (a gradient that is 0 in the
+    oracle used to fail by up to 2.4e5x a floor scaled by the gradient alone), while a
+    gradient off by 1e-3 relative still fails at every magnitude (at 1e5 the floor is
+    8e-5 against gradients of ~2: the price of inputs that large)."""
+    from tck.conformance import careful
+    from tck.reference.tolerance import gradient_scale
+
+    adapter = load_adapter("torch.nn")
+    tck = Harness(adapter, subject(adapter, "encoder_layer"), seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape(magnitude=magnitude), seed=4)
+    cotangent = np.random.default_rng(5).standard_normal(tck.gold(inst, inputs).shape)
+    test = careful.gradients(tck, inst, inputs, cotangent)
+    gold = careful.gold_gradients(tck, inst, inputs, cotangent)
+    for name in gold:
+        scale = gradient_scale(gold[name], inputs, cotangent)
+        assert compare(test[name], gold[name], scale=scale).passed, name
+    name = "params.ffn.fc1.weight"
+    off = test[name] + 1e-3 * np.abs(gold[name]).max()
+    assert not compare(off, gold[name], scale=gradient_scale(gold[name], inputs, cotangent)).passed
