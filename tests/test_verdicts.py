@@ -385,7 +385,7 @@ class Guarded(nn.LayerNorm):
     trace (DataDependentOutputException: aten.equal.default)."""
 
     def forward(self, x):
-        if torch.equal(x, x.flip(1)):
+        if torch.equal(x, x + 1):  # never: the branch only stops the tracer
             return x
         return super().forward(x)
 
