@@ -69,6 +69,8 @@ def red(document: dict[str, Any]) -> bool:
     did not run, or an interrupted run?"""
     if document.get("interrupted") or document.get("not_run"):
         return True
+    if document.get("unverified_subjects"):  # nothing verified on a subject: not green
+        return True
     if "baseline" in document:
         return bool(document["baseline"]["new"])
     s = document["summary"]

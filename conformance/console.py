@@ -284,6 +284,12 @@ def print_summary(console: Console, document: dict[str, Any], out: Path, reports
             f"; baseline: {len(baseline['new'])} new, {len(baseline['known'])} known, "
             f"{len(baseline['fixed'])} fixed"
         )
+    nothing = document.get("unverified_subjects") or []
+    if nothing:
+        verdict += (
+            f"; NOTHING VERIFIED on {len(nothing)} subject(s): {', '.join(nothing[:8])}"
+            f"{' ...' if len(nothing) > 8 else ''} (every check skipped: see the skip reasons)"
+        )
     if document.get("interrupted"):
         verdict = f"INTERRUPTED: {verdict}"
     console.print(

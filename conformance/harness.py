@@ -66,6 +66,9 @@ class Instance:
     params: dict[str, np.ndarray] | None  # rounded to ``dtype``, held as float64
     seed: int = 0  # what build and init_params were given
     dtype: str = "float64"  # what build was given (SPEC.md §10.7)
+    # Why ``params`` are the subject's own rather than loaded canonical ones (None: loaded,
+    # or not asked for): a round trip of parameters never loaded proves nothing.
+    not_loaded: str | None = None
 
     @property
     def component(self) -> str:
@@ -115,6 +118,20 @@ class Harness:
         offered = getattr(self.adapter, "dtypes", None)
         return tuple(offered(self.subject)) if callable(offered) else ("float64",)
 
+    def own_dtype(self) -> str:
+        """float64 when the adapter offers it for this subject, else the highest precision
+        it offers: the dtype of the checks that compare a subject with itself (batching,
+        padding, determinism, causality, shapes), which need no oracle and so no float64.
+        An ONNX graph or a model offered only in float32 is checked there in float32."""
+        offered = self.dtypes()
+        return next(
+            (d for d in ("float64", "float32", "bfloat16", "float16") if d in offered), "float64"
+        )
+
+    def own_instance(self, config: Config | None = None, **kwargs: Any) -> Instance:
+        """``instance`` in ``own_dtype``: for the checks that compare a subject with itself."""
+        return self.instance(config, dtype=self.own_dtype(), **kwargs)
+
     def instance(
         self,
         config: Config | None = None,
@@ -131,8 +148,9 @@ class Harness:
         config = config or self.config()
         seed = self.seed if seed is None else seed
         handle = self.build(config, seed=seed, dtype=dtype)
-        values = None
+        values, not_loaded = None, None
         if params and not getattr(self.adapter, "loads_params", True):
+            not_loaded = f"{self.adapter.name} never loads parameters (it checks its own)"
             try:  # an adapter that never loads (a checkpoint as it is): its own, at once
                 values = self.adapter.params(handle)
             except Unsupported:
@@ -143,12 +161,13 @@ class Harness:
             try:
                 self.adapter.load(handle, canonical)
                 values = canonical
-            except Unsupported:
+            except Unsupported as why:
+                not_loaded = f"{self.adapter.name} cannot load canonical parameters: {why}"
                 try:
                     values = self.adapter.params(handle)
                 except Unsupported:
                     values = None
-        return Instance(self.subject, config, handle, values, seed, dtype)
+        return Instance(self.subject, config, handle, values, seed, dtype, not_loaded)
 
     def require_device(self) -> None:
         """Unsupported unless the adapter runs this subject on the harness' device."""
@@ -238,11 +257,23 @@ class Harness:
             self.component, inputs, inst.params, inst.config, conventions or inst.conventions
         )
 
-    def ignore_mask(self, inst: Instance, gold: np.ndarray) -> np.ndarray | None:
-        """Positions the declared conventions leave undefined (§4.4 'undefined')."""
-        if inst.conventions.fully_masked_rows == "undefined":
-            return np.isnan(gold)
-        return None
+    def ignore_mask(
+        self,
+        inst: Instance,
+        gold: np.ndarray,
+        inputs: Mapping[str, np.ndarray] | None = None,
+    ) -> np.ndarray | None:
+        """Positions the spec does not promise: those the declared conventions leave
+        undefined (§4.4 'undefined'), and, given the ``inputs``, the padded query rows of a
+        causal decoder-only subject (§11.7: their outputs are not promised; a model that
+        derives its position ids from the mask, ``cumsum - 1`` as transformers does, places
+        its pads elsewhere than the oracle's default 0 .. L-1)."""
+        ignore = np.isnan(gold) if inst.conventions.fully_masked_rows == "undefined" else None
+        if inputs is not None and self.component in CAUSAL_SUBJECTS:
+            pads = padded_positions(inputs, gold.shape)
+            if pads is not None:
+                ignore = pads if ignore is None else ignore | pads
+        return ignore
 
     # ------------------------------------------------------------------ comparing
     def compare(
@@ -253,22 +284,28 @@ class Harness:
         *,
         careful: np.ndarray | None = None,
         k: float | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> Comparison:
         """The tolerance rule in ``inst.dtype``; ``careful`` is the careful run's output
-        (required below float64, where its error sets the bound)."""
+        (required below float64, where its error sets the bound); ``inputs``, when given,
+        leave out what ``ignore_mask`` says they do not promise."""
         if test.shape != gold.shape:
             raise CheckFailure(
                 "shape.wrong_output_shape",
                 f"output shape {test.shape}, the spec's is {gold.shape} (SPEC.md §10.6)",
                 {"shape": list(test.shape), "expected_shape": list(gold.shape)},
             )
-        ignore = self.ignore_mask(inst, gold)
+        ignore = self.ignore_mask(inst, gold, inputs)
         careful_err, lost = 0.0, 0
         if careful is not None:
             careful_err, lost = careful_error(careful, gold, ignore)
-            if lost:  # the careful run overflowed there: it can bound nothing
-                overflow = ~np.isfinite(careful) & np.isfinite(gold)
-                ignore = overflow if ignore is None else ignore | overflow
+            if lost:
+                # The careful run overflowed where the oracle is finite: it bounds nothing
+                # there, so a finite output is not compared; a non-finite one is compared and
+                # fails (numerics.overflow), since an overflowing yardstick excuses no
+                # overflow (SPEC.md §10.7).
+                unbounded = ~np.isfinite(careful) & np.isfinite(gold) & np.isfinite(test)
+                ignore = unbounded if ignore is None else ignore | unbounded
         elif inst.dtype != "float64":
             raise ValueError(f"comparing in {inst.dtype} needs the careful run (careful=)")
         result = compare(
@@ -300,7 +337,7 @@ class Harness:
         test = self.run(inst, inputs)
         gold = self.gold(inst, inputs)
         bound_by = careful(self, inst, inputs) if inst.dtype != "float64" else None
-        result = self.compare(inst, test, gold, careful=bound_by)
+        result = self.compare(inst, test, gold, careful=bound_by, inputs=inputs)
         self.record.calls.append(
             {
                 "what": what,
@@ -316,8 +353,37 @@ class Harness:
             from .explain import explain  # it builds on this module
 
             code, message = explain(self, inst, inputs, test, result)
+            message += padded_worst(inputs, test.shape, result.worst_index)
             raise CheckFailure(code, f"{what}: {message}", result.metrics())
         return test
+
+
+# The causal decoder-only subjects (SPEC.md §11), whose padded query rows are not promised.
+CAUSAL_SUBJECTS = frozenset(name for name, rec in RECORDS.items() if "kv_cache" in rec.tags)
+
+
+def padded_positions(inputs: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray | None:
+    """The padded query positions of an output of ``shape`` (batch, length, ...): where the
+    ``key_padding`` of a self-attention call is False, broadcast; None without one."""
+    keep = inputs.get("key_padding")
+    if keep is None or len(shape) < 2 or np.shape(keep) != tuple(shape[:2]):
+        return None
+    keep = np.asarray(keep, bool)
+    return np.broadcast_to(~keep.reshape(keep.shape + (1,) * (len(shape) - 2)), shape)
+
+
+def padded_worst(
+    inputs: Mapping[str, np.ndarray], shape: tuple[int, ...], worst: tuple[int, ...] | None
+) -> str:
+    """Words for a failure whose worst index is a padded position (empty otherwise)."""
+    pads = padded_positions(inputs, shape)
+    if pads is None or worst is None or len(worst) != len(shape) or not pads[worst]:
+        return ""
+    return (
+        f"; the worst index {worst} is a PADDED position (key_padding False at batch row "
+        f"{worst[0]}, position {worst[1]}): its output depends on what the subject does with "
+        "pads (SPEC.md §4.2 padded_query_rows, §11.7)"
+    )
 
 
 def _area(component: str) -> str:

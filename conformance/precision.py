@@ -94,7 +94,10 @@ def name_precision_failure(
     careful_err = float(np.abs(np.where(np.isfinite(careful - gold), careful - gold, 0.0)).max())
     k = k_forward(tck.component)
     considered = np.ones(gold.shape, bool) if ignore is None else ~ignore
-    overflow = considered & np.isfinite(gold) & np.isfinite(careful) & ~np.isfinite(test)
+    # Non-finite where the oracle is finite is an overflow whether or not the careful run
+    # overflowed too: an overflowing yardstick excuses nothing (SPEC.md §10.7).
+    overflow = considered & np.isfinite(gold) & ~np.isfinite(test)
+    shared = int((overflow & ~np.isfinite(careful)).sum())
     explained = None
     for quantity in QUANTITIES_OF.get(tck.component, ALL):
         try:
@@ -110,13 +113,23 @@ def name_precision_failure(
     if overflow.any():
         first = tuple(int(i) for i in np.argwhere(overflow)[0])
         how = f"; it {WORDS[explained].format(dtype=dtype)}, and that is where" if explained else ""
+        careful_too = (
+            f" ({shared} of them overflow in the careful run too: the inputs leave {dtype}'s "
+            "range even when computed carefully, and the float64 oracle is finite there)"
+            if shared
+            else " (the careful run is finite there)"
+        )
         return CheckFailure(
             OVERFLOW,
             f"{int(overflow.sum())} output position(s) are inf or NaN in {dtype} where the "
-            f"oracle and the careful run are finite (first at {first}): an intermediate "
+            f"oracle is finite{careful_too} (first at {first}): an intermediate "
             f"left {dtype}'s range{how} "
             f"(SPEC.md §10.10); {failure.message}",
-            {**failure.metrics, "overflow_positions": int(overflow.sum())},
+            {
+                **failure.metrics,
+                "overflow_positions": int(overflow.sum()),
+                "careful_overflow_positions": shared,
+            },
         )
     quantity = explained or _ONLY.get(tck.component)
     if quantity is None:

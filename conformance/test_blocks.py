@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
-from tck.conformance.deltas import delta, require_deterministic
+from tck.conformance.deltas import delta, real_positions, require_deterministic, require_finite
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import batch_slice, rng
 from tck.conformance.results import CheckFailure
@@ -44,13 +44,15 @@ SECOND = Shape(batch=3, lq=11, lk=4, lengths=(4, 1, 2))  # other sizes, other ma
 def test_batch_independence(tck: Harness) -> None:
     """§10.2: f(X, keep)[b] = f(X[b:b+1], keep[b:b+1])[0]: running the batch gives each row
     as running that row alone with its own mask."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     for index, shape in enumerate((Shape(batch=3, lq=6, lk=7, lengths=(7, 4, 2)), SECOND)):
         inputs = tck.inputs(inst, shape, seed=tck.seed + index)
         out = tck.run(inst, inputs)
         for b in range(shape.batch):
-            alone = tck.run(inst, batch_slice(inputs, b))
-            found = delta(alone, out[b : b + 1])
+            row = batch_slice(inputs, b)
+            alone = tck.run(inst, row)
+            found = delta(alone, out[b : b + 1], real=real_positions(row, alone.shape))
+            require_finite(found, f"batch row {b} alone -> in the batch")
             if found.changed:
                 require_deterministic(tck, inst, inputs, out)
                 raise CheckFailure(
@@ -78,7 +80,7 @@ def test_permutation_equivariance(tck: Harness) -> None:
     """§10.5: without positional information or a causal mask, permuting the positions
     permutes the output the same way; permuting keys with their values (and their mask
     columns) changes nothing. Decoders: permuting the memory changes nothing."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     generator = rng(tck.seed)
     component = tck.component
     if component in ("decoder_layer", "decoder"):
@@ -87,7 +89,7 @@ def test_permutation_equivariance(tck: Harness) -> None:
         require_deterministic(tck, inst, inputs, out)
         order = generator.permutation(7)
         moved = permute(inputs, ("memory", "memory_key_padding"), order, 1)
-        expect(tck, out, tck.run(inst, moved), "permuting the memory", order)
+        expect(tck, out, tck.run(inst, moved), "permuting the memory", order, inputs)
         return
     length = 7
     inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=length, masked=False))
@@ -98,18 +100,26 @@ def test_permutation_equivariance(tck: Harness) -> None:
     order = generator.permutation(length)
     if component == "attention":
         shuffled = tck.run(inst, permute(inputs, ("q",), order, 2))
-        expect(tck, np.take(out, order, axis=2), shuffled, "permuting the queries", order)
+        expect(tck, np.take(out, order, axis=2), shuffled, "permuting the queries", order, {})
         shuffled = tck.run(inst, permute(inputs, ("k", "v"), order, 2))
-        expect(tck, out, shuffled, "permuting keys with their values", order)
+        expect(tck, out, shuffled, "permuting keys with their values", order, {})
         return
     names = ("query", "key", "value") if component == "mha" else ("x",)
     shuffled = tck.run(inst, permute(inputs, names, order, 1))
-    expect(tck, np.take(out, order, axis=1), shuffled, "permuting the positions", order)
+    expect(tck, np.take(out, order, axis=1), shuffled, "permuting the positions", order, {})
 
 
-def expect(tck: Harness, want: np.ndarray, got: np.ndarray, what: str, order) -> None:
-    found = delta(want, got)
+def expect(
+    tck: Harness,
+    want: np.ndarray,
+    got: np.ndarray,
+    what: str,
+    order,
+    inputs: Mapping[str, np.ndarray],
+) -> None:
+    found = delta(want, got, real=real_positions(inputs, want.shape))
     tck.note(found.metrics())
+    require_finite(found, f"{what} (expected -> measured)")
     if found.changed:
         raise CheckFailure(
             "blocks.not_permutation_equivariant",
@@ -129,13 +139,16 @@ def test_eval_determinism(tck: Harness) -> None:
     """§10.1: in evaluation mode the same inputs give the same outputs. Two identical fresh
     instances that disagree on their first call are random (dropout left on in eval); one
     that agrees with its twin but not with itself carries state between calls."""
-    first, twin = tck.instance(), tck.instance()  # both built before either runs
+    first, twin = tck.own_instance(), tck.own_instance()  # both built before either runs
     inputs = tck.inputs(first, FIRST)
     out = tck.run(first, inputs)
     twin_out = tck.run(twin, inputs)
     again = tck.run(first, inputs)
-    random, repeated = delta(out, twin_out), delta(out, again)
+    real = real_positions(inputs, out.shape)
+    random, repeated = delta(out, twin_out, real=real), delta(out, again, real=real)
     tck.note({**random.metrics("twin_"), **repeated.metrics("repeat_")})
+    require_finite(repeated, "the same instance called twice with the same inputs")
+    require_finite(random, "two identical instances called with the same inputs")
     comparable = same_params(first, twin)
     if repeated.changed and not (comparable and not random.changed):
         raise CheckFailure(
@@ -177,15 +190,16 @@ def same_params(first: Instance, twin: Instance) -> bool:
 def test_instance_reuse(tck: Harness) -> None:
     """§10.1: one instance reused across calls with other batch sizes, lengths and masks
     gives, for the first inputs again, the first output (no state carried between calls)."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     first = tck.inputs(inst, FIRST, seed=tck.seed)
     second = tck.inputs(inst, SECOND, seed=tck.seed + 1)
     out = tck.run(inst, first)
     if delta(out, tck.run(inst, first)).changed:
         pytest.skip("two consecutive identical calls already differ (see blocks.eval_determinism)")
     tck.run(inst, second)
-    found = delta(out, tck.run(inst, first))
+    found = delta(out, tck.run(inst, first), real=real_positions(first, out.shape))
     tck.note(found.metrics())
+    require_finite(found, "the first inputs again after a call with other sizes and masks")
     if found.changed:
         raise CheckFailure(
             "state.leaks_between_calls",
@@ -196,7 +210,7 @@ def test_instance_reuse(tck: Harness) -> None:
         )
     if "positions" in first:  # same length, other positions: a cache keyed by length only
         shifted = {**first, "positions": np.asarray(first["positions"]) + 7}
-        found = delta(tck.run(tck.instance(), shifted), tck.run(inst, shifted))
+        found = delta(tck.run(tck.own_instance(), shifted), tck.run(inst, shifted))
         tck.note(found.metrics())
         if found.changed:
             raise CheckFailure(

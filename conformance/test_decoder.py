@@ -59,9 +59,24 @@ def unpadded(tck: Harness, inst: Instance, batch: int, length: int, seed: int) -
     return tck.inputs(inst, Shape(batch=batch, lq=length, lk=length, masked=False), seed=seed)
 
 
-def same(inst: Instance, test: np.ndarray, truth: np.ndarray, ignore=None) -> Comparison:
-    """The implementation against itself: the floor of the tolerance rule in its dtype."""
-    return compare(test, truth, dtype=inst.dtype, ignore=ignore)
+def same(
+    inst: Instance, test: np.ndarray, truth: np.ndarray, ignore=None, *, what: str = ""
+) -> Comparison:
+    """The implementation against itself: the floor of the tolerance rule in its dtype. The
+    positions compared are real tokens, which must be finite on both sides: a NaN or inf
+    there fails with ``numerics.nonfinite_output`` (``what`` says which comparison), since a
+    NaN on both sides is no evidence that the two computations agree (SPEC.md §10.7)."""
+    result = compare(test, truth, dtype=inst.dtype, ignore=ignore, require_finite=True)
+    if result.nonfinite:
+        raise CheckFailure(
+            "numerics.nonfinite_output",
+            f"{what + ': ' if what else ''}{result.describe_nonfinite('output', 'reference')} "
+            "(positions compared: real tokens, never pads); a fill of -inf or a division by "
+            "zero in a fully masked pad row spreads NaN to the real tokens (SPEC.md §4.4, "
+            "§10.7)",
+            result.metrics(),
+        )
+    return result
 
 
 def describe(result: Comparison) -> str:
@@ -170,7 +185,9 @@ def test_causal_no_leak(tck: Harness) -> None:
             x[:, s:] = rng.standard_normal(x[:, s:].shape)
             changed["x"] = x
         after = tck.run(inst, changed)
-        result = same(inst, after[:, :s], base[:, :s])
+        result = same(
+            inst, after[:, :s], base[:, :s], what=f"rows < {s} after changing later tokens"
+        )
         tck.note({"max_abs_delta": result.max_abs_err})
         if not result.passed:
             raise CheckFailure(
@@ -193,7 +210,7 @@ def test_batch_rows_of_different_lengths(tck: Harness) -> None:
     for b, length in enumerate(lengths):
         alone = {k: v[:, :length] for k, v in batch_slice(inputs, b).items() if k != "key_padding"}
         truth = tck.run(inst, alone)
-        result = same(inst, out[b : b + 1, :length], truth)
+        result = same(inst, out[b : b + 1, :length], truth, what=f"row {b} in the batch -> alone")
         tck.note({"max_abs_delta": result.max_abs_err})
         if not result.passed:
             raise CheckFailure(
@@ -305,7 +322,9 @@ def check_cache(tck: Harness, inst: Instance, inputs: Inputs, what: str) -> None
             cached = step_outputs(tck, inst, inputs, prefill)
         except Unsupported as err:
             pytest.skip(f"incremental decoding: {err}")
-        result = same(inst, cached, full, ignore)
+        result = same(
+            inst, cached, full, ignore, what=f"{what}, prefill {prefill}: cached -> full forward"
+        )
         tck.note({"max_abs_delta": result.max_abs_err})
         if result.passed:
             continue
@@ -365,7 +384,7 @@ def test_left_padding(tck: Harness) -> None:
         pad = total - length
         alone = {name: np.asarray(inputs[name])[b : b + 1, pad:]}
         truth = tck.run(inst, alone)
-        result = same(inst, out[b : b + 1, pad:], truth)
+        result = same(inst, out[b : b + 1, pad:], truth, what=f"left-padded row {b} -> alone")
         tck.note({"max_abs_delta": result.max_abs_err})
         if result.passed:
             continue

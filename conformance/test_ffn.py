@@ -29,7 +29,7 @@ components = pytest.mark.components
 def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None:
     """§6.2: FFN(X)[b, t] = FFN(X[b, t]): permuting positions permutes the outputs, and
     changing position t' leaves every other position (and batch row, §10.2) unchanged."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     generator = rng(seed)
     x = generator.standard_normal((batch, length, inst.config.d_model)) * 2.0
     out = tck.run(inst, {"x": x})
@@ -71,7 +71,7 @@ def test_position_wise(tck: Harness, seed: int, batch: int, length: int) -> None
 def test_activation_elementwise(tck: Harness, seed: int, batch: int, length: int) -> None:
     """§6.3: act(X)[b, t, d] = act(X[b, t, d]): changing one element leaves every other
     element of the output (other features, positions and batch rows) unchanged."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     generator = rng(seed)
     x = generator.standard_normal((batch, length, inst.config.d_model)) * 2.0
     out = tck.run(inst, {"x": x})

@@ -304,7 +304,7 @@ def fail_padded(probe: Probe, evidence: Evidence) -> CheckFailure:
 def test_padding_invariance(tck: Harness, seed: int, scale: float, data: st.DataObject) -> None:
     """§4.2: values at padded keys (and, in a decoder, at padded memory positions) have no
     influence on the real query rows, however large they are."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     generator = rng(seed)
     shape = data.draw(mask_shapes(tck.component))
     for probe, base in runs(tck, inst, probes(tck, inst, shape, generator)):
@@ -418,7 +418,7 @@ def test_mask_on_keys_not_queries(tck: Harness, seed: int, data: st.DataObject) 
     computed by the same formula. Masking query rows instead leaves the real tokens reading
     the padded keys (A moves) and turns the padded rows into zeros or constants (C does
     not move)."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     generator = rng(seed)
     shape = data.draw(mask_shapes(tck.component, same_length=True))
     # The probes where a query row maps to a key (not a decoder's memory padding).
@@ -475,7 +475,7 @@ def test_causal_no_leak(
 ) -> None:
     """§4.3: under a causal mask, query i sees key j only if j <= i + offset; changing the
     future (every position >= s) leaves every earlier row unchanged."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     generator = rng(seed)
     length, s = split
     if tck.component == "attention":

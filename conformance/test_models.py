@@ -58,7 +58,7 @@ def test_logits_not_probabilities(tck: Harness) -> None:
 def test_causal(tck: Harness, seed: int, split: tuple[int, int]) -> None:
     """§8.1, §4.3: changing target tokens at positions >= s leaves the logits of every
     earlier position unchanged."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     length, s = split
     generator = rng(seed)
     inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=6, masked=False), seed=seed)
@@ -103,7 +103,7 @@ def test_source_padding_invariance(tck: Harness, seed: int, more: int) -> None:
     """§8.1, §4.2: padding tokens in the source are masked everywhere: appending more
     padding to every source row leaves the logits unchanged (the real tokens keep their
     positions)."""
-    inst = cached_instance(tck, "default", tck.instance)
+    inst = cached_instance(tck, "default", tck.own_instance)
     pad = inst.config.padding_idx
     if pad is None:
         pytest.skip("Config.padding_idx is None: nothing is padded")

@@ -33,7 +33,7 @@ def output_shape(component: str, inputs: Mapping[str, np.ndarray], c: Config) ->
 @components(*COMPONENTS)
 def test_output_shapes(tck: Harness) -> None:
     """§10.6: valid inputs of lengths 1, 3 and 113 and batch 1 and 3 give the listed shapes."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     seen = set()
     for index, (batch, lq, lk) in enumerate(SIZES):
         inputs = tck.inputs(inst, Shape(batch=batch, lq=lq, lk=lk), seed=tck.seed + index)
@@ -80,7 +80,7 @@ def altered(inputs: Inputs, name: str, change: Callable[[np.ndarray], np.ndarray
 def test_rejects_out_of_range_ids(tck: Harness) -> None:
     """§1.1: every id lies in [0, V); V itself and -1 must be refused, never wrapped or
     clamped (seed 000 declares vocab_size = 11 for ids up to 23)."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     valid = tck.inputs(inst, Shape(batch=2, lq=4, lk=5))
     vocab = inst.config.vocab_size
     for name in ("ids",) if tck.component == "embedding" else ("src_ids", "tgt_ids"):
@@ -105,7 +105,7 @@ def test_rejects_out_of_range_ids(tck: Harness) -> None:
 @components("patch_embed", "vit")
 def test_rejects_bad_image_size(tck: Harness) -> None:
     """§9.1: an image whose sides are not multiples of the patch size is refused."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     c = inst.config
     valid = tck.inputs(inst, Shape(batch=2))
     side = c.image_size + c.patch_size // 2 if c.patch_size > 1 else c.image_size
@@ -137,7 +137,7 @@ MASK_INPUT = {
 def test_rejects_bad_mask(tck: Harness) -> None:
     """§4.1: a mask whose key axis does not match the keys (Lk + 2 columns) does not
     broadcast to the scores and is refused, never broadcast or truncated."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     valid = tck.inputs(inst, Shape(batch=2, lq=5, lk=5 if "encoder" in tck.component else 7))
     name = MASK_INPUT[tck.component]
 
@@ -160,7 +160,7 @@ def test_rejects_beyond_max_len(tck: Harness) -> None:
     """§2.2: the encoding is defined up to Config.max_len; a longer sequence is refused,
     not truncated or extrapolated. A subject that declares its own maximum length
     (ConfigSpace.max_len, §0.6) is probed at that length."""
-    inst = tck.instance()
+    inst = tck.own_instance()
     limit = inst.config.max_len
     if tck.component == "sinusoidal_pe":
         valid = {"positions": np.arange(limit)}

@@ -463,6 +463,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "10.10",
         "a declared half_precision = input_dtype, shown (a convention result)",
     ),
+    (
+        "numerics.nonfinite_output",
+        "symptom",
+        "10.7",
+        "NaN or inf at a real position where an implementation is compared with itself",
+    ),
     # --- ONNX export
     ("onnx.export_failed", "cause", "10.9", "torch.onnx.export failed"),
     ("onnx.checker_failed", "cause", "10.9", "onnx.checker rejects the exported graph"),

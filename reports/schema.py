@@ -95,6 +95,7 @@ RESULTS: dict[str, Any] = {
         },
         "results": {"type": "array", "items": RESULT},
         "not_run": {"type": "array", "items": _TEXT},
+        "unverified_subjects": {"type": "array", "items": _TEXT},
         "interrupted": {"type": "boolean"},
         "baseline": {
             "type": "object",
