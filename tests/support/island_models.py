@@ -187,3 +187,16 @@ def adapter(name: str, *, declared: bool = False, bug: bool = False) -> TorchMod
 def _conventions(component: str, steps: tuple[str, ...]) -> Conventions:
     """The component family's canonical conventions, with the declared float32 steps."""
     return dataclasses.replace(canonical_conventions(component), float32_steps=steps)
+
+
+# module:attr names for ``tck run --adapter support.island_models:NAME``: the model, then
+# ``_declared`` (its island in float32_steps) and ``_bug`` (eps outside the square root)
+ADAPTERS = {
+    f"{name}{'_declared' if declared else ''}{'_bug' if bug else ''}": adapter(
+        name, declared=declared, bug=bug
+    )
+    for name in ISLANDS
+    for declared in (False, True)
+    for bug in (False, True)
+}
+globals().update(ADAPTERS)
