@@ -106,18 +106,20 @@ def candidate_steps(component: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(steps)) or ("constants",)
 
 
-# (adapter id, subject name, seed, device) -> what measure found: a subject is measured once
-# per process, and every check of it reads the answer.
-_MEASURED: dict[tuple[int, str, int, str], Island | str] = {}
+# (adapter id, subject name, seed, device) -> (the adapter, what measure found): a subject is
+# measured once per process, and every check of it reads the answer. The adapter is held so
+# that its id is not reused by another adapter while the answer is kept.
+_MEASURED: dict[tuple[int, str, int, str], tuple[object, Island | str]] = {}
 
 
 def measure(h: Harness) -> Island | str:
     """What ``h``'s subject measures in float64 (an ``Island``: its ``status`` says whether
     it is one), or a string saying why it cannot be measured."""
     key = (id(h.adapter), h.subject.name, h.seed, h.device)
-    if key not in _MEASURED:
-        _MEASURED[key] = _measure(h)
-    return _MEASURED[key]
+    held = _MEASURED.get(key)
+    if held is None or held[0] is not h.adapter:
+        held = _MEASURED[key] = (h.adapter, _measure(h))
+    return held[1]
 
 
 def _measure(h: Harness) -> Island | str:
