@@ -186,7 +186,8 @@ def adapter(name: str, *, declared: bool = False, bug: bool = False) -> TorchMod
 
 def _conventions(component: str, steps: tuple[str, ...]) -> Conventions:
     """The component family's canonical conventions, with the declared float32 steps."""
-    return dataclasses.replace(canonical_conventions(component), float32_steps=steps)
+    canonical = canonical_conventions(component)
+    return dataclasses.replace(canonical, float32_steps=steps) if steps else canonical
 
 
 # module:attr names for ``tck run --adapter support.island_models:NAME``: the model, then
