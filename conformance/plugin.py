@@ -43,10 +43,11 @@ from tck.adapters.devices import (
 )
 from tck.fixtures import FixtureError
 from tck.reference import COMPONENTS, canonical_conventions
+from tck.reference.tolerance import FLOOR, float64_floor
 from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, parse_only
 
-from . import repro, spaces, watchdog
+from . import islands, repro, spaces, watchdog
 from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
@@ -301,7 +302,11 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Iterator[Harness]:
         why = plan(subject, check_id(request.node), dict(callspec.params) if callspec else {})
         if why:
             pytest.skip(why)
-    yield harness
+    # SPEC.md §10.12: a subject with float32 islands (declared, or measured once per subject)
+    # has every float64 comparison of its checks held to the island bound.
+    floor = None if callable(plan) else islands.subject_floor(harness)
+    with float64_floor(FLOOR["float64"] if floor is None else floor):
+        yield harness
     # The copies of the subject and the careful runs it built go with the check, or a
     # real-size checkpoint's copies pile up over the session (a 2-layer BERT-base run passed
     # 9 GB with -n 0 while the harness was kept for the report).

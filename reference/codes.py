@@ -469,6 +469,18 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "10.7",
         "NaN or inf at a real position where an implementation is compared with itself",
     ),
+    (
+        "numerics.float32_island",
+        "cause",
+        "10.12",
+        "a float64 subject computes some step in float32 (undeclared): one finding per subject",
+    ),
+    (
+        "numerics.float32_islands_declared",
+        "cause",
+        "10.12",
+        "declared float32_steps, measured and shown (a convention result)",
+    ),
     # --- ONNX export
     ("onnx.export_failed", "cause", "10.9", "torch.onnx.export failed"),
     ("onnx.checker_failed", "cause", "10.9", "onnx.checker rejects the exported graph"),

@@ -31,6 +31,15 @@ Positions = Literal["learned", "rope"]
 FFNKind = Literal["plain", "gated"]
 GateActivation = Literal["silu", "gelu", "gelu_tanh"]
 RopeScaling = Literal["none", "linear", "llama3"]
+# §10.12: the steps a float64 build may compute in float32 on purpose (float32 islands)
+FLOAT32_STEPS = (
+    "norm_statistics",
+    "softmax",
+    "rope_angles",
+    "rope_table",
+    "positional_table",
+    "constants",
+)
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -98,6 +107,11 @@ class Conventions:
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_max_positions: int = 8192
+    # §10.12: steps a float64 build computes in float32 on purpose (of FLOAT32_STEPS: the
+    # norm statistics of Llama's RMSNorm, a RoPE table kept in a float32 buffer, a float32
+    # constant); () computes everything in float64. Declared, float64 checks take a bound
+    # derived from float32's unit roundoff (tck.reference.tolerance.ISLAND_FLOOR).
+    float32_steps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -107,6 +121,14 @@ class Conventions:
                     f"Conventions.{name}={value!r} is not one of {allowed}; "
                     "SPEC.md §0.3 lists what each choice means."
                 )
+        steps = self.float32_steps
+        if isinstance(steps, str) or not all(s in FLOAT32_STEPS for s in steps):
+            raise ValueError(
+                f"Conventions.float32_steps={steps!r} must be a tuple of {FLOAT32_STEPS}; "
+                "SPEC.md §10.12 says what each step means."
+            )
+        # one spelling per set of steps: sorted, without repeats, always a tuple
+        object.__setattr__(self, "float32_steps", tuple(sorted(set(steps))))
         if not (self.eps >= 0.0):
             raise ValueError(f"Conventions.eps must be >= 0, got {self.eps!r}")
         if not (self.pe_base > 1.0):

@@ -40,6 +40,8 @@ the rounding of every sublayer above it).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +62,46 @@ K_FORWARD = 3.0
 # floor only covers a careful run that happens to be exact (a few ulps of the output's
 # scale): float32 ~170 unit roundoffs, float16 ~20, bfloat16 ~13.
 FLOOR = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
+
+# SPEC.md §10.12, float32 islands: a float64 build that computes some steps in float32 on
+# purpose (Llama's RMSNorm statistics of ``x.float()``, a RoPE table kept in a float32
+# buffer, a float32 constant). Each such step rounds its result to float32 once, a relative
+# error of at most u = 2^-24 (Higham, "Accuracy and Stability of Numerical Algorithms",
+# 2nd ed., §2.2: fl(x op y) = (x op y)(1 + d), |d| <= u); the float64 steps after it carry
+# that error through sums and products whose condition in these small models is a few units
+# (a norm divides by a statistic formed from d rounded terms: Higham §3.1, gamma_n = n u /
+# (1 - n u) for a sum of n terms, here bounded by its growth over a handful of rounded
+# steps, not by d). The bound is that rounding times a growth factor of 16, times
+# max(1, max|gold|) as every floor: 16 u ~ 9.5e-7. Measured on the island models of
+# tests/test_precision_islands.py (2026-11-26): at most 2.2 u (the gradient of Meta's
+# RMSNorm, statistics of x.float()). A real bug the suite hunts stays above it: RMSNorm or
+# LayerNorm eps 1e-5 outside the square root moves unit-variance rows by eps / 2 = 5e-6
+# relative, 5x the bound.
+ISLAND_GROWTH = 16.0
+ISLAND_FLOOR = ISLAND_GROWTH * UNIT_ROUNDOFF["float32"]
+# The float64 floor in force: FLOOR["float64"], or ISLAND_FLOOR while a subject with float32
+# islands (declared, or detected: tck.conformance.islands) is checked. A module global, as
+# tck.reference.model's precision switch: the suite checks one subject at a time per process.
+_float64_floor: float = FLOOR["float64"]
+
+
+@contextlib.contextmanager
+def float64_floor(floor: float) -> Iterator[None]:
+    """Within the block, float64 comparisons (``compare`` with ``dtype="float64"``, every
+    property check's ``delta``) use ``floor`` instead of ``FLOOR["float64"]`` (SPEC.md
+    §10.12: ``ISLAND_FLOOR`` for a subject with float32 islands)."""
+    global _float64_floor
+    before, _float64_floor = _float64_floor, floor
+    try:
+        yield
+    finally:
+        _float64_floor = before
+
+
+def floor_of(dtype: str) -> float:
+    """The relative floor of the tolerance rule in ``dtype``, as in force now."""
+    return _float64_floor if dtype == "float64" else FLOOR[dtype]
+
 
 # Gradient multipliers by what is differentiated (SPEC.md §10.8); see the module docstring.
 K_GRAD_VALUE = 8.0
@@ -249,7 +291,7 @@ def compare(
     err = np.where(np.isnan(err), np.inf, err)
     if scale is None:
         scale = float(np.abs(np.where(both & np.isfinite(gold), gold, 0.0)).max(initial=0.0))
-    bound = k * careful_err + FLOOR[dtype] * max(1.0, scale)
+    bound = k * careful_err + floor_of(dtype) * max(1.0, scale)
     max_err = float(err.max(initial=0.0))
     if not np.isfinite(max_err):  # test is +-inf where gold is finite
         max_err = float("inf")

@@ -1,0 +1,193 @@
+"""SPEC.md §10.12, float32 islands: decoders written as public minimal LLM code is, each with
+one step computed in float32 on purpose inside a float64 build (tests/support/island_models:
+Meta's RMSNorm statistics of ``x.float()``, Meta's ``complex64`` RoPE table, nanoGPT's GELU
+with a float32 ``sqrt(2/pi)``), run through ``tck run`` in float64:
+
+- declared (``Conventions.float32_steps``): no failure, a convention row, and no check
+  skipped for a dtype it would otherwise run in;
+- undeclared: exactly one finding per subject, ``numerics.float32_island``, naming the step,
+  and no other code anywhere in the run (no structural hypothesis recorded);
+- the same models with eps outside the square root of their norm (a real ~5e-6 relative bug)
+  still fail, under the norm's own codes, declared island or not.
+
+And the pieces: the declaration's validation, the island bound and its context, and the
+float32-precision retry of the diagnosis, which tries the plain oracle first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support import island_models
+from support.forked_run import tck_run
+
+from tck.conformance import islands
+from tck.conformance.harness import Harness
+from tck.conformance.recorder import Recorder
+from tck.conformance.results import CheckFailure
+from tck.reference import Conventions
+from tck.reference.inputs import Shape
+from tck.reference.tolerance import (
+    FLOOR,
+    ISLAND_FLOOR,
+    UNIT_ROUNDOFF,
+    compare,
+    float64_floor,
+    floor_of,
+)
+
+pytestmark = pytest.mark.spec("10.12")
+
+MODELS = tuple(island_models.ISLANDS)
+# The subject of each model that holds its island (llama_rope's RMSNorm is all float64).
+ISLAND_SUBJECT = {"llama_norm": "rms_norm", "llama_rope": "rope", "gpt_block": "decoder_block"}
+TIMEOUT_S = 600.0
+FLOAT64_SKIP = re.compile(r"not float64|float64[- ]only|(does not|cannot) run in float64")
+
+
+def _run(tmp_path: Path, attr: str) -> dict[str, Any]:
+    out = tmp_path / attr
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["--adapter", f"support.island_models:{attr}", "--seed", "0", "--out", str(out)]
+    code = tck_run(args, cwd=out, log=out / "tck-run.log", timeout_s=TIMEOUT_S, html=False)
+    results = out / "results.json"
+    assert results.exists(), (out / "tck-run.log").read_text(encoding="utf-8")[-4000:]
+    document = json.loads(results.read_text(encoding="utf-8"))
+    document["returncode"] = code
+    return document
+
+
+def _bad(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in document["results"] if r["status"] in ("fail", "error")]
+
+
+def _codes(rows: list[dict[str, Any]]) -> set[str]:
+    return {r["diagnosis"]["code"] for r in rows}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_declared_island_passes_every_check(tmp_path: Path, model: str) -> None:
+    document = _run(tmp_path, f"{model}_declared")
+    assert not _bad(document), [(r["check"], r["diagnosis"]["code"]) for r in _bad(document)]
+    assert document["returncode"] == 0
+    rows = [r for r in document["results"] if r["check"] == "numerics.float32_islands"]
+    shown = [r for r in rows if r["subject"] == ISLAND_SUBJECT[model]]
+    assert [r["status"] for r in shown] == ["convention"]
+    assert shown[0]["diagnosis"]["code"] == islands.DECLARED
+    assert island_models.ISLANDS[model] in shown[0]["diagnosis"]["message"]
+    # the float64 checks ran: nothing skipped for want of float64 (a dtype the model does
+    # not offer at all, float16 for a complex64 table, is the model's own skip)
+    for r in document["results"]:
+        if r["status"] == "skip":
+            assert not FLOAT64_SKIP.search(r["diagnosis"]["message"]), (r["check"], r["diagnosis"])
+    ran = {r["check"] for r in document["results"] if r["status"] == "pass"}
+    assert {"equality.oracle", "gradients.gradients", "params.round_trip"} <= ran
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_undeclared_island_is_one_finding(tmp_path: Path, model: str) -> None:
+    document = _run(tmp_path, model)
+    bad = _bad(document)
+    assert [(r["subject"], r["check"]) for r in bad] == [
+        (ISLAND_SUBJECT[model], "numerics.float32_islands")
+    ], [(r["check"], r["diagnosis"]["code"]) for r in bad]
+    finding = bad[0]["diagnosis"]
+    assert finding["code"] == islands.FINDING
+    assert island_models.ISLANDS[model] in finding["message"]  # the step it may be
+    assert "float32_steps" in finding["message"]  # the declaration that accepts it
+    assert bad[0]["metrics"]["float32_roundoffs"] > 0
+    # no hypothesis was recorded anywhere in the run (no structural code in disguise)
+    assert not [r for r in document["results"] if "reproduced_by" in (r.get("metrics") or {})]
+    assert document["returncode"] == 1
+
+
+@pytest.mark.parametrize("model", ("llama_norm", "gpt_block"))
+@pytest.mark.parametrize("declared", (True, False), ids=("declared", "undeclared"))
+def test_a_real_norm_bug_still_fails_under_its_code(
+    tmp_path: Path, model: str, declared: bool
+) -> None:
+    document = _run(tmp_path, f"{model}{'_declared' if declared else ''}_bug")
+    bad = _bad(document)
+    codes = _codes([r for r in bad if r["check"] in ("equality.oracle", "norm.output_statistics")])
+    assert any(c.startswith("layer_norm.") for c in codes), codes
+    if model == "gpt_block":
+        assert "layer_norm.eps_outside_sqrt" in codes
+    # the bug is not taken for float32 rounding
+    assert islands.FINDING not in _codes(bad)
+    assert "numerics.float64_precision_lost" not in _codes(bad)
+
+
+def test_the_declaration_is_validated_and_normalised() -> None:
+    steps = Conventions(float32_steps=("rope_table", "norm_statistics", "rope_table"))
+    assert steps.float32_steps == ("norm_statistics", "rope_table")
+    assert steps.deviations() == {"float32_steps": ((), ("norm_statistics", "rope_table"))}
+    with pytest.raises(ValueError, match="float32_steps"):
+        Conventions(float32_steps=("norm_stats",))
+    with pytest.raises(ValueError, match="float32_steps"):
+        Conventions(float32_steps="softmax")  # a string, not a tuple of steps
+
+
+def test_island_bound_is_derived_from_float32_roundoff() -> None:
+    assert ISLAND_FLOOR == 16 * UNIT_ROUNDOFF["float32"]
+    gold = np.linspace(-2.0, 2.0, 64)
+    rounded = gold.astype(np.float32).astype(np.float64)  # one float32 rounding
+    eps_outside = gold * (1.0 + 5e-6)  # eps 1e-5 outside the sqrt, unit-variance rows
+    assert not compare(rounded, gold).passed and floor_of("float64") == FLOOR["float64"]
+    with float64_floor(ISLAND_FLOOR):
+        assert floor_of("float64") == ISLAND_FLOOR and floor_of("float32") == FLOOR["float32"]
+        assert compare(rounded, gold).passed
+        assert not compare(eps_outside, gold).passed
+    assert floor_of("float64") == FLOOR["float64"]
+
+
+def _harness(attr: str, component: str) -> tuple[Harness, Any]:
+    adapter = getattr(island_models, attr)
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    return Harness(adapter, subject, record=Recorder()), subject
+
+
+@pytest.mark.parametrize(
+    ("model", "shape"),
+    [
+        ("llama_norm", Shape()),
+        ("gpt_block", Shape(batch=1, lq=1, lk=1, masked=False, causal=True)),  # length 1
+        ("gpt_block", Shape(batch=2, lq=7, lk=7, causal=True)),
+    ],
+    ids=("rms_norm", "block_length_1", "block_length_7"),
+)
+def test_retry_tries_the_plain_oracle_first(model: str, shape: Shape) -> None:
+    """At float64's floor (no island measured), a float32 island's mismatch is named
+    ``numerics.float64_precision_lost`` and no hypothesis is recorded: the unmodified spec
+    fits at float32 precision, so nothing else can be told apart from it."""
+    tck, _ = _harness(model, ISLAND_SUBJECT[model])
+    inst = tck.instance()
+    inputs = tck.inputs(inst, shape)
+    with pytest.raises(CheckFailure) as failure:
+        tck.assert_matches_oracle(inst, inputs)
+    assert failure.value.code == "numerics.float64_precision_lost"
+    # what reproduced it is the spec itself at float32 precision, no other hypothesis
+    assert tck.record.metrics.get("reproduced_by") == "numerics.float64_precision_lost"
+    assert "explained_by" not in tck.record.metrics
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_measure_finds_each_island_once(model: str) -> None:
+    tck, _ = _harness(model, ISLAND_SUBJECT[model])
+    found = islands.measure(tck)
+    assert isinstance(found, islands.Island) and found.status == "island", found
+    assert 0 < found.roundoffs <= 16
+    assert islands.measure(tck) is found  # once per subject
+    assert island_models.ISLANDS[model] in islands.candidate_steps(tck.component)
+    assert islands.subject_floor(tck) == ISLAND_FLOOR
+
+
+def test_no_island_is_measured_on_a_float64_subject() -> None:
+    tck, _ = _harness("llama_rope", "rms_norm")  # the rope model's norm is all float64
+    found = islands.measure(tck)
+    assert isinstance(found, islands.Island) and found.status == "exact"
+    assert islands.subject_floor(tck) is None
