@@ -127,6 +127,7 @@ def explain(
             f"implementation and the oracle (first at {result.worst_index})"
         )
     found = _hypotheses(h, inst, inputs, test, result)
+    exact = found is not None  # reproduced at the failed comparison's own precision
     if found is None and inst.dtype == "float64":
         # A float64 subject that computes or stores some step in float32 (a table built
         # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
@@ -145,9 +146,13 @@ def explain(
             found = (found[0], f"{found[1]} ({hint})")
     if found is not None and result.dtype in REPRODUCING_DTYPES:
         # An explanation that reproduces the output (the root-cause ranking prefers it to a
-        # property's finding: tck.reports.causes). A 16-bit comparison's bound is loose
-        # enough for a wrong hypothesis to fit too: weak evidence, not recorded.
-        h.note({"reproduced_by": found[0]})
+        # property's finding, and one at the comparison's own precision to one at float32's:
+        # tck.reports.causes).
+        h.note({"reproduced_by": found[0], "reproduced_at": result.dtype if exact else "float32"})
+    elif found is not None:
+        # A 16-bit comparison's bound is loose enough for a wrong hypothesis to fit too: weak
+        # evidence, ranked after every failure with float64 or float32 evidence.
+        h.note({"fit_only_in": result.dtype})
     if found is None:  # last: it builds and runs a fresh instance
         found = _state_hypothesis(h, inst, inputs, result)
     gold = h.gold(inst, inputs) if found is None else None
