@@ -117,6 +117,13 @@ NAMES: tuple[str, ...] = (
     "decoder_causal_diagonal",
     "vit_patch_grid_column_major",
     "vit_pos_before_cls",
+    # hypotheses by class: where RoPE is applied, the attention scale of causal attention,
+    # a rotary base off any list, the residual bug in one sublayer only
+    "rope_q_only",
+    "rope_on_values",
+    "causal_scale_d_model",
+    "rope_theta_hardcoded",
+    "residual_from_normed_ffn",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

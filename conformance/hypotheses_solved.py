@@ -1,0 +1,228 @@
+"""Hypotheses by class rather than by example: where the rotary encoding is applied, and the
+parameterised families that no list of candidate values covers, solved numerically.
+
+- ``rope.applied_to_wrong_tensors``: RoPE (SPEC.md §2.3) rotates the queries and the keys of
+  causal self-attention (§11.1); an implementation that rotates the queries only, the keys
+  only, or the values as well. It applies to every component whose oracle runs the rotation
+  (``tck.reference.variants.reaches(component, "rope_rows")``) under ``positions='rope'``.
+- A convention field with a continuum of values (the catalogue's ``NUMERIC`` fields: an eps,
+  a RoPE or sinusoidal base): the value is solved for by a one-dimensional search on a log
+  scale, so a base of 1e6 or 123456 is named as well as the three usual ones; its code is
+  the field's (``layer_norm.eps_wrong``, ``positional.base_wrong``).
+- The attention scale (§3.1): the scores multiplied by ``c / sqrt(d_k)`` for a solved ``c``,
+  in every component that runs scaled dot-product attention (causal self-attention, blocks
+  and whole models as well as ``attention`` and ``mha``): ``attention.scale_missing`` when
+  ``c = sqrt(d_k)``, ``attention.scale_wrong`` otherwise.
+
+Each is an ``Alternative`` (``tck.conformance.alternatives``) judged like any other: a
+solved value is evidence only if the oracle under it reproduces the output within the failed
+comparison's bound and differs from the spec's by more than that bound.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle, record
+from tck.reference.catalogue import NUMERIC, convention_code
+from tck.reference.codes import code as registered
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+
+Evaluate = Callable[[Alternative], np.ndarray]
+
+# The rotation targets tried, the spec's (q, k) excluded.
+ROPE_TARGETS: tuple[tuple[str, ...], ...] = (("q",), ("k",), ("q", "k", "v"))
+
+# Search ranges, natural log of the value: eps from 1e-14 to 1; a positional base from 10 to
+# 1e9 (RoPE bases in use run from 1e4 to 5e5 and 1e6; anything in between is as plausible);
+# the factor on the attention scale from 1e-3 to 1e3 (sqrt(d_k) for d_k up to 1e6).
+LOG_RANGES: dict[str, tuple[float, float]] = {
+    "eps": (math.log(1e-14), 0.0),
+    "pe_base": (math.log(10.0), math.log(1e9)),
+    "scale": (math.log(1e-3), math.log(1e3)),
+}
+GRID_POINTS = 41  # coarse grid, then a golden-section refinement around its best point
+# 0.618 ** 70 of a bracket two grid steps wide (0.7 in log for a base): ~1e-15 relative, so
+# that a solved value reproduces an output within a float64 bound
+REFINE_STEPS = 70
+# Searches per check (hypothesis explains every failing example it shrinks through): each
+# costs about GRID_POINTS + REFINE_STEPS oracle calls per family.
+SOLVED_SEARCHES = 3
+_searches: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def searches_left(owner: Any) -> bool:
+    """Count one search for ``owner`` (a check's harness); False once it has had its share."""
+    used = _searches.get(owner, 0)
+    _searches[owner] = used + 1
+    return used < SOLVED_SEARCHES
+
+
+def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., np.ndarray]:
+    """§11.1 with RoPE applied to ``targets`` (of q, k, v) instead of to q and k."""
+
+    def causal_self_attention(
+        x: Any,
+        params: Any,
+        *,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        key_padding: Any = None,
+        positions: Any = None,
+        causal_keep: Any = None,
+        conventions: Any = None,
+    ) -> np.ndarray:
+        x = oracle._f64(x)
+        b, length, _ = x.shape
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}")
+        heads = {
+            "q": oracle.split_heads(oracle.linear(x, params, "q."), n_heads),
+            "k": oracle.split_heads(oracle.linear(x, params, "k."), n_kv_heads),
+            "v": oracle.split_heads(oracle.linear(x, params, "v."), n_kv_heads),
+        }
+        pos = oracle.position_ids(positions, b, length)
+        for name in targets:
+            heads[name] = oracle.rope_rows(
+                heads[name], pos, base=conventions.pe_base, layout=conventions.rope_layout
+            )
+        rep = n_heads // n_kv_heads
+        k, v = oracle.repeat_kv(heads["k"], rep), oracle.repeat_kv(heads["v"], rep)
+        keep = oracle.causal_keep_mask(length, length) if causal_keep is None else causal_keep
+        keep = np.asarray(keep)
+        if key_padding is not None:
+            keep = oracle.key_padding_mask(key_padding) & keep
+        out = oracle.scaled_dot_product_attention(
+            heads["q"], k, v, keep, fully_masked_rows=conventions.fully_masked_rows
+        )
+        return oracle.linear(oracle.merge_heads(out), params, "o.")
+
+    return causal_self_attention
+
+
+def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """RoPE applied to the queries only, the keys only, or to the values as well."""
+    if getattr(conventions, "positions", None) != "rope" or not reaches(component, "rope_rows"):
+        return
+    words = {
+        ("q",): "the queries only (the keys are not rotated)",
+        ("k",): "the keys only (the queries are not rotated)",
+        ("q", "k", "v"): "the values as well as the queries and keys",
+    }
+    for targets in ROPE_TARGETS:
+        yield Alternative(
+            registered("rope.applied_to_wrong_tensors"),
+            f"the output is the spec's with the rotary encoding applied to {words[targets]}: "
+            "RoPE rotates q and k, never v, so that the score q_i . k_j depends on i - j "
+            "(SPEC.md §2.3, §11.1)",
+            pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
+        )
+
+
+def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
+    """§3.1 with the scale multiplied by ``factor`` (the spec's 1/sqrt(d_k) when None)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        base = 1.0 / math.sqrt(np.shape(q)[-1]) if scale is None else scale
+        return oracle.scaled_dot_product_attention(
+            q, k, v, keep_mask, scale=base * factor, fully_masked_rows=fully_masked_rows
+        )
+
+    return sdpa
+
+
+def _distance(test: np.ndarray, gold: np.ndarray) -> float:
+    if gold.shape != test.shape:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(np.asarray(test, dtype=np.float64) - gold)
+    return float(np.max(diff)) if diff.size and np.isfinite(diff).all() else math.inf
+
+
+def solve_log(
+    make: Callable[[float], Alternative],
+    evaluate: Evaluate,
+    test: np.ndarray,
+    log_range: tuple[float, float],
+) -> float | None:
+    """The value (not its log) in ``exp(log_range)`` whose alternative ``make(value)`` comes
+    closest to ``test`` (largest absolute difference), by a grid then golden sections; None
+    when no value can be computed."""
+
+    def cost(t: float) -> float:
+        try:
+            return _distance(test, evaluate(make(math.exp(t))))
+        except (ValueError, KeyError, IndexError, FloatingPointError):
+            return math.inf
+
+    lo, hi = log_range
+    grid = np.linspace(lo, hi, GRID_POINTS)
+    costs = [cost(float(t)) for t in grid]
+    best = int(np.argmin(costs))
+    if not math.isfinite(costs[best]):
+        return None
+    a, b = float(grid[max(best - 1, 0)]), float(grid[min(best + 1, len(grid) - 1)])
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = cost(c), cost(d)
+    for _ in range(REFINE_STEPS):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = cost(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = cost(d)
+    return math.exp(c if fc <= fd else d)
+
+
+def solved_hypotheses(
+    component: str, config: Any, conventions: Any, evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """Each numeric convention field of ``component``, and the attention scale where the
+    component runs attention, at the value that comes closest to ``test``."""
+    for field in record(component).fields:
+        if field not in NUMERIC or field not in LOG_RANGES:
+            continue
+        declared = getattr(conventions, field)
+
+        def make(value: float, field: str = field) -> Alternative:
+            return Alternative("", "", conventions={field: value})
+
+        value = solve_log(make, evaluate, test, LOG_RANGES[field])
+        if value is None or math.isclose(value, declared, rel_tol=1e-9):
+            continue
+        yield Alternative(
+            convention_code(field, value),
+            f"behaves as {field}={value:.6g} (solved for: the value under which the oracle "
+            f"comes closest to the output), but the adapter declares {field}={declared!r}",
+            conventions={field: value},
+        )
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+
+    def scaled(factor: float) -> Alternative:
+        return Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(factor)})
+
+    factor = solve_log(scaled, evaluate, test, LOG_RANGES["scale"])
+    if factor is None or math.isclose(factor, 1.0, rel_tol=1e-9):
+        return
+    d_k = config.d_model // config.n_heads
+    missing = math.isclose(factor, math.sqrt(d_k), rel_tol=1e-6)
+    yield Alternative(
+        registered("attention.scale_missing" if missing else "attention.scale_wrong"),
+        f"the output is the spec's with the attention scores multiplied by {factor:.6g} / "
+        f"sqrt(d_k) instead of 1 / sqrt(d_k) (solved for; 1/sqrt(d_k) times sqrt(d_k) is no "
+        "scale at all, times 1/sqrt(d_k) a division by d_k, times sqrt(d_k / d_model) the "
+        "model width's root): SPEC.md §3.1",
+        pieces={"scaled_dot_product_attention": _sdpa_scaled_by(factor)},
+    )

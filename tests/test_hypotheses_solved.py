@@ -1,0 +1,111 @@
+"""Hypotheses by class (conformance/hypotheses_solved.py): where RoPE is applied, and the
+parameterised families solved numerically rather than drawn from a list (a positional base,
+an eps, the attention scale), each named on one oracle comparison of its mutant and on
+values of our own."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import pytest
+
+from tck.adapters import load_adapter
+from tck.conformance.alternatives import Alternative, output_of
+from tck.conformance.explain import explain
+from tck.conformance.harness import Harness
+from tck.conformance.hypotheses_solved import (
+    _sdpa_scaled_by,
+    rope_target_hypotheses,
+)
+from tck.conformance.results import CheckFailure
+from tck.reference import DECODER_CANONICAL
+from tck.reference.inputs import Shape
+
+
+def first_oracle_failure(adapter: str) -> CheckFailure:
+    subject = load_adapter(adapter).subjects()[0]
+    tck = Harness(load_adapter(adapter), subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+    with pytest.raises(CheckFailure) as failure:
+        tck.assert_matches_oracle(inst, inputs)
+    assert tck.record.metrics.get("reproduced_by") == failure.value.code
+    return failure.value
+
+
+@pytest.mark.parametrize(
+    ("mutant", "code"),
+    [
+        ("rope_q_only", "rope.applied_to_wrong_tensors"),
+        ("rope_on_values", "rope.applied_to_wrong_tensors"),
+        ("causal_scale_d_model", "attention.scale_wrong"),
+        ("rope_theta_hardcoded", "positional.base_wrong"),
+        ("residual_from_normed_ffn", "blocks.residual_after_norm"),
+    ],
+)
+def test_classes_name_their_mutant(mutant: str, code: str) -> None:
+    failure = first_oracle_failure(f"mutants.{mutant}")
+    assert failure.code == code, failure.message
+
+
+def _explained(component: str, alternative: Alternative, conventions=None):  # type: ignore[no-untyped-def]
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    if conventions is not None:
+        subject = dataclasses.replace(inst.subject, conventions=conventions)
+        inst = dataclasses.replace(inst, subject=subject)
+    inputs = tck.inputs(inst, Shape())
+    spec = tck.gold(inst, inputs)
+    test = output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
+    return explain(tck, inst, inputs, test, tck.compare(inst, test, spec)), inst
+
+
+@pytest.mark.parametrize("base", [2345.6, 7.7e6, 31.0])
+def test_a_positional_base_off_any_list_is_solved(base: float) -> None:
+    (code, message), _ = _explained("rope", Alternative("", "", conventions={"pe_base": base}))
+    assert code == "positional.base_wrong", message
+    solved = float(re.search(r"pe_base=([0-9.e+]+)", message).group(1))
+    assert math.isclose(solved, base, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize("eps", [2.2e-4, 0.05])
+def test_an_eps_off_any_list_is_solved(eps: float) -> None:
+    (code, message), _ = _explained("rms_norm", Alternative("", "", conventions={"eps": eps}))
+    assert code == "layer_norm.eps_wrong", message
+
+
+@pytest.mark.parametrize("component", ["causal_self_attention", "decoder_block"])
+@pytest.mark.parametrize("factor", [0.37, 2.5, "sqrt_dk"])
+def test_the_attention_scale_is_solved_in_causal_components(component: str, factor) -> None:  # type: ignore[no-untyped-def]
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    config = Harness(adapter, subject, seed=0).instance().config
+    value = math.sqrt(config.d_model // config.n_heads) if factor == "sqrt_dk" else factor
+    scaled = Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)})
+    (code, message), _ = _explained(component, scaled)
+    want = "attention.scale_missing" if factor == "sqrt_dk" else "attention.scale_wrong"
+    assert code == want, message
+
+
+def test_rope_targets_only_where_the_component_rotates() -> None:
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    assert len(list(rope_target_hypotheses("decoder_block", rope))) == 3
+    assert not list(rope_target_hypotheses("decoder_block", DECODER_CANONICAL))  # learned
+    assert not list(rope_target_hypotheses("mha", rope))
+
+
+@pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v")])
+def test_rope_targets_are_named_in_a_block(targets: tuple[str, ...]) -> None:
+    from tck.conformance.hypotheses_solved import _causal_self_attention_rotating
+
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    moved = Alternative(
+        "", "", pieces={"causal_self_attention": _causal_self_attention_rotating(targets)}
+    )
+    (code, message), _ = _explained("decoder_block", moved, rope)
+    assert code == "rope.applied_to_wrong_tensors", message
+    assert ("values" in message) == ("v" in targets)
