@@ -197,7 +197,12 @@ def _hypotheses(
     the spec's own output by more than that bound (``alternatives.fits``)."""
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
     from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
-    from .hypotheses_solved import rope_target_hypotheses, searches_left, solved_hypotheses
+    from .hypotheses_solved import (
+        rope_target_hypotheses,
+        searches_left,
+        solved_hypotheses,
+        table_dtype_hypotheses,
+    )
     from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
 
     component = h.component
@@ -242,6 +247,8 @@ def _hypotheses(
     found = first(more_hypotheses(component, inst.params, sublayers[0]))
     if found is None:
         found = first(rope_target_hypotheses(component, inst.conventions))
+    if found is None:
+        found = first(table_dtype_hypotheses(component, tolerance.dtype))
     if found is None and searches_left(h):
         found = first(solved_hypotheses(component, inst.config, inst.conventions, evaluate, test))
     return None if found is None else (found.code, found.message)

@@ -14,6 +14,11 @@ parameterised families that no list of candidate values covers, solved numerical
   and whole models as well as ``attention`` and ``mha``): ``attention.scale_missing`` when
   ``c = sqrt(d_k)``, ``attention.scale_wrong`` otherwise.
 
+- The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
+  RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
+  subject compared in float32 or float64 (float32 tables in a float64 subject are the
+  precision retry's, ``numerics.float64_precision_lost``).
+
 Each is an ``Alternative`` (``tck.conformance.alternatives``) judged like any other: a
 solved value is evidence only if the oracle under it reproduces the output within the failed
 comparison's bound and differs from the spec's by more than that bound.
@@ -226,3 +231,77 @@ def solved_hypotheses(
         "model width's root): SPEC.md §3.1",
         pieces={"scaled_dot_product_attention": _sdpa_scaled_by(factor)},
     )
+
+
+# The 16-bit dtypes a table may be kept in, and the comparisons in which that shows.
+TABLE_DTYPES = ("float16", "bfloat16")
+TABLE_COMPARISONS = ("float64", "float32")
+
+
+def rounded_to(x: Any, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (float16, bfloat16, float32) and held as float64; bfloat16
+    is float32's upper 16 bits, rounded to nearest even (as torch's .to(torch.bfloat16))."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype != "bfloat16":
+        return x.astype(dtype).astype(np.float64)
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _sinusoidal_pe_in(dtype: str) -> Callable[..., np.ndarray]:
+    def sinusoidal_pe(length: int, d_model: int, **kw: Any) -> np.ndarray:
+        return rounded_to(oracle.sinusoidal_pe(length, d_model, **kw), dtype)
+
+    return sinusoidal_pe
+
+
+def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the cos and sin tables stored in ``dtype``."""
+
+    def rope(x: Any, positions: Any = None, *, base: float = 10000.0, layout: str = "interleaved"):  # type: ignore[no-untyped-def]
+        x = oracle._f64(x)
+        length, d = x.shape[-2], x.shape[-1]
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        if d % 2 or positions.shape != (length,):
+            raise ValueError("not a RoPE call this hypothesis can make")
+        omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+        theta = positions.astype(np.float64)[:, None] * omega  # (L, d/2)
+        cos, sin = rounded_to(np.cos(theta), dtype), rounded_to(np.sin(theta), dtype)
+        if layout == "interleaved":
+            a, b = x[..., 0::2], x[..., 1::2]
+        elif layout == "half_split":
+            a, b = x[..., : d // 2], x[..., d // 2 :]
+        else:
+            raise ValueError(f"unknown RoPE layout {layout!r}")
+        ra, rb = a * cos - b * sin, a * sin + b * cos
+        out = np.empty_like(x)
+        if layout == "interleaved":
+            out[..., 0::2], out[..., 1::2] = ra, rb
+        else:
+            out[..., : d // 2], out[..., d // 2 :] = ra, rb
+        return out
+
+    return rope
+
+
+def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alternative]:
+    """Each table the component's oracle builds, stored in each 16-bit dtype."""
+    if compared_in not in TABLE_COMPARISONS:
+        return
+    tables = (
+        ("sinusoidal_pe", _sinusoidal_pe_in, "the sinusoidal position table (SPEC.md §2.1)"),
+        ("rope", _rope_in, "RoPE's cos and sin tables (SPEC.md §2.3)"),
+    )
+    for piece, make, words in tables:
+        if not reaches(component, piece):
+            continue
+        for dtype in TABLE_DTYPES:
+            yield Alternative(
+                registered("numerics.table_low_precision"),
+                f"the output is the spec's with {words} stored in {dtype} (computed, then "
+                f"kept in a {dtype} buffer or built from {dtype} values) in a subject compared "
+                f"in {compared_in}: the table's values are off by {dtype}'s rounding; build "
+                "and keep it in the model's dtype or better",
+                pieces={piece: make(dtype)},
+            )

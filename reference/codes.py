@@ -464,6 +464,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "RoPE angles are formed in low precision",
     ),
     (
+        "numerics.table_low_precision",
+        "cause",
+        "2.1 2.3 10.10",
+        "a position table (sinusoidal, RoPE cos/sin) is stored in float16 or bfloat16",
+    ),
+    (
         "numerics.half_precision_input_dtype",
         "cause",
         "10.10",

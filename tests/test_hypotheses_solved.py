@@ -109,3 +109,32 @@ def test_rope_targets_are_named_in_a_block(targets: tuple[str, ...]) -> None:
     (code, message), _ = _explained("decoder_block", moved, rope)
     assert code == "rope.applied_to_wrong_tensors", message
     assert ("values" in message) == ("v" in targets)
+
+
+def test_bfloat16_rounding_is_torchs() -> None:
+    import numpy as np
+    import torch
+
+    from tck.conformance.hypotheses_solved import rounded_to
+
+    x = np.random.default_rng(0).standard_normal(1000) * 10.0 ** np.arange(-5, 5).repeat(100)
+    want = torch.from_numpy(x).to(torch.bfloat16).double().numpy()
+    np.testing.assert_array_equal(rounded_to(x, "bfloat16"), want)
+    np.testing.assert_array_equal(rounded_to(x, "float16"), x.astype(np.float16))
+
+
+@pytest.mark.parametrize("component", ["sinusoidal_pe", "rope"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> None:
+    from tck.conformance.hypotheses_solved import table_dtype_hypotheses
+
+    found = [
+        a
+        for a in table_dtype_hypotheses(component, "float64")
+        if f"stored in {dtype} (" in a.message
+    ]
+    assert len(found) == 1
+    (code, message), _ = _explained(component, found[0])
+    assert code == "numerics.table_low_precision" and dtype in message, message
+    assert not list(table_dtype_hypotheses(component, "bfloat16"))  # a 16-bit comparison
+    assert not list(table_dtype_hypotheses("layer_norm", "float64"))  # no table

@@ -124,6 +124,7 @@ NAMES: tuple[str, ...] = (
     "causal_scale_d_model",
     "rope_theta_hardcoded",
     "residual_from_normed_ffn",
+    "pe_float16_table",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
