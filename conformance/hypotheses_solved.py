@@ -12,7 +12,8 @@ parameterised families that no list of candidate values covers, solved numerical
 - The attention scale (§3.1): the scores multiplied by ``c / sqrt(d_k)`` for a solved ``c``,
   in every component that runs scaled dot-product attention (causal self-attention, blocks
   and whole models as well as ``attention`` and ``mha``): ``attention.scale_missing`` when
-  ``c = sqrt(d_k)``, ``attention.scale_wrong`` otherwise.
+  ``c = sqrt(d_k)``, ``attention.scale_inverted`` when ``c = d_k`` (multiplied by sqrt(d_k)
+  instead of divided), ``attention.scale_wrong`` otherwise.
 
 - The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
   RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
@@ -221,10 +222,15 @@ def solved_hypotheses(
     factor = solve_log(scaled, evaluate, test, LOG_RANGES["scale"])
     if factor is None or math.isclose(factor, 1.0, rel_tol=1e-9):
         return
+    # c = sqrt(d_k): no scale at all; c = d_k: multiplied by sqrt(d_k) instead of divided
     d_k = config.d_model // config.n_heads
-    missing = math.isclose(factor, math.sqrt(d_k), rel_tol=1e-6)
+    named = {math.sqrt(d_k): "attention.scale_missing", float(d_k): "attention.scale_inverted"}
+    code = next(
+        (c for value, c in named.items() if math.isclose(factor, value, rel_tol=1e-6)),
+        "attention.scale_wrong",
+    )
     yield Alternative(
-        registered("attention.scale_missing" if missing else "attention.scale_wrong"),
+        registered(code),
         f"the output is the spec's with the attention scores multiplied by {factor:.6g} / "
         f"sqrt(d_k) instead of 1 / sqrt(d_k) (solved for; 1/sqrt(d_k) times sqrt(d_k) is no "
         "scale at all, times 1/sqrt(d_k) a division by d_k, times sqrt(d_k / d_model) the "

@@ -79,15 +79,18 @@ def test_an_eps_off_any_list_is_solved(eps: float) -> None:
 
 
 @pytest.mark.parametrize("component", ["causal_self_attention", "decoder_block"])
-@pytest.mark.parametrize("factor", [0.37, 2.5, "sqrt_dk"])
+@pytest.mark.parametrize("factor", [0.37, 2.5, "sqrt_dk", "dk"])
 def test_the_attention_scale_is_solved_in_causal_components(component: str, factor) -> None:  # type: ignore[no-untyped-def]
     adapter = load_adapter("reference")
     subject = next(s for s in adapter.subjects() if s.component == component)
     config = Harness(adapter, subject, seed=0).instance().config
-    value = math.sqrt(config.d_model // config.n_heads) if factor == "sqrt_dk" else factor
+    d_k = config.d_model // config.n_heads
+    value = {"sqrt_dk": math.sqrt(d_k), "dk": float(d_k)}.get(factor, factor)
     scaled = Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)})
     (code, message), _ = _explained(component, scaled)
-    want = "attention.scale_missing" if factor == "sqrt_dk" else "attention.scale_wrong"
+    want = {"sqrt_dk": "attention.scale_missing", "dk": "attention.scale_inverted"}.get(
+        factor, "attention.scale_wrong"
+    )
     assert code == want, message
 
 
