@@ -55,8 +55,8 @@ def evidence(result: Mapping[str, Any]) -> int:
     other finding, 0 a hypothesis that fits only a 16-bit comparison."""
     metrics = result.get("metrics") or {}
     if reproduced(result):
-        at = metrics.get("reproduced_at")
-        return 3 if at is None or at == metrics.get("dtype", at) else 2
+        at = metrics.get("reproduced_at")  # None: recorded before this distinction
+        return 3 if at is None or at == (metrics.get("dtype") or "float64") else 2
     return 0 if weak(result) else 1
 
 
