@@ -34,7 +34,14 @@ from tck.reference.conventions import CHOICES
 from tck.reference.expected import expected
 from tck.reference.tolerance import Comparison
 
-from .alternatives import Alternative, completed_params, first_fit, output_of, within
+from .alternatives import (
+    Alternative,
+    completed_params,
+    distinguishable,
+    first_fit,
+    output_of,
+    within,
+)
 from .decoding import param_hypotheses
 from .harness import Harness, Instance, _area
 
@@ -198,6 +205,7 @@ def _hypotheses(
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
     from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
     from .hypotheses_solved import (
+        norm_axes_hypotheses,
         rope_target_hypotheses,
         searches_left,
         solved_hypotheses,
@@ -246,7 +254,12 @@ def _hypotheses(
         sublayers = [0]
     found = first(more_hypotheses(component, inst.params, sublayers[0]))
     if found is None:
-        found = first(rope_target_hypotheses(component, inst.conventions))
+        found = first(
+            itertools.chain(
+                rope_target_hypotheses(component, inst.conventions),
+                norm_axes_hypotheses(component),
+            )
+        )
     if found is None:
         found = first(table_dtype_hypotheses(component, tolerance.dtype))
     if found is None and searches_left(h):
@@ -300,7 +313,11 @@ def matching_combination(
                     gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **changed))
                 except (ValueError, KeyError):
                     continue
-                if gold.shape == test.shape and _within(test, gold, tolerance):
+                if (
+                    gold.shape == test.shape
+                    and _within(test, gold, tolerance)
+                    and distinguishable(gold, base, tolerance)
+                ):
                     return changed
     return None
 

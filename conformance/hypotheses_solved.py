@@ -15,6 +15,10 @@ parameterised families that no list of candidate values covers, solved numerical
   ``c = sqrt(d_k)``, ``attention.scale_inverted`` when ``c = d_k`` (multiplied by sqrt(d_k)
   instead of divided), ``attention.scale_wrong`` otherwise.
 
+- A norm over the wrong axes (``layer_norm.positions_interact``): LayerNorm or RMSNorm
+  statistics over the last two axes, (sequence, features), as ``nn.LayerNorm([L, D])`` or
+  ``F.layer_norm(x, x.shape[-2:])`` compute them, in every component whose oracle runs that
+  norm; positions then share statistics (in a decoder, the future leaks through them).
 - The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
   RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
   subject compared in float32 or float64 (float32 tables in a float64 subject are the
@@ -314,4 +318,60 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
                 f"in {compared_in}: the table's values are off by {dtype}'s rounding; build "
                 "and keep it in the model's dtype or better",
                 pieces={piece: make(dtype)},
+            )
+
+
+# The axes a norm's statistics may wrongly run over, besides the spec's last axis.
+NORM_AXES: tuple[tuple[int, ...], ...] = ((-2, -1),)
+
+
+def _layer_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
+    """§5.1 with the statistics over ``axes``; the gain and shift still per feature."""
+
+    def layer_norm(  # type: ignore[no-untyped-def]
+        x, weight=None, bias=None, *, eps=1e-5, eps_placement="inside_sqrt", variance="biased"
+    ):
+        x = oracle._f64(x)
+        if x.ndim < len(axes) + 1:
+            raise ValueError("no such axes")
+        n = int(np.prod([x.shape[a] for a in axes]))
+        centred = x - x.mean(axis=axes, keepdims=True)
+        var = (centred**2).sum(axis=axes, keepdims=True) / (n - (variance == "unbiased"))
+        if eps_placement == "inside_sqrt":
+            y = centred / np.sqrt(var + eps)
+        else:
+            y = centred / (np.sqrt(var) + eps)
+        y = y if weight is None else y * oracle._f64(weight)
+        return y if bias is None else y + oracle._f64(bias)
+
+    return layer_norm
+
+
+def _rms_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
+    """§5.3 with the mean square over ``axes``."""
+
+    def rms_norm(x, weight=None, *, eps=1e-5):  # type: ignore[no-untyped-def]
+        x = oracle._f64(x)
+        if x.ndim < len(axes) + 1:
+            raise ValueError("no such axes")
+        y = x / np.sqrt((x**2).mean(axis=axes, keepdims=True) + eps)
+        return y if weight is None else y * oracle._f64(weight)
+
+    return rms_norm
+
+
+def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
+    """LayerNorm and RMSNorm statistics over (sequence, features) instead of features."""
+    for piece, make in (("layer_norm", _layer_norm_over), ("rms_norm", _rms_norm_over)):
+        if not reaches(component, piece):
+            continue
+        for axes in NORM_AXES:
+            yield Alternative(
+                registered("layer_norm.positions_interact"),
+                f"the output is the spec's with the {piece} statistics taken over the last "
+                f"{len(axes)} axes (sequence and features: nn.LayerNorm([L, D]), "
+                "F.layer_norm(x, x.shape[-2:])) instead of over the features of each "
+                "position: every position's output depends on the others (in a decoder, on "
+                "future tokens; SPEC.md §5.1, §5.3)",
+                pieces={piece: make(axes)},
             )

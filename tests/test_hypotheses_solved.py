@@ -43,6 +43,8 @@ def first_oracle_failure(adapter: str) -> CheckFailure:
         ("causal_scale_d_model", "attention.scale_wrong"),
         ("rope_theta_hardcoded", "positional.base_wrong"),
         ("residual_from_normed_ffn", "blocks.residual_after_norm"),
+        ("pe_float16_table", "numerics.table_low_precision"),
+        ("layer_norm_seq_axes", "layer_norm.positions_interact"),
     ],
 )
 def test_classes_name_their_mutant(mutant: str, code: str) -> None:
@@ -141,3 +143,14 @@ def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> No
     assert code == "numerics.table_low_precision" and dtype in message, message
     assert not list(table_dtype_hypotheses(component, "bfloat16"))  # a 16-bit comparison
     assert not list(table_dtype_hypotheses("layer_norm", "float64"))  # no table
+
+
+@pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "encoder_layer", "decoder_block"])
+def test_a_norm_over_the_sequence_too_is_named(component: str) -> None:
+    from tck.conformance.hypotheses_solved import norm_axes_hypotheses
+
+    piece = "rms_norm" if component == "rms_norm" else "layer_norm"  # the norm it runs
+    (alternative,) = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]
+    (code, message), _ = _explained(component, alternative)
+    assert code == "layer_norm.positions_interact", message
+    assert not list(norm_axes_hypotheses("mha"))

@@ -125,6 +125,7 @@ NAMES: tuple[str, ...] = (
     "rope_theta_hardcoded",
     "residual_from_normed_ffn",
     "pe_float16_table",
+    "layer_norm_seq_axes",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
