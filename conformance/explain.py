@@ -133,6 +133,7 @@ def explain(
             f"{result.nan_mismatch} position(s) are NaN in exactly one of the "
             f"implementation and the oracle (first at {result.worst_index})"
         )
+    numbers += padded_positions(inputs, test, result)
     found = _hypotheses(h, inst, inputs, test, result)
     exact = found is not None  # reproduced at the failed comparison's own precision
     if found is None and inst.dtype == "float64":
@@ -178,6 +179,35 @@ def explain(
     return registered(
         f"{_area(h.component)}.oracle_mismatch"
     ), f"disagrees with the oracle: {numbers}"
+
+
+def padded_positions(inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison) -> str:
+    """Where the failure lies with respect to padding (``key_padding``, True at real tokens,
+    on a (B, L, ...) output): whether the worst index is a padded position, and how many
+    non-finite positions are padded and how many real. Empty when the call has no padding
+    or the output is not laid out by (batch, position)."""
+    keep = inputs.get("key_padding")
+    if keep is None or test.ndim < 2:
+        return ""
+    keep = np.asarray(keep, dtype=bool)
+    if keep.ndim != 2 or tuple(test.shape[:2]) != keep.shape or keep.all():
+        return ""
+    parts = []
+    index = result.worst_index
+    if index is not None and len(index) >= 2 and not keep[index[0], index[1]]:
+        parts.append(
+            f"index {tuple(int(i) for i in index)} is a padded position (key_padding is False "
+            "there): the spec promises nothing about a padded query's output in a causal "
+            "subject (SPEC.md §11.7), so look at the real positions first"
+        )
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(test).reshape(*keep.shape, -1).all(axis=-1)
+    if bad.any():
+        parts.append(
+            f"non-finite at {int((bad & ~keep).sum())} padded and {int((bad & keep).sum())} "
+            "real position(s)"
+        )
+    return "".join(f"; {part}" for part in parts)
 
 
 def _convention_alternatives(component: str, declared: Conventions) -> Iterable[Alternative]:

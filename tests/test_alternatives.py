@@ -78,3 +78,25 @@ def test_an_alternative_equal_to_the_spec_is_never_evidence() -> None:
     spec5 = tck.gold(inst, longer)
     gold5 = output_of("mha", longer, inst.params, inst.config, inst.conventions, split)
     assert fits(gold5, gold5, spec5, None)
+
+
+def test_a_failure_at_a_padded_position_says_so() -> None:
+    """NaN at padded query rows is located: the message says the worst index is padding and
+    counts the non-finite positions that are padded and real."""
+    from tck.conformance.explain import padded_positions
+    from tck.reference.tolerance import compare
+
+    keep = np.array([[True, True, False], [True, True, True]])
+    gold = np.zeros((2, 3, 4))
+    test = gold.copy()
+    test[0, 2] = np.nan  # the padded query row of the first sequence
+    result = compare(test, gold)
+    words = padded_positions({"key_padding": keep}, test, result)
+    assert "non-finite at 1 padded and 0 real position(s)" in words
+    assert "(0, 2, 0) is a padded position" in words, words
+    test[1, 0, 1] = np.nan
+    assert "1 padded and 1 real" in padded_positions(
+        {"key_padding": keep}, test, compare(test, gold)
+    )
+    assert padded_positions({}, test, result) == ""
+    assert padded_positions({"key_padding": np.ones((2, 3), bool)}, test, result) == ""
