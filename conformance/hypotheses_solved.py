@@ -58,13 +58,13 @@ LOG_RANGES: dict[str, tuple[float, float]] = {
     "pe_base": (math.log(10.0), math.log(1e9)),
     "scale": (math.log(1e-3), math.log(1e3)),
 }
-GRID_POINTS = 41  # coarse grid, then a golden-section refinement around its best point
-# 0.618 ** 70 of a bracket two grid steps wide (0.7 in log for a base): ~1e-15 relative, so
+GRID_POINTS = 31  # coarse grid, then a golden-section refinement around its best point
+# 0.618 ** 60 of a bracket two grid steps wide (1.2 in log for a base): ~4e-13 relative, so
 # that a solved value reproduces an output within a float64 bound
-REFINE_STEPS = 70
+REFINE_STEPS = 60
 # Searches per check (hypothesis explains every failing example it shrinks through): each
 # costs about GRID_POINTS + REFINE_STEPS oracle calls per family.
-SOLVED_SEARCHES = 3
+SOLVED_SEARCHES = 2
 _searches: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
