@@ -9,8 +9,11 @@ the scores, a causal mask without its diagonal, the patch grid read in another o
 position table added before the class token), a structural bug
 (``tck.conformance.structural``), several convention fields at once
 (``matching_combination``), the same at float32 precision for a float64 subject, state
-carried between calls; an overflow last. Each hypothesis is the oracle under that change,
-compared by the tolerance rule of the failed comparison. The codes and words of the
+carried between calls; an overflow last. Each hypothesis is an ``Alternative``
+(``tck.conformance.alternatives``): the oracle under that change, passed to the comparison
+(never patched into the oracle module), judged by the tolerance rule of the failed
+comparison, and evidence only where it differs from the spec's own output on that input by
+more than that rule's bound (``alternatives.fits``). The codes and words of the
 conventions come from the catalogue (``tck.reference.catalogue``); every code is registered
 in ``tck.reference.codes``. Named exceptions are ``tck.conformance.diagnosis``.
 """
@@ -18,14 +21,13 @@ in ``tck.reference.codes``. Named exceptions are ``tck.conformance.diagnosis``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from tck.reference import Conventions, param_shapes, record
+from tck.reference import Conventions, record
 from tck.reference.catalogue import convention_code, plain_words
 from tck.reference.codes import code as registered
 from tck.reference.conventions import CHOICES
@@ -34,11 +36,18 @@ from tck.reference.tolerance import (
     FLOOR,
     ISLAND_FLOOR,
     Comparison,
-    compare,
     float64_floor,
     floor_of,
 )
 
+from .alternatives import (
+    Alternative,
+    completed_params,
+    distinguishable,
+    first_fit,
+    output_of,
+    within,
+)
 from .decoding import param_hypotheses
 from .harness import Harness, Instance, _area
 
@@ -89,19 +98,8 @@ def gold_under(
     """The oracle under other ``conventions`` (a hypothesis). A norm those conventions
     have and the declared ones do not (a final LayerNorm after a post-LN stack) has no
     canonical parameters here: it gets what a fresh ``nn.LayerNorm`` holds, unit gain
-    and zero bias."""
-    params = inst.params
-    if params is not None:
-        wanted = param_shapes(h.component, inst.config, conventions)
-        missing = {k: v for k, v in wanted.items() if k not in params}
-        if missing and all(len(shape) == 1 for shape in missing.values()):
-            params = {
-                **params,
-                **{
-                    k: np.ones(v) if k.endswith("weight") else np.zeros(v)
-                    for k, v in missing.items()
-                },
-            }
+    and zero bias (``alternatives.completed_params``)."""
+    params = completed_params(h.component, inst.params, inst.config, conventions)
     return expected(h.component, inputs, params, inst.config, conventions)
 
 
@@ -145,7 +143,9 @@ def explain(
             f"{result.nan_mismatch} position(s) are NaN in exactly one of the "
             f"implementation and the oracle (first at {result.worst_index})"
         )
+    numbers += padded_positions(inputs, test, result)
     found = _hypotheses(h, inst, inputs, test, result)
+    exact = found is not None  # reproduced at the failed comparison's own precision
     if found is None and inst.dtype == "float64" and floor_of("float64") == FLOOR["float64"]:
         # A float64 subject that computes or stores some step in float32 (a table built
         # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
@@ -171,9 +171,13 @@ def explain(
             found = (found[0], f"{found[1]} ({hint})")
     if found is not None and result.dtype in REPRODUCING_DTYPES:
         # An explanation that reproduces the output (the root-cause ranking prefers it to a
-        # property's finding: tck.reports.causes). A 16-bit comparison's bound is loose
-        # enough for a wrong hypothesis to fit too: weak evidence, not recorded.
-        h.note({"reproduced_by": found[0]})
+        # property's finding, and one at the comparison's own precision to one at float32's:
+        # tck.reports.causes).
+        h.note({"reproduced_by": found[0], "reproduced_at": result.dtype if exact else "float32"})
+    elif found is not None:
+        # A 16-bit comparison's bound is loose enough for a wrong hypothesis to fit too: weak
+        # evidence, ranked after every failure with float64 or float32 evidence.
+        h.note({"fit_only_in": result.dtype})
     if found is None:  # last: it builds and runs a fresh instance
         found = _state_hypothesis(h, inst, inputs, result)
     gold = h.gold(inst, inputs) if found is None else None
@@ -194,6 +198,48 @@ def explain(
     ), f"disagrees with the oracle: {numbers}"
 
 
+def padded_positions(inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison) -> str:
+    """Where the failure lies with respect to padding (``key_padding``, True at real tokens,
+    on a (B, L, ...) output): whether the worst index is a padded position, and how many
+    non-finite positions are padded and how many real. Empty when the call has no padding
+    or the output is not laid out by (batch, position)."""
+    keep = inputs.get("key_padding")
+    if keep is None or test.ndim < 2:
+        return ""
+    keep = np.asarray(keep, dtype=bool)
+    if keep.ndim != 2 or tuple(test.shape[:2]) != keep.shape or keep.all():
+        return ""
+    parts = []
+    index = result.worst_index
+    if index is not None and len(index) >= 2 and not keep[index[0], index[1]]:
+        parts.append(
+            f"index {tuple(int(i) for i in index)} is a padded position (key_padding is False "
+            "there): the spec promises nothing about a padded query's output in a causal "
+            "subject (SPEC.md §11.7), so look at the real positions first"
+        )
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(test).reshape(*keep.shape, -1).all(axis=-1)
+    if bad.any():
+        parts.append(
+            f"non-finite at {int((bad & ~keep).sum())} padded and {int((bad & keep).sum())} "
+            "real position(s)"
+        )
+    return "".join(f"; {part}" for part in parts)
+
+
+def _convention_alternatives(component: str, declared: Conventions) -> Iterable[Alternative]:
+    """Every other value of every convention field the component has (its record's
+    ``fields``, each with the catalogue's alternatives)."""
+    for field in record(component).fields:
+        for value in alternatives(field, getattr(declared, field)):
+            yield Alternative(
+                convention_code(field, value),
+                f"behaves as {field}={value!r}, but the adapter declares "
+                f"{field}={getattr(declared, field)!r}",
+                conventions={field: value},
+            )
+
+
 def _hypotheses(
     h: Harness,
     inst: Instance,
@@ -201,56 +247,71 @@ def _hypotheses(
     test: np.ndarray,
     tolerance: Comparison,
 ) -> tuple[str, str] | None:
-    """The first convention or mask bug that explains ``test`` within ``tolerance``."""
-    for field in record(h.component).fields:
-        values = matching_values(h, inst, inputs, test, field, tolerance)
-        if values and getattr(inst.conventions, field) not in values:
-            value = values[0]
-            return (
-                convention_code(field, value),
-                f"behaves as {field}={value!r}, but the adapter declares "
-                f"{field}={getattr(inst.conventions, field)!r}",
-            )
-    for code, message, params in param_hypotheses(h.component, inst.config, inst.params):
-        gold = expected(h.component, inputs, params, inst.config, inst.conventions)
-        if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
-            return code, message
-    for code, message, altered in _mask_hypotheses(inputs):
-        gold = h.gold(inst, altered)
-        if test.shape == gold.shape and _within(test, gold, tolerance, np.isnan(gold)):
-            return code, message
-    for code, message, altered in _offset_hypotheses(h.component, inputs):
-        gold = h.gold(inst, altered)
-        if test.shape == gold.shape and _within(test, gold, tolerance):
-            return code, message
-    from .hypotheses_layout import layout_explanation  # softmax axis, mask added, patch grid
-
-    found = layout_explanation(h, inst, inputs, test, tolerance)
-    if found is not None:
-        return found
-    from .structural import (
-        extra_norm_hypotheses,
-        patch_order_hypotheses,
-        pooling_hypotheses,
+    """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
+    the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
+    from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
+    from .hypotheses_solved import (
+        norm_axes_hypotheses,
+        rope_target_hypotheses,
+        searches_left,
+        solved_hypotheses,
+        table_dtype_hypotheses,
     )
+    from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
 
-    compute = functools.partial(h.gold, inst, inputs)
-    for code, message, gold in extra_norm_hypotheses(h.component, compute):
-        if test.shape == gold.shape and _within(test, gold, tolerance):
-            return code, f"{message}, and its adapter does not declare it"
-    for code, message, gold in itertools.chain(
-        patch_order_hypotheses(h.component, compute),
-        pooling_hypotheses(h.component, compute),
-    ):
-        if test.shape == gold.shape and _within(test, gold, tolerance):
-            return code, message
+    component = h.component
+    try:
+        spec = h.gold(inst, inputs)
+    except (ValueError, KeyError):
+        return None
+
+    def evaluate(alternative: Alternative) -> np.ndarray:
+        return output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
+
+    def params_alternatives() -> Iterable[Alternative]:
+        for code, message, params in param_hypotheses(component, inst.config, inst.params):
+            yield Alternative(code, message, params=params, nan="ignore")
+
+    def first(candidates: Iterable[Alternative]) -> Alternative | None:
+        return first_fit(candidates, evaluate, test, spec, tolerance)
+
+    found = first(
+        itertools.chain(
+            _convention_alternatives(component, inst.conventions),
+            params_alternatives(),
+            _mask_hypotheses(inputs),
+            _offset_hypotheses(component, inputs),
+            layout_hypotheses(component),
+            extra_norm_hypotheses(component),
+            patch_order_hypotheses(component),
+            pooling_hypotheses(component),
+        )
+    )
+    if found is not None:
+        return found.code, found.message
     combination = matching_combination(h, inst, inputs, test, tolerance=tolerance)
     if combination:
         h.note({"explained_by": combination})
         return combination_diagnosis(inst.conventions, combination)
-    from .hypotheses_more import more_explanation  # head split/merge, bias, gain, residual
-
-    return more_explanation(h, inst, inputs, test, tolerance)
+    pieces, sublayers = counting_sublayers()
+    try:
+        evaluate(Alternative("", "", pieces=pieces))
+    except (ValueError, KeyError):
+        sublayers = [0]
+    found = first(more_hypotheses(component, inst.params, sublayers[0]))
+    if found is None:
+        found = first(
+            itertools.chain(
+                rope_target_hypotheses(component, inst.conventions),
+                norm_axes_hypotheses(component),
+            )
+        )
+    if found is None:
+        found = first(table_dtype_hypotheses(component, tolerance.dtype))
+    if found is None and searches_left(h):
+        found = first(solved_hypotheses(component, inst.config, inst.conventions, evaluate, test))
+    return None if found is None else (found.code, found.message)
 
 
 def matching_combination(
@@ -299,7 +360,11 @@ def matching_combination(
                     gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **changed))
                 except (ValueError, KeyError):
                     continue
-                if gold.shape == test.shape and _within(test, gold, tolerance):
+                if (
+                    gold.shape == test.shape
+                    and _within(test, gold, tolerance)
+                    and distinguishable(gold, base, tolerance)
+                ):
                     return changed
     return None
 
@@ -338,31 +403,31 @@ def _precision_hint(h: Harness, inst: Instance) -> str | None:
     return hint(inst.handle) if callable(hint) else None
 
 
-def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[tuple[str, str, dict]]:
+def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
     masks = [
         k for k in ("keep_mask", "key_padding", "attn_mask", "memory_key_padding") if k in inputs
     ]
     if masks:
-        yield (
+        yield Alternative(
             "mask.polarity_inverted",
             "the output is what the spec gives with every keep-mask inverted: the "
             "implementation attends to the padded keys and ignores the real ones",
-            {**inputs, **{k: ~np.asarray(inputs[k]) for k in masks}},
+            inputs={**inputs, **{k: ~np.asarray(inputs[k]) for k in masks}},
+            nan="ignore",
         )
-        yield (
+        yield Alternative(
             "mask.ignored",
             "the output is what the spec gives with no mask at all: the mask has no "
             "effect (a float/bool mask mix-up, or a mask that never reaches softmax)",
-            {k: v for k, v in inputs.items() if k not in masks},
+            inputs={k: v for k, v in inputs.items() if k not in masks},
+            nan="ignore",
         )
 
 
 POSITION_OFFSETS = (1, 2, -1)
 
 
-def _offset_hypotheses(
-    component: str, inputs: Mapping[str, np.ndarray]
-) -> Iterable[tuple[str, str, dict]]:
+def _offset_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
     """Positions counted from another origin: the encoding at p is the spec's at p + offset
     (fairseq counts positions from padding_idx + 1; a cache index off by one)."""
     if component not in ("sinusoidal_pe", "rope") or "positions" not in inputs:
@@ -371,39 +436,23 @@ def _offset_hypotheses(
     area = "positional" if component == "sinusoidal_pe" else "rope"
     counted = np.arange(positions.size)
     if positions.ndim == 1 and not np.array_equal(positions, counted):
-        yield (
+        yield Alternative(
             registered(f"{area}.positions_ignored"),
             "the encoding ignores the positions it is given and uses 0, 1, ..., L-1 (its index "
             "in the sequence) instead: position ids passed in never reach it",
-            {**inputs, "positions": counted},
+            inputs={**inputs, "positions": counted},
         )
     for offset in POSITION_OFFSETS:
         if positions.size and int(positions.min()) + offset < 0:
             continue
-        yield (
+        yield Alternative(
             registered(f"{area}.position_offset"),
             f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
             f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
             "positions that start at padding_idx + 1, or a cache read one step off)",
-            {**inputs, "positions": positions + offset},
+            inputs={**inputs, "positions": positions + offset},
         )
 
 
-def _within(
-    test: np.ndarray,
-    gold: np.ndarray,
-    tolerance: Comparison | None,
-    ignore: np.ndarray | None = None,
-) -> bool:
-    """Does ``gold`` (an alternative hypothesis) explain ``test`` as well as the rule asks,
-    in the dtype and with the naive reference's error of the failed comparison?"""
-    if tolerance is None or tolerance.dtype == "float64":
-        return compare(test, gold, ignore=ignore).passed
-    return compare(
-        test,
-        gold,
-        dtype=tolerance.dtype,
-        careful_err=tolerance.careful_err,
-        k=tolerance.k,
-        ignore=ignore,
-    ).passed
+# The tolerance rule of a failed comparison, applied to a hypothesis: tck.conformance.alternatives.
+_within = within

@@ -3,14 +3,13 @@ a softmax over any axis of the scores but the keys, a keep-mask added to the sco
 values instead of applied, a causal triangle that hides the diagonal, patch tokens read from
 the patch grid in another axis order, and a position table added before the class token.
 
-Each hypothesis recomputes the oracle with one deliberate deviation, by replacing the oracle
-function it lives in by its module-global name (``tck.reference.oracle`` and
-``tck.reference.components`` call the pieces that way; see ``structural``), and is judged like
-a convention: does it reproduce the implementation's output within the failed comparison's
-bound? They apply to every component whose oracle runs the replaced piece (the softmax-axis
-and mask hypotheses to attention, mha, layers, stacks, decoder-only blocks and models; the
-patch-layout one to patch_embed and vit), so a bug is named where it lives and also in every
-subject that contains it.
+Each hypothesis is an ``Alternative`` (``tck.conformance.alternatives``): the oracle with
+the piece it lives in replaced, in a separate oracle passed to the comparison
+(``tck.reference.variants``), judged like a convention: does it reproduce the
+implementation's output within the failed comparison's bound, while differing from the
+spec's? They apply to every component whose oracle runs the replaced piece, read from the
+component's oracle call (``tck.reference.variants.reaches``), so a bug is named where it
+lives and also in every subject that contains it.
 
 The codes (registered in ``tck.reference.codes``):
 
@@ -28,53 +27,23 @@ The codes (registered in ``tck.reference.codes``):
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from tck.reference import oracle
+from tck.reference.variants import reaches
 
-Hypothesis = tuple[str, str, np.ndarray]
+from .alternatives import Alternative
 
 # A finite fill for masked scores (masked_fill(-1e9), torch.finfo.min): with the softmax over
 # another axis than the keys, an all-masked slice is then uniform rather than NaN.
 MASK_FILL = -1e9
 
-# Components whose oracle runs oracle.scaled_dot_product_attention.
-ATTENTION_BEARING = frozenset(
-    {
-        "attention",
-        "mha",
-        "encoder_layer",
-        "decoder_layer",
-        "encoder",
-        "decoder",
-        "seq2seq",
-        "vit",
-        "causal_self_attention",
-        "decoder_block",
-        "causal_lm",
-    }
-)
-# Components whose oracle builds a causal triangle with oracle.causal_keep_mask.
-CAUSAL_BEARING = ATTENTION_BEARING - {"vit", "encoder", "encoder_layer"}
-PATCH_BEARING = frozenset({"patch_embed", "vit"})
-
 _AXIS_WORDS_4D = {0: "the batch axis", 1: "the head axis", 2: "the query axis"}
-
-
-@contextlib.contextmanager
-def _replaced(name: str, replacement: Callable[..., Any]) -> Iterator[None]:
-    original = getattr(oracle, name)
-    setattr(oracle, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(oracle, name, original)
 
 
 def _scores(q: Any, k: Any, scale: float | None) -> np.ndarray:
@@ -123,50 +92,36 @@ def _axis_words(axis: int, ndim: int) -> str:
     return "the batch axis" if axis == 0 else f"axis {axis}"
 
 
-def softmax_axis_hypotheses(
-    component: str, compute: Callable[[], np.ndarray], ndim: int = 4
-) -> Iterator[Hypothesis]:
+def softmax_axis_hypotheses(component: str, ndim: int = 4) -> Iterator[Alternative]:
     """A softmax over each axis of the scores but the keys' (batch, heads, queries)."""
-    if component not in ATTENTION_BEARING:
+    if not reaches(component, "scaled_dot_product_attention"):
         return
     for axis, fill in itertools.product(range(ndim - 1), (MASK_FILL, -np.inf)):
-        with _replaced("scaled_dot_product_attention", _sdpa_softmax_over(axis, fill)):
-            try:
-                gold = compute()
-            except (ValueError, KeyError, IndexError, np.exceptions.AxisError):
-                continue
         words = _axis_words(axis, ndim)
-        yield (
+        yield Alternative(
             "attention.softmax_axis_wrong",
             f"the output is the spec's with the softmax taken over {words} of the scores "
             f"(softmax(scores, dim={axis}) on (B, H, Lq, Lk) scores) instead of over the keys "
             "(dim=-1): each weight is normalised across the wrong positions (SPEC.md §3.1)",
-            gold,
+            pieces={"scaled_dot_product_attention": _sdpa_softmax_over(axis, fill)},
         )
 
 
-def mask_added_hypotheses(
-    component: str, inputs: Mapping[str, Any], compute: Callable[[], np.ndarray]
-) -> Iterator[Hypothesis]:
+def mask_added_hypotheses(component: str) -> Iterator[Alternative]:
     """A boolean keep-mask (or its complement) added to the scores as 0/1 values."""
-    if component not in ATTENTION_BEARING:
+    if not reaches(component, "scaled_dot_product_attention"):
         return
     for complement, words in (
         (False, "kept keys get +1 and masked keys +0"),
         (True, "masked keys get +1 and kept keys +0"),
     ):
-        with _replaced("scaled_dot_product_attention", _sdpa_mask_added(complement)):
-            try:
-                gold = compute()
-            except (ValueError, KeyError):
-                continue
-        yield (
+        yield Alternative(
             "mask.ignored",
             "the output is the spec's with the boolean mask cast to float and ADDED to the "
             f"scores, as an additive (0 / -inf) mask would be ({words}): nothing is hidden, "
             "the mask has next to no effect (a bool/float mask mix-up; use masked_fill, or "
             "turn the keep-mask into 0 / -inf before adding it; SPEC.md §4.1)",
-            gold,
+            pieces={"scaled_dot_product_attention": _sdpa_mask_added(complement)},
         )
 
 
@@ -177,31 +132,22 @@ def _causal_diagonal_hidden(lq: int, lk: int, alignment: str = "top_left") -> np
     return np.arange(lk)[None, :] < np.arange(lq)[:, None] + offset
 
 
-def causal_diagonal_hypotheses(
-    component: str,
-    inputs: Mapping[str, Any],
-    compute_under: Callable[[str], np.ndarray],
-) -> Iterator[tuple[str, str, np.ndarray, str]]:
+def causal_diagonal_hypotheses(component: str) -> Iterator[Alternative]:
     """The causal triangle without its diagonal, under each fully-masked-row policy (query 0
-    has no key left: NaN with a -inf fill, uniform with a finite one, 0 if zeroed).
-    ``compute_under(policy)`` evaluates the oracle with that policy. Yields (code, message,
-    gold, policy)."""
-    if component not in CAUSAL_BEARING:
+    has no key left: NaN with a -inf fill, uniform with a finite one, 0 if zeroed); with NaN,
+    the implementation must be non-finite exactly at the rows left without a key."""
+    if not reaches(component, "causal_keep_mask"):
         return
     for policy in ("nan", "uniform", "zero"):
-        with _replaced("causal_keep_mask", _causal_diagonal_hidden):
-            try:
-                gold = compute_under(policy)
-            except (ValueError, KeyError):
-                continue
-        yield (
+        yield Alternative(
             "mask.causal_diagonal_hidden",
             "the output is the spec's with a causal mask that also hides the diagonal (query i "
             "sees keys j < i, not j <= i: torch.triu(..., diagonal=0) where the future is "
             "triu(..., diagonal=1)): no token sees itself and the first query has no key at "
             f"all (its row is {'NaN' if policy == 'nan' else policy} here; SPEC.md §4.3)",
-            gold,
-            policy,
+            pieces={"causal_keep_mask": _causal_diagonal_hidden},
+            conventions={"fully_masked_rows": policy},
+            nan="located" if policy == "nan" else "compare",
         )
 
 
@@ -222,31 +168,24 @@ def _patch_embed_laid_out(order: tuple[int, int, int]) -> Callable[..., np.ndarr
     return patch_embed
 
 
-def patch_layout_hypotheses(
-    component: str, compute: Callable[[], np.ndarray]
-) -> Iterator[Hypothesis]:
+def patch_layout_hypotheses(component: str) -> Iterator[Alternative]:
     """Patch tokens read from the embedded patch grid in any axis order but (rows, columns,
     channels): the conv's (B, D, gh, gw) output reshaped to (B, N, D) without
     ``flatten(2).transpose(1, 2)``, a grid read column-major, and the other orders."""
-    if component not in PATCH_BEARING:
+    if not reaches(component, "patch_embed"):
         return
     for order in itertools.permutations((1, 2, 3)):
         if order == (1, 2, 3):
             continue
-        with _replaced("patch_embed", _patch_embed_laid_out(order)):
-            try:
-                gold = compute()
-            except (ValueError, KeyError):
-                continue
         shown = ", ".join(_GRID_AXES[a] for a in order)
-        yield (
+        yield Alternative(
             "vit.patch_order",
             f"the output is the spec's with the patch tokens read from the embedded patch grid "
             f"in the order ({shown}) instead of (grid rows, grid columns, channels): the "
             "(B, D, h, w) patch embedding is turned into (B, N, D) tokens without the "
             "right transpose (x.flatten(2).transpose(1, 2)), so token n is not patch n "
             "(row-major over the grid) or mixes several patches' channels (SPEC.md §9.1)",
-            gold,
+            pieces={"patch_embed": _patch_embed_laid_out(order)},
         )
 
 
@@ -273,78 +212,27 @@ def _vit_tokens_pos_before_cls(rows: str) -> Callable[..., np.ndarray]:
     return vit_tokens
 
 
-def cls_position_hypotheses(
-    component: str, compute: Callable[[], np.ndarray]
-) -> Iterator[Hypothesis]:
+def cls_position_hypotheses(component: str) -> Iterator[Alternative]:
     """The position table added to the patch tokens only, before the class token."""
-    if component != "vit":
+    if not reaches(component, "vit_tokens"):
         return
     for rows, words in (
         ("first", "rows 0..N-1 (pos_embed[:, :N]): patch i gets the row of i - 1"),
         ("last", "rows 1..N (pos_embed[:, 1:])"),
     ):
-        with _replaced("vit_tokens", _vit_tokens_pos_before_cls(rows)):
-            try:
-                gold = compute()
-            except (ValueError, KeyError):
-                continue
-        yield (
+        yield Alternative(
             "vit.cls_pos_embed_missing",
             "the output is the spec's with the position table added to the patch tokens "
             f"before the class token is prepended, {words}: the class token gets no position "
             "embedding (SPEC.md §9.2, §9.3)",
-            gold,
+            pieces={"vit_tokens": _vit_tokens_pos_before_cls(rows)},
         )
 
 
-def layout_explanation(
-    tck: Any, inst: Any, inputs: Mapping[str, np.ndarray], test: np.ndarray, tolerance: Any
-) -> tuple[str, str] | None:
-    """(code, message) of the first hypothesis of this module that reproduces ``test``
-    within ``tolerance`` (the failed comparison's bound), else None. ``tck``: the Harness."""
-    import dataclasses
-
-    from .explain import _within, gold_under
-
-    def compute() -> np.ndarray:
-        return tck.gold(inst, inputs)
-
-    component = tck.component
-    spec_output = compute()
-
-    def changes_nothing(gold: np.ndarray) -> bool:
-        # A hypothesis that does not apply to this call (no causal mask, no padding) gives
-        # the spec's own output: it explains nothing, least of all a precision loss.
-        return gold.shape == spec_output.shape and np.array_equal(gold, spec_output, equal_nan=True)
-
-    for code, message, gold in itertools.chain(
-        softmax_axis_hypotheses(component, compute),
-        mask_added_hypotheses(component, inputs, compute),
-        patch_layout_hypotheses(component, compute),
-        cls_position_hypotheses(component, compute),
-    ):
-        if changes_nothing(gold):
-            continue
-        if test.shape == gold.shape and _within(test, gold, tolerance):
-            return code, message
-
-    def under(policy: str) -> np.ndarray:
-        conventions = dataclasses.replace(inst.conventions, fully_masked_rows=policy)
-        return gold_under(tck, inst, inputs, conventions)
-
-    for code, message, gold, policy in causal_diagonal_hypotheses(component, inputs, under):
-        if test.shape != gold.shape or changes_nothing(gold):
-            continue
-        ignore = None
-        if policy == "nan":
-            undefined = np.isnan(gold)
-            # Non-finite exactly where the hypothesis leaves a query without a key (the whole
-            # output of a one-token call), where the spec's output is finite
-            if not undefined.any() or not np.array_equal(undefined, ~np.isfinite(test)):
-                continue
-            if not np.isfinite(tck.gold(inst, inputs)[undefined]).all():
-                continue
-            ignore = undefined
-        if _within(test, gold, tolerance, ignore):
-            return code, message
-    return None
+def layout_hypotheses(component: str) -> Iterator[Alternative]:
+    """Every hypothesis of this module for ``component``, in the order they are tried."""
+    yield from softmax_axis_hypotheses(component)
+    yield from mask_added_hypotheses(component)
+    yield from patch_layout_hypotheses(component)
+    yield from cls_position_hypotheses(component)
+    yield from causal_diagonal_hypotheses(component)

@@ -2,13 +2,13 @@
 biases that are never added, a norm gain read as ``1 + weight``, and a residual taken from
 the normalised input.
 
-Each hypothesis recomputes the oracle with one deliberate deviation and is judged like a
-convention: does it reproduce the implementation's output within the failed comparison's
-bound? The deviations either wrap an oracle function by its module-global name
-(``tck.reference.oracle`` calls its pieces that way; see ``structural``) or change the
-parameters the oracle is given. ``more_hypotheses`` yields ``(code, message, gold)`` for a
-component; the harness calls it after its own hypotheses, so that nothing here can take a
-diagnosis away from a more specific explanation found first.
+Each hypothesis is an ``Alternative`` (``tck.conformance.alternatives``): the oracle with a
+piece replaced (in a separate oracle passed to the comparison, ``tck.reference.variants``)
+or with other parameters, judged like a convention: does it reproduce the implementation's
+output within the failed comparison's bound, while differing from the spec's?
+``more_hypotheses`` yields them for a component whose oracle runs the replaced piece (read
+from its record's oracle call); the explainer tries them after its own, so that nothing here
+can take a diagnosis away from a more specific explanation found first.
 
 The codes (SPEC.md Appendix B):
 
@@ -22,12 +22,12 @@ The codes (SPEC.md Appendix B):
 - ``layer_norm.gain_plus_one``: the norm multiplies by ``1 + weight`` (Gemma's RMSNorm
   convention) where the weights are stored for ``weight`` (or the reverse, ``weight - 1``);
 - ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
-  input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``.
+  input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``, in every sublayer or
+  in one sublayer only (the k-th of the call, in the order the oracle runs them).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -35,28 +35,11 @@ from typing import Any
 import numpy as np
 
 from tck.reference import oracle, record
-from tck.reference.expected import expected
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
 
 Arrays = Mapping[str, np.ndarray]
-Hypothesis = tuple[str, str, np.ndarray]
-
-# Components whose oracle splits heads (through oracle.split_heads).
-HEAD_BEARING = frozenset(
-    {
-        "mha",
-        "encoder_layer",
-        "decoder_layer",
-        "encoder",
-        "decoder",
-        "seq2seq",
-        "vit",
-        "causal_self_attention",
-        "decoder_block",
-        "causal_lm",
-    }
-)
-# Components with a pre-LN sublayer (oracle._sublayer or the decoder block's own).
-SUBLAYERED = frozenset({"encoder_layer", "decoder_layer", "encoder", "decoder", "seq2seq", "vit"})
 
 _NORM_WEIGHT = re.compile(r"(^|\.)(norm\d*|ln_\w+)\.weight$")
 
@@ -85,22 +68,42 @@ def _split_heads_no_transpose(x: Any, n_heads: int) -> np.ndarray:
     return oracle._f64(x).reshape(b, n_heads, length, width // n_heads)
 
 
-@contextlib.contextmanager
-def _replaced(name: str, replacement: Callable[..., Any]) -> Iterator[None]:
-    original = getattr(oracle, name)
-    setattr(oracle, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(oracle, name, original)
-
-
 def _residual_after_norm(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
     """A pre-LN sublayer whose residual is the normalised input: h = Norm(x); h + f(h)."""
     if conventions.norm_placement == "post":
         return oracle.norm(x + fn(x), params, norm_prefix, conventions)
     h = oracle.norm(x, params, norm_prefix, conventions)
     return h + fn(h)
+
+
+def _residual_after_norm_in(which: int) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation: the replacement counts its calls) under which
+    only the ``which``-th sublayer of a call (0-based, in the order the oracle runs them)
+    takes its residual from the normalised input."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        seen = [0]
+
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            seen[0] += 1
+            if seen[0] - 1 == which:
+                return _residual_after_norm(x, params, norm_prefix, conventions, fn)
+            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+        return {"_sublayer": sublayer}
+
+    return pieces
+
+
+def counting_sublayers() -> tuple[dict[str, Callable[..., Any]], list[int]]:
+    """Pieces that run the spec's sublayers and count them, and the counter (one element)."""
+    seen = [0]
+
+    def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+        seen[0] += 1
+        return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+    return {"_sublayer": sublayer}, seen
 
 
 def _leaf(key: str) -> str:
@@ -114,24 +117,17 @@ def _norm_weights(component: str, params: Arrays) -> list[str]:
     return [k for k in params if _NORM_WEIGHT.search(k)]
 
 
-def head_split_hypotheses(
-    component: str, compute: Callable[[], np.ndarray]
-) -> Iterator[Hypothesis]:
+def head_split_hypotheses(component: str) -> Iterator[Alternative]:
     """Heads split by a reshape without the transpose."""
-    if component not in HEAD_BEARING:
+    if not reaches(component, "split_heads"):
         return
-    with _replaced("split_heads", _split_heads_no_transpose):
-        try:
-            gold = compute()
-        except (ValueError, KeyError):
-            return
-    yield (
+    yield Alternative(
         "attention.heads_split_wrong_order",
         "the output is the spec's with the heads split by a reshape without the transpose: "
         "(B, L, H*d) viewed as (B, H, L, d) (x.view(B, H, L, d) or view(B*H, -1, d)) where the "
         "spec takes x.view(B, L, H, d).transpose(1, 2), so each 'head' mixes several positions' "
         "channels and the scores compare the wrong vectors (SPEC.md §3.3)",
-        gold,
+        pieces={"split_heads": _split_heads_no_transpose},
     )
 
 
@@ -141,51 +137,47 @@ def _merge_heads_no_transpose(x: Any) -> np.ndarray:
     return oracle._f64(x).reshape(b, length, h * d)
 
 
-def head_merge_hypotheses(
-    component: str, compute: Callable[[], np.ndarray]
-) -> Iterator[Hypothesis]:
+def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
     """Heads merged by a reshape without the transpose, in any head-bearing component (mha
     has its own check, test_attention.test_heads_merge_order; inside a layer, a stack or a
     ViT only the oracle comparison sees it)."""
-    if component not in HEAD_BEARING:
+    if not reaches(component, "merge_heads"):
         return
-    with _replaced("merge_heads", _merge_heads_no_transpose):
-        try:
-            gold = compute()
-        except (ValueError, KeyError):
-            return
-    yield (
+    yield Alternative(
         "attention.heads_merged_wrong_order",
         "the output is the spec's with the heads merged by a reshape without the transpose: "
         "(B, H, L, d) reshaped straight to (B, L, H*d) where the spec takes "
         "x.transpose(1, 2).reshape(B, L, H*d), so positions and heads are interleaved before "
         "the output projection (SPEC.md §3.3)",
-        gold,
+        pieces={"merge_heads": _merge_heads_no_transpose},
     )
 
 
-def residual_hypotheses(component: str, compute: Callable[[], np.ndarray]) -> Iterator[Hypothesis]:
-    """A pre-LN residual taken from the normalised input."""
-    if component not in SUBLAYERED:
+def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternative]:
+    """A pre-LN residual taken from the normalised input: in every sublayer, then (when the
+    call runs ``sublayers`` > 1 of them) in each one alone."""
+    if not reaches(component, "_sublayer"):
         return
-    with _replaced("_sublayer", _residual_after_norm):
-        try:
-            gold = compute()
-        except (ValueError, KeyError):
-            return
-    yield (
+    yield Alternative(
         "blocks.residual_after_norm",
         "the output is the spec's with each pre-LN sublayer adding its output to the "
         "normalised input (h = norm(x); h + f(h)) instead of to the input itself "
         "(x + f(norm(x))): the residual path carries the LayerNorm's output, so the "
         "identity path of the stack is lost (SPEC.md §7.1)",
-        gold,
+        pieces={"_sublayer": _residual_after_norm},
     )
+    for which in range(sublayers if sublayers > 1 else 0):
+        yield Alternative(
+            "blocks.residual_after_norm",
+            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
+            "the layers run them: attention, [cross-attention,] FFN per layer) adding its "
+            "output to the normalised input (h = norm(x); h + f(h)) instead of to the input "
+            "itself (x + f(norm(x))); the other sublayers are right (SPEC.md §7.1)",
+            pieces=_residual_after_norm_in(which),
+        )
 
 
-def param_hypotheses_more(
-    component: str, params: Arrays | None, compute_with: Callable[[Arrays], np.ndarray]
-) -> Iterator[Hypothesis]:
+def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:
     """Biases never added; a norm gain read as 1 + weight (or weight - 1)."""
     if not params:
         return
@@ -195,68 +187,38 @@ def param_hypotheses_more(
         if not nonzero:
             continue
         dropped = {**params, **{k: np.zeros_like(np.asarray(params[k])) for k in keys}}
-        try:
-            gold = compute_with(dropped)
-        except (ValueError, KeyError):
-            continue
         shown = ", ".join(sorted(keys)[:6]) + (", ..." if len(keys) > 6 else "")
-        yield (
+        yield Alternative(
             "params.bias_unused",
             f"the output is the spec's with the biases of {words} set to zero ({shown}): the "
             "implementation loads those biases but never adds them (a projection called "
             "without its bias, or a port that reads only the weights)",
-            gold,
+            params=dropped,
         )
     norms = _norm_weights(component, params)
     for sign, words in ((1.0, "1 + weight"), (-1.0, "weight - 1")):
         if not norms:
             break
         shifted = {**params, **{k: np.asarray(params[k], dtype=np.float64) + sign for k in norms}}
-        try:
-            gold = compute_with(shifted)
-        except (ValueError, KeyError):
-            continue
-        yield (
+        yield Alternative(
             "layer_norm.gain_plus_one",
             f"the output is the spec's with every norm gain replaced by {words}: the norm "
             "multiplies by (1 + weight) where the weights are stored for a plain weight, or "
             "the reverse (Gemma's RMSNorm stores weight - 1 and multiplies by 1 + weight; a "
             f"port mixes the two conventions). Norm weights: {', '.join(norms[:4])}",
-            gold,
+            params=shifted,
         )
 
 
 def more_hypotheses(
-    component: str,
-    params: Arrays | None,
-    compute: Callable[[], np.ndarray],
-    compute_with: Callable[[Arrays], np.ndarray],
-) -> Iterator[Hypothesis]:
-    """Every hypothesis of this module for ``component``: ``compute()`` evaluates the oracle
-    as the failed comparison did, ``compute_with(params)`` with other parameters."""
-    yield from head_split_hypotheses(component, compute)
-    yield from head_merge_hypotheses(component, compute)
-    yield from residual_hypotheses(component, compute)
-    yield from param_hypotheses_more(component, params, compute_with)
-
-
-def more_explanation(
-    tck: Any, inst: Any, inputs: Mapping[str, np.ndarray], test: np.ndarray, tolerance: Any
-) -> tuple[str, str] | None:
-    """(code, message) of the first hypothesis of this module that reproduces ``test``
-    within ``tolerance`` (the failed comparison's bound), else None. ``tck``: the Harness."""
-    from .explain import _within
-
-    def compute() -> np.ndarray:
-        return tck.gold(inst, inputs)
-
-    def with_params(params: Arrays) -> np.ndarray:
-        return expected(tck.component, inputs, params, inst.config, inst.conventions)
-
-    for code, message, gold in more_hypotheses(tck.component, inst.params, compute, with_params):
-        if test.shape == gold.shape and _within(test, gold, tolerance):
-            return code, message
-    return None
+    component: str, params: Arrays | None, sublayers: int = 0
+) -> Iterator[Alternative]:
+    """Every hypothesis of this module for ``component`` with ``params``; ``sublayers``: how
+    many sublayers the call runs (0: not counted, no one-sublayer hypotheses)."""
+    yield from head_split_hypotheses(component)
+    yield from head_merge_hypotheses(component)
+    yield from residual_hypotheses(component, sublayers)
+    yield from param_hypotheses_more(component, params)
 
 
 def explained_by_one_other_field(

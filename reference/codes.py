@@ -293,6 +293,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ("rope.not_identity_at_zero", "cause", "2.3", "position 0 is not the identity"),
     ("rope.position_offset", "cause", "2.3", "the rotation at p is the spec's at p + k"),
     ("rope.positions_ignored", "cause", "2.3", "the rotation ignores the positions it is given"),
+    (
+        "rope.applied_to_wrong_tensors",
+        "cause",
+        "2.3 11.1",
+        "the rotation is applied to the queries only, the keys only, or the values too",
+    ),
     # --- FFN, blocks, models
     ("ffn.not_position_wise", "cause", "6.2", "the FFN mixes positions"),
     ("ffn.gate_up_swapped", "cause", "11.3", "the gate and up projections are swapped"),
@@ -456,6 +462,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "cause",
         "2.3 10.10",
         "RoPE angles are formed in low precision",
+    ),
+    (
+        "numerics.table_low_precision",
+        "cause",
+        "2.1 2.3 10.10",
+        "a position table (sinusoidal, RoPE cos/sin) is stored in float16 or bfloat16",
     ),
     (
         "numerics.half_precision_input_dtype",

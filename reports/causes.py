@@ -6,6 +6,18 @@ reports lead with the cause (``root_causes``), most specific first, and list the
 under it. A generic code (``*.oracle_mismatch``, ``*.assertion``, ``adapter.exception``) is a
 cause of its own only when nothing more specific fits the same subject. How specific a code
 is comes from its rank class in the registry of codes (``tck.reference.codes``).
+
+The order is one a user can act on (docs/diagnosis.md):
+
+1. under ``--baseline``, the causes with a new failure before those the baseline already had;
+2. a cause whose only evidence is a hypothesis that fits a 16-bit comparison after every
+   cause with other evidence (a bfloat16 bound is loose enough for a wrong hypothesis to fit);
+3. more specific before less (the code's rank class);
+4. the strength of the evidence: an explanation that reproduces the failing output at the
+   comparison's own precision, then one that reproduces it at float32's only, then a
+   property's finding; this comes before the number of failing rows, so a cause that
+   reproduces the output exactly beats one that fits more rows;
+5. a forward finding before the gradient one it causes, then the number of failing rows.
 """
 
 from __future__ import annotations
@@ -35,6 +47,27 @@ def reproduced(result: Mapping[str, Any]) -> bool:
     follows from a mask added to the scores, not the reverse."""
     code = (result.get("diagnosis") or {}).get("code", "")
     return bool(code) and (result.get("metrics") or {}).get("reproduced_by") == code
+
+
+def evidence(result: Mapping[str, Any]) -> int:
+    """How strongly a result supports its code: 3 an explanation reproduced the output at
+    the comparison's own precision, 2 at float32's only (a float64 subject's retry), 1 any
+    other finding, 0 a hypothesis that fits only a 16-bit comparison."""
+    metrics = result.get("metrics") or {}
+    if reproduced(result):
+        at = metrics.get("reproduced_at")  # None: recorded before this distinction
+        return 3 if at is None or at == (metrics.get("dtype") or "float64") else 2
+    return 0 if weak(result) else 1
+
+
+def weak(result: Mapping[str, Any]) -> bool:
+    """Is the result's diagnosis a hypothesis that fits only a 16-bit comparison?"""
+    return bool((result.get("metrics") or {}).get("fit_only_in"))
+
+
+def known(result: Mapping[str, Any]) -> bool:
+    """Did the ``--baseline`` run already have this failure (``tck.conformance.baseline``)?"""
+    return result.get("baseline") == "known"
 
 
 def _strength(result: Mapping[str, Any]) -> int:
@@ -94,17 +127,18 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for order, r in enumerate(failing):
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
-        # Most specific; among equals, one an explanation reproduced, a forward finding
-        # before a gradient's, the code most results of the subject share; then the first
-        # reported.
+        # Not a 16-bit fit alone; most specific; among equals, the strongest evidence, a
+        # forward finding before a gradient's, the code most results of the subject share;
+        # then the first reported.
         key = (
+            int(not weak(r)),
             _strength(r),
-            int(reproduced(r)),
+            evidence(r),
             _generic_order(code),
             counts[(r["subject"], code)],
             -order,
         )
-        if r["subject"] not in best or key > best[r["subject"]][:5]:
+        if r["subject"] not in best or key > best[r["subject"]][:6]:
             best[r["subject"]] = (*key, code, diagnosis.get("message", ""))
     strength: dict[str, int] = {}  # code -> its strongest rank in this run
     won: set[str] = set()  # codes some result reproduced
@@ -117,11 +151,13 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in failing:
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
-        rank, _, _, _, _, top, top_message = best[r["subject"]]
+        solid, rank, _, _, _, _, top, top_message = best[r["subject"]]
         cause, message = (code, diagnosis.get("message", ""))
         # A weaker code, or a generic one beside another of the same subject, is a symptom
-        # of the subject's best cause.
-        if _strength(r) < rank or (is_generic(code) and code != top):
+        # of the subject's best cause (a 16-bit fit takes no failure of other evidence).
+        if (_strength(r) < rank or (is_generic(code) and code != top)) and solid >= int(
+            not weak(r)
+        ):
             cause, message = top, top_message
         cause, message = joined.get((r["subject"], cause), (cause, message))
         group = groups.setdefault(
@@ -131,12 +167,18 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "message": message,
                 "specificity": strength.get(cause, specificity(cause)),
                 "reproduced": cause in won,
+                "evidence": 0,
+                "weak": True,
+                "known": True,
                 "subjects": [],
                 "symptoms": [],
             },
         )
         if r["subject"] not in group["subjects"]:
             group["subjects"].append(r["subject"])
+        group["evidence"] = max(group["evidence"], evidence(r))
+        group["weak"] = group["weak"] and weak(r)
+        group["known"] = group["known"] and known(r)
         group["symptoms"].append(
             {
                 "index": r.get("index"),
@@ -150,8 +192,11 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(
         groups.values(),
         key=lambda g: (
+            int(g["known"]),
+            int(g["weak"]),
             -g["specificity"],
             -int(g["reproduced"]),
+            -g["evidence"],
             -_generic_order(g["code"]),
             -len(g["symptoms"]),
             g["code"],

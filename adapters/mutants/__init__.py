@@ -121,6 +121,15 @@ NAMES: tuple[str, ...] = (
     # RoPE scaling declared and not applied
     "sliding_window_off_by_one",
     "rope_scaling_ignored",
+    # hypotheses by class: where RoPE is applied, the attention scale of causal attention,
+    # a rotary base off any list, the residual bug in one sublayer only
+    "rope_q_only",
+    "rope_on_values",
+    "causal_scale_d_model",
+    "rope_theta_hardcoded",
+    "residual_from_normed_ffn",
+    "pe_float16_table",
+    "layer_norm_seq_axes",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

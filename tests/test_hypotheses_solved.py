@@ -1,0 +1,156 @@
+"""Hypotheses by class (conformance/hypotheses_solved.py): where RoPE is applied, and the
+parameterised families solved numerically rather than drawn from a list (a positional base,
+an eps, the attention scale), each named on one oracle comparison of its mutant and on
+values of our own."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import pytest
+
+from tck.adapters import load_adapter
+from tck.conformance.alternatives import Alternative, output_of
+from tck.conformance.explain import explain
+from tck.conformance.harness import Harness
+from tck.conformance.hypotheses_solved import (
+    _sdpa_scaled_by,
+    rope_target_hypotheses,
+)
+from tck.conformance.results import CheckFailure
+from tck.reference import DECODER_CANONICAL
+from tck.reference.inputs import Shape
+
+
+def first_oracle_failure(adapter: str) -> CheckFailure:
+    subject = load_adapter(adapter).subjects()[0]
+    tck = Harness(load_adapter(adapter), subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+    with pytest.raises(CheckFailure) as failure:
+        tck.assert_matches_oracle(inst, inputs)
+    assert tck.record.metrics.get("reproduced_by") == failure.value.code
+    return failure.value
+
+
+@pytest.mark.parametrize(
+    ("mutant", "code"),
+    [
+        ("rope_q_only", "rope.applied_to_wrong_tensors"),
+        ("rope_on_values", "rope.applied_to_wrong_tensors"),
+        ("causal_scale_d_model", "attention.scale_wrong"),
+        ("rope_theta_hardcoded", "positional.base_wrong"),
+        ("residual_from_normed_ffn", "blocks.residual_after_norm"),
+        ("pe_float16_table", "numerics.table_low_precision"),
+        ("layer_norm_seq_axes", "layer_norm.positions_interact"),
+    ],
+)
+def test_classes_name_their_mutant(mutant: str, code: str) -> None:
+    failure = first_oracle_failure(f"mutants.{mutant}")
+    assert failure.code == code, failure.message
+
+
+def _explained(component: str, alternative: Alternative, conventions=None):  # type: ignore[no-untyped-def]
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    if conventions is not None:
+        subject = dataclasses.replace(inst.subject, conventions=conventions)
+        inst = dataclasses.replace(inst, subject=subject)
+    inputs = tck.inputs(inst, Shape())
+    spec = tck.gold(inst, inputs)
+    test = output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
+    return explain(tck, inst, inputs, test, tck.compare(inst, test, spec)), inst
+
+
+@pytest.mark.parametrize("base", [2345.6, 7.7e6, 31.0])
+def test_a_positional_base_off_any_list_is_solved(base: float) -> None:
+    (code, message), _ = _explained("rope", Alternative("", "", conventions={"pe_base": base}))
+    assert code == "positional.base_wrong", message
+    solved = float(re.search(r"pe_base=([0-9.e+]+)", message).group(1))
+    assert math.isclose(solved, base, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize("eps", [2.2e-4, 0.05])
+def test_an_eps_off_any_list_is_solved(eps: float) -> None:
+    (code, message), _ = _explained("rms_norm", Alternative("", "", conventions={"eps": eps}))
+    assert code == "layer_norm.eps_wrong", message
+
+
+@pytest.mark.parametrize("component", ["causal_self_attention", "decoder_block"])
+@pytest.mark.parametrize("factor", [0.37, 2.5, "sqrt_dk", "dk"])
+def test_the_attention_scale_is_solved_in_causal_components(component: str, factor) -> None:  # type: ignore[no-untyped-def]
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    config = Harness(adapter, subject, seed=0).instance().config
+    d_k = config.d_model // config.n_heads
+    value = {"sqrt_dk": math.sqrt(d_k), "dk": float(d_k)}.get(factor, factor)
+    scaled = Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)})
+    (code, message), _ = _explained(component, scaled)
+    want = {"sqrt_dk": "attention.scale_missing", "dk": "attention.scale_inverted"}.get(
+        factor, "attention.scale_wrong"
+    )
+    assert code == want, message
+
+
+def test_rope_targets_only_where_the_component_rotates() -> None:
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    assert len(list(rope_target_hypotheses("decoder_block", rope))) == 3
+    assert not list(rope_target_hypotheses("decoder_block", DECODER_CANONICAL))  # learned
+    assert not list(rope_target_hypotheses("mha", rope))
+
+
+@pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v")])
+def test_rope_targets_are_named_in_a_block(targets: tuple[str, ...]) -> None:
+    from tck.conformance.hypotheses_solved import _causal_self_attention_rotating
+
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    moved = Alternative(
+        "", "", pieces={"causal_self_attention": _causal_self_attention_rotating(targets)}
+    )
+    (code, message), _ = _explained("decoder_block", moved, rope)
+    assert code == "rope.applied_to_wrong_tensors", message
+    assert ("values" in message) == ("v" in targets)
+
+
+def test_bfloat16_rounding_is_torchs() -> None:
+    import numpy as np
+    import torch
+
+    from tck.conformance.hypotheses_solved import rounded_to
+
+    x = np.random.default_rng(0).standard_normal(1000) * 10.0 ** np.arange(-5, 5).repeat(100)
+    want = torch.from_numpy(x).to(torch.bfloat16).double().numpy()
+    np.testing.assert_array_equal(rounded_to(x, "bfloat16"), want)
+    np.testing.assert_array_equal(rounded_to(x, "float16"), x.astype(np.float16))
+
+
+@pytest.mark.parametrize("component", ["sinusoidal_pe", "rope"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> None:
+    from tck.conformance.hypotheses_solved import table_dtype_hypotheses
+
+    found = [
+        a
+        for a in table_dtype_hypotheses(component, "float64")
+        if f"stored in {dtype} (" in a.message
+    ]
+    assert len(found) == 1
+    (code, message), _ = _explained(component, found[0])
+    assert code == "numerics.table_low_precision" and dtype in message, message
+    assert not list(table_dtype_hypotheses(component, "bfloat16"))  # a 16-bit comparison
+    assert not list(table_dtype_hypotheses("layer_norm", "float64"))  # no table
+
+
+@pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "encoder_layer", "decoder_block"])
+def test_a_norm_over_the_sequence_too_is_named(component: str) -> None:
+    from tck.conformance.hypotheses_solved import norm_axes_hypotheses
+
+    piece = "rms_norm" if component == "rms_norm" else "layer_norm"  # the norm it runs
+    (alternative,) = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]
+    (code, message), _ = _explained(component, alternative)
+    assert code == "layer_norm.positions_interact", message
+    assert not list(norm_axes_hypotheses("mha"))
