@@ -117,6 +117,15 @@ NAMES: tuple[str, ...] = (
     "decoder_causal_diagonal",
     "vit_patch_grid_column_major",
     "vit_pos_before_cls",
+    # decoding regimes (SPEC.md §11.9) and causal subjects without a padding mask: chunked
+    # calls on a non-empty cache, positions the model derives, a forward after steps, state
+    # kept between plain calls, the attention scale of causal attention
+    "cache_chunk_top_left",
+    "cache_positions_restart",
+    "cache_not_reset",
+    "causal_cache_held",
+    "causal_scale_d_model",
+    "decoder_norm_over_batch",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

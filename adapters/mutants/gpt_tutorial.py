@@ -63,6 +63,9 @@ class Attention(nn.Module):
     def repeat_kv(self, x: Tensor) -> Tensor:  # (B, H_kv, T, hd) -> (B, H, T, hd)
         return x.repeat_interleave(self.n_rep, dim=1)
 
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
+
     def extend_cache(self, cache: Cache | None, k: Tensor, v: Tensor) -> Cache:
         if cache is None:
             return k, v
@@ -90,7 +93,7 @@ class Attention(nn.Module):
             q, k = self.rotate(q, positions), self.rotate(k, positions)
         cache = self.extend_cache(cache, k, v)
         k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
-        att = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, n, T)
+        att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
         att = att.masked_fill(self.future_mask(n, k.shape[2], past > 0), float("-inf"))
         if pad_mask is not None:
             att = att.masked_fill(pad_mask[:, None, None, :] == 0, float("-inf"))
@@ -239,6 +242,7 @@ def attention_entry(
         make=make,
         forward=forward,
         step=step,
+        derives_positions=True,  # default_positions(past): SPEC.md §11.9
         param_map=lambda c: attention_map("", "", c.has_attention_bias),
         conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
         **kw,
@@ -320,6 +324,7 @@ def gpt_entry(
         make=make,
         forward=forward,
         step=step,
+        derives_positions=True,  # positions_from(past): SPEC.md §11.9
         param_map=gpt_map,
         conventions=dataclasses.replace(
             DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"
