@@ -646,7 +646,11 @@ def rope_at(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "
     """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L)."""
     d = x.shape[-1]
     omega = _frequencies(d, base, "RoPE").to(x.device)  # (d/2,)
-    theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
+    if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis, as rope()
+        omega = omega.to(x.dtype)
+        theta = positions.to(device=x.device, dtype=x.dtype)[:, None, :, None] * omega
+    else:
+        theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (B, 1, L, d/2)
     if layout == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, d/2) each

@@ -277,3 +277,18 @@ def test_two_key_probe_reads_the_scale_off_the_oracle(conv, block: bool) -> None
         w0 = 1.0 / (1.0 + np.exp(-score / np.sqrt(config.head_dim_k)))
         assert np.allclose(heads[:, 0], w0, atol=1e-12)
         assert np.allclose(heads[:, 1], 1.0 - w0, atol=1e-12)
+
+
+@spec("10.10", "2.3", "11.1")
+def test_rope_at_follows_the_rope_angle_hypothesis() -> None:
+    """The per-row RoPE of the decoder-only reference forms its angles like ``rope``: in
+    float64 (the careful run), or from 16-bit positions and frequencies under the
+    ``rope_angles`` hypothesis, where positions 8188..8191 round to one float16 value."""
+    x = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(0)).half()
+    positions = torch.arange(8188, 8192)[None]
+    careful = ref.rope_at(x, positions, layout="half_split")
+    with ref.computed_in_input_dtype("rope_angles"):
+        rounded = ref.rope_at(x, positions, layout="half_split")
+        assert torch.equal(rounded, ref.rope(x[0], positions[0], layout="half_split")[None])
+    assert torch.equal(careful, ref.rope(x[0], positions[0], layout="half_split")[None])
+    assert (careful.double() - rounded.double()).abs().max() > 0.1

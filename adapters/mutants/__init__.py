@@ -126,6 +126,8 @@ NAMES: tuple[str, ...] = (
     "causal_cache_held",
     "causal_scale_d_model",
     "decoder_norm_over_batch",
+    "lm_rms_norm_low_precision",
+    "lm_rope_low_precision",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
