@@ -96,6 +96,10 @@ class Subject:
     # The configs the subject supports (sizes, ratios, a maximum length, biases, tying): the
     # suite draws every config and input inside it (SPEC.md §0.6); not part of its identity.
     supports: ConfigSpace | None = field(default=None, compare=False)
+    # §11.9: ``step`` may be called without ``positions`` (the subject numbers the new tokens
+    # itself, from its cache's length, as generate() leaves it to): the suite then decodes
+    # without them too. Off by default: ``positions`` is always given.
+    derives_positions: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
@@ -180,7 +184,10 @@ class Adapter(ABC):
         """One incremental decoding call with the implementation's own KV cache (SPEC.md §11.6).
 
         ``inputs`` holds only the *new* tokens in the component's main input (``x`` [B, n, D]
-        or ``ids`` [B, n]), their ``positions`` [B, n] (always given), and ``key_padding``
+        or ``ids`` [B, n]; n is 1 or more, on an empty or a non-empty cache), their
+        ``positions`` [B, n] (always given, unless the subject declares
+        ``Subject.derives_positions``: then also calls without them, unpadded, where the
+        subject numbers the new tokens from its cache's length, SPEC.md §11.9), and ``key_padding``
         [B, T] over every token so far, cached and new, when the sequence has padding.
         ``cache`` is None on the first call and afterwards what the previous call returned.
         Returns the output rows of the new tokens ([B, n, ...]) and the cache to pass next.

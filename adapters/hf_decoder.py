@@ -409,6 +409,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 make=_one_layer(_gpt2, impl),
                 forward=attention_forward,
                 step=attention_step,
+                derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=_gpt2_attention_map("", "transformer.h.0.attn."),
                 holds=lambda m: m.transformer.h[0].attn,
                 conventions=conv,
@@ -420,6 +421,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 make=_one_layer(_gpt2, impl),
                 forward=block_forward,
                 step=block_step,
+                derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=_gpt2_block_map("", "transformer.h.0."),
                 holds=lambda m: m.transformer.h[0],
                 conventions=conv,
@@ -431,6 +433,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 make=lambda c, impl=impl: _gpt2(c, impl),
                 forward=model_forward,
                 step=model_step,
+                derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=_gpt2_model_map,
                 conventions=conv,
                 notes=(
@@ -481,6 +484,7 @@ def _llama_entries() -> list[TorchEntry]:
                 make=_one_layer(_llama, impl),
                 forward=attention_forward,
                 step=attention_step,
+                derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=lambda c: _llama_attention_map(
                     "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
                 ),
@@ -499,6 +503,7 @@ def _llama_entries() -> list[TorchEntry]:
                 make=_one_layer(_llama, impl),
                 forward=block_forward,
                 step=block_step,
+                derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=lambda c: _llama_block_map("", "model.layers.0.", c),
                 holds=lambda m: m.model.layers[0],
                 conventions=conv,
@@ -511,6 +516,7 @@ def _llama_entries() -> list[TorchEntry]:
                 make=lambda c, impl=impl: _llama(c, impl),
                 forward=model_forward,
                 step=model_step,
+                derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=_llama_model_map,
                 conventions=conv,
                 notes=(

@@ -113,6 +113,7 @@ def entry(component: str, conventions: Conventions, name: str | None = None) -> 
         conventions=conventions,
         name=name,
         step=step if component in CACHED else None,
+        derives_positions=component in CACHED,  # default_positions(past): SPEC.md §11.9
     )
 
 

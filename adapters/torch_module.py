@@ -162,6 +162,8 @@ class TorchEntry:
     # §11.6: step(module, cache, **inputs) -> (output, cache), one incremental decoding call
     # with the module's own cache (None on the first call); see Adapter.step
     step: Callable[..., Any] | None = None
+    # §11.9: step (and forward) may be called without positions: Subject.derives_positions
+    derives_positions: bool = False
     devices: tuple[str, ...] | None = None  # device kinds; default: the adapter's
     devices_note: str | None = None  # why a device is not offered (the skip's reason)
     # The part(s) of the built module that are the subject, when ``make`` builds more (a whole
@@ -182,6 +184,7 @@ class TorchEntry:
             notes=self.notes,
             config=self.config,
             supports=self.supports,
+            derives_positions=self.derives_positions,
         )
 
 

@@ -101,16 +101,28 @@ def token_input(component: str) -> str:
     return record(component).inputs[0].name  # x [B, L, D] or ids [B, L]
 
 
+def schedule(length: int, prefill: int, chunk: int = 1) -> list[tuple[int, int]]:
+    """The token ranges [start, stop) of incremental decoding: the first ``prefill`` tokens
+    in one call, then ``chunk`` tokens per call (the last call takes what is left)."""
+    bounds = [0, prefill, *range(prefill + chunk, length, chunk), length]
+    return [(start, stop) for start, stop in pairwise(bounds) if stop > start]
+
+
 def decode(
     adapter: Any,
     handle: Any,
     component: str,
     inputs: Arrays,
     prefill: int,
+    chunk: int = 1,
+    *,
+    give_positions: bool = True,
 ) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
     """Feed ``inputs`` (the whole sequence: tokens, key_padding, positions) to ``step``: the
-    first ``prefill`` tokens in one call, then one token per call. Returns each call's output
-    and its token range [start, stop)."""
+    first ``prefill`` tokens in one call, then ``chunk`` tokens per call (SPEC.md §11.6,
+    §11.9). Without ``give_positions`` the calls carry no ``positions``: the subject numbers
+    the new tokens itself (``Subject.derives_positions``). Returns each call's output and its
+    token range [start, stop)."""
     name = token_input(component)
     tokens = np.asarray(inputs[name])
     b, length = tokens.shape[:2]
@@ -119,12 +131,10 @@ def decode(
         positions = np.broadcast_to(np.arange(length), (b, length))
     keep = inputs.get("key_padding")
     cache, outs, ranges = None, [], []
-    bounds = [0, prefill, *range(prefill + 1, length + 1)]
-    for start, stop in pairwise(bounds):
-        call = {
-            name: tokens[:, start:stop],
-            "positions": np.ascontiguousarray(positions[:, start:stop]),
-        }
+    for start, stop in schedule(length, prefill, chunk):
+        call = {name: tokens[:, start:stop]}
+        if give_positions:
+            call["positions"] = np.ascontiguousarray(positions[:, start:stop])
         if keep is not None:
             call["key_padding"] = np.ascontiguousarray(keep[:, :stop])
         out, cache = adapter.step(handle, call, cache)

@@ -15,6 +15,7 @@ comparisons of the implementation with itself use float32's floor of the toleran
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +24,9 @@ from tck.adapters import AdapterFailure, Unsupported
 from tck.conformance.decoding import decode, token_input
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import batch_slice
+from tck.conformance.instances import zero_params
 from tck.conformance.results import CheckFailure
+from tck.reference import Config, Conventions, oracle
 from tck.reference.components import record, tagged
 from tck.reference.expected import decoder_only
 from tck.reference.inputs import Inputs, Shape
@@ -238,10 +241,27 @@ def left_padded(tck: Harness, inst: Instance, lengths: tuple[int, ...], seed: in
     return inputs
 
 
-def step_outputs(tck: Harness, inst: Instance, inputs: Inputs, prefill: int) -> np.ndarray:
-    """The outputs of incremental decoding, concatenated along the sequence (B, L, ...)."""
+def step_outputs(
+    tck: Harness,
+    inst: Instance,
+    inputs: Inputs,
+    prefill: int,
+    chunk: int = 1,
+    *,
+    give_positions: bool = True,
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The outputs of incremental decoding, concatenated along the sequence (B, L, ...), and
+    the token range of each call."""
     try:
-        outs, ranges = decode(tck.adapter, inst.handle, tck.component, inputs, prefill)
+        outs, ranges = decode(
+            tck.adapter,
+            inst.handle,
+            tck.component,
+            inputs,
+            prefill,
+            chunk,
+            give_positions=give_positions,
+        )
     except (Unsupported, AdapterFailure, CheckFailure):
         raise
     except Exception as err:  # the implementation's own error while decoding
@@ -264,23 +284,30 @@ def step_outputs(tck: Harness, inst: Instance, inputs: Inputs, prefill: int) -> 
                 "grows along the wrong axis (SPEC.md §11.6)",
                 {"shape": list(out.shape)},
             )
-    return np.concatenate(outs, axis=1)
+    return np.concatenate(outs, axis=1), ranges
 
 
-def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, prefill: int):
-    """(code, message, gold over the whole sequence) for the bugs of cached decoding."""
+def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):
+    """(code, message, gold over the whole sequence) for the bugs of cached decoding, the
+    calls having taken the token ranges ``ranges`` (the first one the prefill)."""
     component, c, conv, p = tck.component, inst.config, inst.conventions, inst.params or {}
     b, length = np.asarray(inputs[token_input(component)]).shape[:2]
     positions = inputs.get("positions")
     positions = np.broadcast_to(np.arange(length), (b, length)) if positions is None else positions
+    prefill = ranges[0][1]
     restarted = np.array(positions)
-    restarted[:, prefill:] = 0  # each one-token step placed at position 0
+    top_left = np.tril(np.ones((length, length), bool))
+    for start, stop in ranges[1:]:
+        restarted[:, start:stop] = np.arange(stop - start)  # numbered within its own call
+        for row in range(start, stop):  # query i of the call sees keys 0..i
+            top_left[row] = np.arange(length) <= row - start
     what = "RoPE rotates" if conv.positions == "rope" else "the position table gives"
     code = "cache.rope_offset_wrong" if conv.positions == "rope" else "cache.position_offset_wrong"
     yield (
         code,
-        f"{what} each decoded token at position 0 of its own call, not at its place after the "
-        "cached tokens: the cache's offset is not added to the position ids (SPEC.md §11.6)",
+        f"{what} each decoded token at its index within its own call (from 0), not at its "
+        "place after the cached tokens: the cache's offset is not added to the position ids "
+        "(SPEC.md §11.6, §11.9)",
         decoder_only(component, {**inputs, "positions": restarted}, p, c, conv),
     )
     strict = np.tril(np.ones((length, length), bool))
@@ -292,34 +319,53 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, prefill: int)
         "cached step is off by one position (j < T instead of j <= T - 1; SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=strict),
     )
-    top_left = np.tril(np.ones((length, length), bool))
-    top_left[rows] = np.arange(length) == 0  # a one-token step's query sees key 0 alone
     yield (
         "cache.causal_top_left",
-        "each decoded token attends only the first token: the causal mask of a cached step is "
-        "built for the new tokens alone (query i sees keys 0..i), aligned top-left, instead "
-        "of offset by the number of cached keys (bottom-right: query i sees keys up to T - n + "
-        "i; SPEC.md §11.6, §4.3)",
+        "each decoded token attends only the first tokens of the sequence: the causal mask of "
+        "a cached step is built for the new tokens alone (query i sees keys 0..i), aligned "
+        "top-left, instead of offset by the number of cached keys (bottom-right: query i sees "
+        "keys up to T - n + i; SPEC.md §11.6, §4.3)",
         decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
     )
     diagonal = np.eye(length, dtype=bool)
     diagonal[:prefill, :prefill] = np.tril(np.ones((prefill, prefill), bool))
+    for start, stop in ranges[1:]:  # a call's tokens see each other, not the cache
+        diagonal[start:stop, start:stop] = np.tril(np.ones((stop - start, stop - start), bool))
     yield (
         "cache.ignored",
-        "each decoded token attends only itself: the cache is not used (SPEC.md §11.6)",
+        "each decoded token attends only the tokens of its own call: the cache is not used "
+        "(SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=diagonal),
     )
 
 
-def check_cache(tck: Harness, inst: Instance, inputs: Inputs, what: str) -> None:
+# (prefill, tokens per later call): one token per step, as generate() decodes
+ONE_TOKEN = ((1, 1), (4, 1))
+# chunked prefill (§11.9): several tokens per call on a non-empty cache, two chunk sizes
+# that divide what follows the prefill of length 11, so every later call has n > 1
+CHUNKED = ((1, 2), (3, 4))
+
+
+def check_cache(
+    tck: Harness,
+    inst: Instance,
+    inputs: Inputs,
+    what: str,
+    schedules: tuple[tuple[int, int], ...] = ONE_TOKEN,
+    *,
+    give_positions: bool = True,
+    clause: str = "SPEC.md §11.6",
+) -> None:
     full = tck.run(inst, inputs)
     keep = inputs.get("key_padding")
     ignore = None
     if keep is not None:  # padded query rows are not promised anything here
         ignore = ~np.asarray(keep)[(..., *([None] * (full.ndim - 2)))]
-    for prefill in (1, 4):
+    for prefill, chunk in schedules:
         try:
-            cached = step_outputs(tck, inst, inputs, prefill)
+            cached, ranges = step_outputs(
+                tck, inst, inputs, prefill, chunk, give_positions=give_positions
+            )
         except Unsupported as err:
             pytest.skip(f"incremental decoding: {err}")
         result = same(
@@ -329,19 +375,21 @@ def check_cache(tck: Harness, inst: Instance, inputs: Inputs, what: str) -> None
         if result.passed:
             continue
         worst = result.worst_index[1] if result.worst_index else "?"
+        per_call = "one token" if chunk == 1 else f"{chunk} tokens"
         numbers = (
-            f"{what}, prefill {prefill} then one token per step: at position {worst} the "
+            f"{what}, prefill {prefill} then {per_call} per step"
+            f"{'' if give_positions else ', no positions given'}: at position {worst} the "
             f"cached output differs from the full forward: {describe(result)}"
         )
         if inst.params is not None and tck.component in CAUSAL:
-            for code, message, gold in cache_hypotheses(tck, inst, inputs, prefill):
+            for code, message, gold in cache_hypotheses(tck, inst, inputs, ranges):
                 decoded = np.zeros(full.shape, bool)
                 decoded[:, prefill:] = True
                 if ignore is not None:
                     decoded &= ~np.broadcast_to(ignore, full.shape)
                 if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
                     raise CheckFailure(code, f"{message}; {numbers}", result.metrics())
-        raise CheckFailure("cache.mismatch", f"{numbers} (SPEC.md §11.6)", result.metrics())
+        raise CheckFailure("cache.mismatch", f"{numbers} ({clause})", result.metrics())
 
 
 @spec("11.6", id="decoder.kv_cache")
@@ -364,6 +412,218 @@ def test_kv_cache_left_padded(tck: Harness) -> None:
         check_cache(tck, inst, inputs, "left-padded rows of lengths 11 and 7")
     except Unsupported as err:
         pytest.skip(f"left padding needs key_padding and positions: {err}")
+
+
+@spec("11.9", "11.6", id="decoder.kv_cache_chunked")
+@components(*CAUSAL)
+def test_kv_cache_chunked(tck: Harness) -> None:
+    """§11.9: chunked prefill. Calls of several tokens on a non-empty cache (a prefill of 1,
+    then 2 tokens per call; a prefill of 3, then 4) give what one full forward gives: the
+    causal mask of such a call is bottom-right within the cache (query i of n sees keys up to
+    T - n + i) and its tokens are numbered after the cache."""
+    inst = instance(tck)
+    check_cache(
+        tck,
+        inst,
+        unpadded(tck, inst, 2, 11, seed=502),
+        "unpadded rows of length 11",
+        CHUNKED,
+        clause="SPEC.md §11.6, §11.9",
+    )
+
+
+@spec("11.9", "11.6", id="decoder.kv_cache_own_positions")
+@components(*CAUSAL)
+def test_kv_cache_own_positions(tck: Harness) -> None:
+    """§11.9: a subject that numbers the new tokens itself (``Subject.derives_positions``)
+    is decoded without ``positions`` (one token per call, then chunks), as generate()
+    leaves it to: each token must be placed after the cached ones, not from 0 again."""
+    if not tck.subject.derives_positions:
+        pytest.skip(
+            "the subject does not declare derives_positions: its steps are always given "
+            "position ids (Subject.derives_positions, SPEC.md §11.9)"
+        )
+    inst = instance(tck)
+    inputs = {k: v for k, v in unpadded(tck, inst, 2, 11, seed=503).items() if k != "positions"}
+    check_cache(
+        tck,
+        inst,
+        inputs,
+        "unpadded rows of length 11",
+        ((4, 1), (3, 4)),
+        give_positions=False,
+        clause="SPEC.md §11.6, §11.9",
+    )
+
+
+@spec("11.9", "10.1", id="decoder.forward_after_steps")
+@components(*CAUSAL)
+def test_forward_after_steps(tck: Harness) -> None:
+    """§11.9: a plain forward after cached decoding on the same instance gives what it gave
+    before: the cache of the decoded sequence does not leak into a later full forward."""
+    inst = instance(tck)
+    inputs = unpadded(tck, inst, 2, 9, seed=504)
+    before = tck.run(inst, inputs)
+    try:
+        step_outputs(tck, inst, unpadded(tck, inst, 2, 11, seed=505), 4, 1)
+    except Unsupported as err:
+        pytest.skip(f"incremental decoding: {err}")
+    result = same(inst, tck.run(inst, inputs), before)
+    tck.note({"max_abs_delta": result.max_abs_err})
+    if not result.passed:
+        raise CheckFailure(
+            "cache.leaks_into_forward",
+            "after decoding 11 tokens with step(), a plain forward of other tokens on the same "
+            f"instance differs from the same forward before: {describe(result)}; the cache "
+            "(or state it filled) is still read by a call that was given none (SPEC.md §11.9, "
+            "§10.1)",
+            result.metrics(),
+        )
+
+
+# ------------------------------------------------------------- same-length batches, reuse
+
+
+@spec("10.2", "11.8", id="decoder.batch_rows_same_length")
+@components(*CAUSAL)
+def test_batch_rows_same_length(tck: Harness) -> None:
+    """§10.2 on causal subjects, with no padding (so every subject takes it): each row of a
+    batch of 3 rows of length 7 gives what it gives alone."""
+    inst = instance(tck)
+    inputs = unpadded(tck, inst, 3, 7, seed=410)
+    out = tck.run(inst, inputs)
+    for b in range(3):
+        result = same(inst, out[b : b + 1], tck.run(inst, batch_slice(inputs, b)))
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "batch.rows_interact",
+                f"batch row {b} of 3 (unpadded, length 7) differs from the same row run alone: "
+                f"{describe(result)} (SPEC.md §10.2)",
+                result.metrics(),
+            )
+
+
+@spec("10.1", id="decoder.instance_reuse")
+@components(*CAUSAL)
+def test_instance_reuse(tck: Harness) -> None:
+    """§10.1 on causal subjects, unpadded: after calls with other batch sizes and lengths
+    (longer and shorter), the first inputs give the first output again."""
+    inst = instance(tck)
+    first = unpadded(tck, inst, 2, 5, seed=420)
+    out = tck.run(inst, first)
+    for batch, length in ((2, 12), (3, 3)):
+        tck.run(inst, unpadded(tck, inst, batch, length, seed=421 + length))
+        result = same(inst, tck.run(inst, first), out)
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "state.leaks_between_calls",
+                f"after a call with batch {batch} and length {length}, the first inputs (batch "
+                f"2, length 5) give another output: {describe(result)}; state (a cache sized "
+                "or filled by an earlier call: a causal mask, cos/sin tables) leaks between "
+                "calls (SPEC.md §10.1)",
+                result.metrics(),
+            )
+
+
+# ------------------------------------------------------------------- the attention scale
+
+
+def two_key_weights(
+    probe: Config, conv: Conventions, norm: Any, scores: float
+) -> dict[str, np.ndarray]:
+    """Canonical q/k/v/o weights under which token 1 of the two tokens ``norm`` maps to (the
+    rows of ``probe_tokens`` as the attention sees them: after the block's norm) has, per
+    head h, scores (scores, 0) against (token 0, token 1) and reads its two weights off
+    channels (h d_k, h d_k + 1): key 0 = u_h, key 1 = 0, query 1 = scores R(-1) u_h (under
+    RoPE, token 1's rotation by position 1 then gives scores u_h: §2.3), value 0 = e_0,
+    value 1 = e_1, output projection the identity."""
+    h, dk, d = probe.n_heads, probe.head_dim_k, probe.d_model
+    seen = np.stack([norm[0], norm[1]], axis=1)  # (D, 2): the two tokens as attention sees them
+    inverse = np.linalg.pinv(seen)  # (2, D): W @ seen = targets for W = targets @ inverse
+    rng = np.random.default_rng(7)
+    targets = {name: np.zeros((h * dk, 2)) for name in "qkv"}
+    for head in range(h):
+        rows = slice(head * dk, (head + 1) * dk)
+        u = rng.standard_normal(dk)
+        u /= np.linalg.norm(u)
+        targets["k"][rows, 0] = u
+        query = u
+        if conv.positions == "rope":  # R(1) R(-1) u = u
+            query = oracle.rope(u[None], [-1], base=conv.pe_base, layout=conv.rope_layout)[0]
+        targets["q"][rows, 1] = scores * query
+        targets["v"][head * dk, 0] = targets["v"][head * dk + 1, 1] = 1.0
+    out = {f"{name}.weight": target @ inverse for name, target in targets.items()}
+    out["o.weight"] = np.eye(d)
+    return out
+
+
+def probe_tokens(d_model: int, n_heads: int) -> np.ndarray:
+    """Two tokens (2, D): token 0 has 3 at channel h d_k of every head h, token 1 at h d_k + 1
+    (linearly independent before and after any norm)."""
+    dk = d_model // n_heads
+    x = np.zeros((2, d_model))
+    x[0, ::dk] = x[1, 1::dk] = 3.0
+    return x
+
+
+@spec("3.1", "3.2", "11.1", "11.4", id="decoder.effective_scale")
+@components("causal_self_attention", "decoder_block")
+def test_effective_scale(tck: Harness) -> None:
+    """§3.1 inside causal attention: per head, the second of two tokens has scores (s, 0)
+    against the two keys (weights loaded to make it so, its query turned back by RoPE's
+    rotation at position 1), and its output reads the two weights, so scale = logit / s,
+    which must be 1/sqrt(d_k). In a pre-LN decoder block the weights are solved through the
+    norm (gain 1) and the FFN is zero, so the block's output minus its input is the
+    attention's."""
+    from tck.conformance.test_attention import PROBE_SCORES, judge_scale, logit_pair
+
+    inst = instance(tck)
+    c, conv = inst.config, inst.conventions
+    if c.n_heads * c.head_dim_k != c.d_model or c.head_dim_v != c.head_dim_k:
+        pytest.skip("the probe needs H * d_k = H * d_v = d_model")
+    if c.kv_heads != c.n_heads:
+        pytest.skip("the probe needs as many key/value heads as query heads")
+    block = tck.component == "decoder_block"
+    if block and conv.norm_placement != "pre":
+        pytest.skip("post-LN: the attention's output is normalised before it can be read")
+    params = zero_params(inst)
+    x = probe_tokens(c.d_model, c.n_heads)
+    prefix = "self_attn." if block else ""
+    seen = x
+    if block:
+        for name in params:  # norms with gain 1 and shift 0; every FFN weight 0
+            if name.startswith(("norm1.", "norm2.")) and name.endswith("weight"):
+                params[name] = np.ones_like(params[name])
+        seen = oracle.norm(x, params, "norm1.", conv)
+    inputs: Inputs = {"x": x[None]}  # at positions 0 and 1
+    dk = c.head_dim_k
+    measured = []
+    for score in PROBE_SCORES:
+        for name, value in two_key_weights(c, conv, seen, score).items():
+            params[prefix + name] = value
+        try:
+            tck.adapter.load(inst.handle, params)
+        except Unsupported as err:
+            pytest.skip(f"the probe loads its weights: {err}")
+        out = tck.run(inst, inputs)
+        attended = out[0] - x if block else out[0]  # (2, D)
+        first = attended[0].reshape(c.n_heads, dk)[:, :2]
+        if not same(inst, first, np.tile([1.0, 0.0], (c.n_heads, 1))).passed:
+            pytest.skip(
+                "the probe's first token does not read back its own value (1, 0) per head, so "
+                "the weights cannot be read off (see decoder.oracle_lengths)"
+            )
+        heads = attended[1].reshape(c.n_heads, dk)  # per head: (w0, w1, 0, ...)
+        if not same(inst, heads[:, 0] + heads[:, 1], np.ones(c.n_heads)).passed:
+            pytest.skip(
+                "the weights of the two keys do not sum to 1, so the scale cannot be read off "
+                "(see decoder.oracle_lengths)"
+            )
+        measured.append(logit_pair(heads[:, 0], heads[:, 1]) / score)
+    where = "the attention of a pre-LN decoder block" if block else "causal self-attention"
+    judge_scale(tck, np.array(measured).T, c, f"{where} (per head, two-token probe)")
 
 
 # ---------------------------------------------------------------------------- left padding

@@ -21,6 +21,8 @@ are past float16's range (SPEC.md §10.10).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -229,6 +231,69 @@ def test_outlier_activations(tck: Harness, dtype: str) -> None:
     inputs = tck.inputs(inst, Shape(batch=2, lq=5, lk=6), seed=4)
     inputs["x"] = round_to(outlier_activations(inputs["x"], rng), dtype)
     unsupported = _call(tck, inst, inputs, "outlier channels up to 1000")
+    _finish(tck, [unsupported] if unsupported else [], 1)
+
+
+# The composite decoder-only subjects (§11.4, §11.5): a user who exposes only the block or the
+# whole model gets the norm-statistics and RoPE-angle stress of the single norm and RoPE.
+DECODERS = ("decoder_block", "causal_lm")
+# Two rows of consecutive long positions (one sequence each, as a long prompt's tail is):
+# float16 spacing is 4 just below 8192, bfloat16's 32; both round positions past 2048.
+LONG_WINDOWS = ((8180, 12), (2044, 12))
+
+
+@spec("10.10", "10.7", "5.1", "5.3", "11.4", "11.5", id="numerics.decoder_outlier_activations")
+@dtypes
+@components(*DECODERS)
+def test_decoder_outlier_activations(tck: Harness, dtype: str) -> None:
+    """The outlier-channel stress of ``numerics.outlier_activations`` through a pre-LN
+    decoder block (outliers in its input, the residual stream) or a whole causal LM (outlier
+    channels in every row of its token embedding, so the stream carries them into every
+    norm): each norm's statistics must be formed in float32 (SPEC.md §10.10)."""
+    inst = _instance(tck, dtype)
+    if inst.conventions.norm_placement != "pre":
+        pytest.skip(
+            "post-LN: the input reaches attention before any norm, so outlier channels would "
+            "test score overflow in the projections, not the norm statistics"
+        )
+    rng = np.random.default_rng(tck.seed)
+    inputs = tck.inputs(inst, Shape(batch=2, lq=5, lk=5, masked=False), seed=4)
+    if tck.component == "causal_lm":
+        params = dict(inst.params or {})
+        table = params["embedding.weight"][None]  # (1, V, D): one set of outlier channels
+        params["embedding.weight"] = round_to(outlier_activations(table, rng)[0], dtype)
+        try:
+            tck.adapter.load(inst.handle, params)
+        except Unsupported as why:
+            pytest.skip(f"the outliers are loaded into the embedding: {why}")
+        inst = dataclasses.replace(inst, params=params)
+    else:
+        inputs["x"] = round_to(outlier_activations(inputs["x"], rng), dtype)
+    unsupported = _call(tck, inst, inputs, "outlier channels up to 1000")
+    _finish(tck, [unsupported] if unsupported else [], 1)
+
+
+@spec("10.10", "10.7", "2.3", "11.1", "11.4", "11.5", id="numerics.decoder_long_positions")
+@dtypes
+@components("causal_self_attention", *DECODERS)
+def test_decoder_long_positions(tck: Harness, dtype: str) -> None:
+    """The long-position stress of ``numerics.long_positions`` through causal attention, a
+    decoder block or a whole causal LM under RoPE: rows of 12 consecutive positions ending
+    at 8191 and at 2055, where a position or a frequency rounded to float16 or bfloat16 turns
+    the angle pos * w by radians (SPEC.md §2.3, §10.10)."""
+    top = spaces.reach(tck.subject, 8192)
+    inst = _instance(tck, dtype, max_len=top)
+    if inst.conventions.positions != "rope":
+        pytest.skip(
+            "learned positions: a long position is a row of the position table, looked up "
+            "whatever the dtype (numerics.long_positions stresses sinusoidal tables)"
+        )
+    starts = [min(start, top - length) for start, length in LONG_WINDOWS]
+    if max(starts) < 257:  # bfloat16's first unrepresentable integer
+        pytest.skip(f"the subject's maximum length {top} has no position past 256")
+    inputs = tck.inputs(inst, Shape(batch=2, lq=12, lk=12, masked=False), seed=5)
+    inputs["positions"] = np.stack([np.arange(s, s + 12) for s in starts]).astype(np.int64)
+    unsupported = _call(tck, inst, inputs, f"positions up to {max(starts) + 11}")
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 

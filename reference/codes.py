@@ -385,6 +385,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a cached step's causal mask ignores the cached keys (aligned top-left)",
     ),
     ("cache.wrong_axis", "cause", "11.6", "the cache grows along the wrong axis"),
+    (
+        "cache.leaks_into_forward",
+        "cause",
+        "11.9 10.1",
+        "a plain forward after cached decoding still reads the decoded sequence's cache",
+    ),
     # --- shapes and parameters
     ("shape.wrong_output_shape", "cause", "10.6", "the output shape is not the spec's"),
     ("shape.accepts_bad_mask", "cause", "10.6", "a mask of the wrong shape is accepted"),

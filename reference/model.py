@@ -689,7 +689,11 @@ def rope_at(
     if frequencies is None:
         frequencies = _frequencies(d, base, "RoPE")
     omega = frequencies.to(x.device)  # (d/2,)
-    theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
+    if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis, as rope()
+        omega = omega.to(x.dtype)
+        theta = positions.to(device=x.device, dtype=x.dtype)[:, None, :, None] * omega
+    else:
+        theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (B, 1, L, d/2)
     if layout == "interleaved":
         a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, d/2) each

@@ -5,13 +5,15 @@ the diagnosis hypotheses that live in the parameters."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import numpy as np
 import pytest
 import torch
 
 from tck.adapters.reference import LLAMA, adapter
-from tck.conformance.decoding import decode, gate_up_swapped, tiled_kv_heads
+from tck.conformance.decoding import decode, gate_up_swapped, schedule, tiled_kv_heads
+from tck.conformance.test_decoder import probe_tokens, two_key_weights
 from tck.reference import DECODER_CANONICAL, Config, init_params, oracle
 from tck.reference import model as ref
 from tck.reference.expected import expected
@@ -172,3 +174,121 @@ def test_untied_head_and_learned_positions_layout() -> None:
 def test_n_kv_heads_must_divide_n_heads() -> None:
     with pytest.raises(ValueError, match="n_kv_heads=3 does not divide n_heads=4"):
         Config(n_heads=4, n_kv_heads=3)
+
+
+# ------------------------------------------------------ §11.9 decoding regimes, the probes
+
+
+@spec("11.9")
+def test_schedule_feeds_a_prefill_then_chunks() -> None:
+    assert schedule(11, 4) == [(0, 4), *((t, t + 1) for t in range(4, 11))]
+    assert schedule(11, 1, 2) == [(0, 1), (1, 3), (3, 5), (5, 7), (7, 9), (9, 11)]
+    assert schedule(11, 3, 4) == [(0, 3), (3, 7), (7, 11)]
+    assert schedule(6, 3, 4) == [(0, 3), (3, 6)]  # the last call takes what is left
+
+
+@spec("11.6", "11.9")
+@pytest.mark.parametrize(
+    "name", ["causal_self_attention[rope]", "decoder_block[llama]", "causal_lm"]
+)
+@pytest.mark.parametrize("give_positions", [True, False], ids=["positions", "own_positions"])
+def test_reference_chunked_decoding_equals_full_forward(name: str, give_positions: bool) -> None:
+    subject, handle, _, inputs = _run(name, Shape(batch=2, lq=10, masked=False))
+    assert subject.derives_positions
+    full = adapter.run(handle, {k: v for k, v in inputs.items() if k != "positions"})
+    for prefill, chunk in ((1, 3), (4, 2)):
+        outs, ranges = decode(
+            adapter,
+            handle,
+            subject.component,
+            inputs,
+            prefill,
+            chunk,
+            give_positions=give_positions,
+        )
+        assert ranges == schedule(10, prefill, chunk)
+        assert np.abs(np.concatenate(outs, axis=1) - full).max() < TOL
+
+
+def _mutant(name: str):
+    mutant = importlib.import_module(f"tck.adapters.mutants.{name}").adapter
+    subject = mutant.subjects()[0]
+    config = Config(d_model=16, n_heads=2, d_ff=24, vocab_size=23, max_len=64)
+    handle = mutant.build(subject, config, seed=0)
+    inputs = make_inputs(subject.component, config, np.random.default_rng(0), Shape(lq=9))
+    return mutant, subject, handle, {k: v for k, v in inputs.items() if k == "x"}
+
+
+def _decoded(mutant, subject, handle, inputs, prefill, chunk, give_positions=True):
+    outs, _ = decode(
+        mutant, handle, subject.component, inputs, prefill, chunk, give_positions=give_positions
+    )
+    return np.concatenate(outs, axis=1)
+
+
+@spec("11.9")
+def test_chunk_mask_mutant_is_right_one_token_at_a_time_only() -> None:
+    mutant, subject, handle, inputs = _mutant("cache_chunk_top_left")
+    full = mutant.run(handle, inputs)
+    assert np.abs(_decoded(mutant, subject, handle, inputs, 4, 1) - full).max() < TOL
+    assert np.abs(_decoded(mutant, subject, handle, inputs, 1, 2) - full).max() > 1e-3
+
+
+@spec("11.9")
+def test_restarting_mutant_is_right_whenever_given_positions() -> None:
+    mutant, subject, handle, inputs = _mutant("cache_positions_restart")
+    assert subject.derives_positions
+    full = mutant.run(handle, inputs)
+    given = _decoded(mutant, subject, handle, inputs, 1, 2)
+    own = _decoded(mutant, subject, handle, inputs, 1, 2, give_positions=False)
+    assert np.abs(given - full).max() < TOL and np.abs(own - full).max() > 1e-3
+
+
+@spec("11.9", "10.1")
+def test_cache_not_reset_mutant_leaks_only_into_a_forward_after_steps() -> None:
+    mutant, subject, handle, inputs = _mutant("cache_not_reset")
+    before = mutant.run(handle, inputs)
+    assert np.abs(mutant.run(handle, inputs) - before).max() == 0.0
+    assert np.abs(_decoded(mutant, subject, handle, inputs, 4, 1) - before).max() < TOL
+    assert np.abs(mutant.run(handle, inputs) - before).max() > 1e-3
+
+
+@spec("3.1", "11.1", "11.4")
+@pytest.mark.parametrize("conv", [DECODER_CANONICAL, LLAMA], ids=["learned", "rope"])
+@pytest.mark.parametrize("block", [False, True], ids=["attention", "pre_ln_block"])
+def test_two_key_probe_reads_the_scale_off_the_oracle(conv, block: bool) -> None:
+    """The probe's weights give the second token scores (s, 0) per head, so its two output
+    channels are (sigmoid(s / sqrt(d_k)), s (1 - sigmoid(s / sqrt(d_k)))) (SPEC.md §3.1)."""
+    config = Config(d_model=24, n_heads=3, d_ff=40)
+    component = "decoder_block" if block else "causal_self_attention"
+    params = {k: np.zeros_like(v) for k, v in init_params(component, config, conv).items()}
+    x = probe_tokens(config.d_model, config.n_heads)
+    seen = x
+    if block:
+        for name in ("norm1.weight", "norm2.weight"):
+            params[name] = np.ones(config.d_model)
+        seen = oracle.norm(x, params, "norm1.", conv)
+    prefix = "self_attn." if block else ""
+    for score in (0.5, 2.0):
+        for name, value in two_key_weights(config, conv, seen, score).items():
+            params[prefix + name] = value
+        out = expected(component, {"x": x[None]}, params, config, conv)[0]
+        heads = (out - x if block else out)[1].reshape(config.n_heads, -1)
+        w0 = 1.0 / (1.0 + np.exp(-score / np.sqrt(config.head_dim_k)))
+        assert np.allclose(heads[:, 0], w0, atol=1e-12)
+        assert np.allclose(heads[:, 1], 1.0 - w0, atol=1e-12)
+
+
+@spec("10.10", "2.3", "11.1")
+def test_rope_at_follows_the_rope_angle_hypothesis() -> None:
+    """The per-row RoPE of the decoder-only reference forms its angles like ``rope``: in
+    float64 (the careful run), or from 16-bit positions and frequencies under the
+    ``rope_angles`` hypothesis, where positions 8188..8191 round to one float16 value."""
+    x = torch.randn(1, 2, 4, 8, generator=torch.Generator().manual_seed(0)).half()
+    positions = torch.arange(8188, 8192)[None]
+    careful = ref.rope_at(x, positions, layout="half_split")
+    with ref.computed_in_input_dtype("rope_angles"):
+        rounded = ref.rope_at(x, positions, layout="half_split")
+        assert torch.equal(rounded, ref.rope(x[0], positions[0], layout="half_split")[None])
+    assert torch.equal(careful, ref.rope(x[0], positions[0], layout="half_split")[None])
+    assert (careful.double() - rounded.double()).abs().max() > 0.1

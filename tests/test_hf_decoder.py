@@ -18,7 +18,7 @@ from tck.reference import init_params
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 pytestmark = [
     pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed (tox -e hf)"),
-    pytest.mark.spec("11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8"),
+    pytest.mark.spec("11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8", "11.9"),
 ]
 
 MUST_PASS = (
@@ -28,6 +28,11 @@ MUST_PASS = (
     "decoder.oracle_lengths",
     "decoder.causal_no_leak",
     "decoder.batch_rows_of_different_lengths",
+    "decoder.kv_cache_chunked",
+    "decoder.kv_cache_own_positions",
+    "decoder.forward_after_steps",
+    "decoder.batch_rows_same_length",
+    "decoder.instance_reuse",
 )
 
 

@@ -81,6 +81,8 @@ def test_snippet_runs_with_no_failure(tmp_path: Path) -> None:
     assert document["returncode"] == 0 and summary["failed"] == 0 and summary["errors"] == 0
     passed = {r["check"] for r in document["results"] if r["status"] == "pass"}
     assert {"equality.oracle", "decoder.oracle_lengths", "decoder.causal_no_leak"} <= passed
+    # the checks of unpadded calls: every causal subject takes them (SPEC.md §10.1, §10.2, §3.1)
+    assert {"decoder.batch_rows_same_length", "decoder.instance_reuse"} <= passed
     skipped = {r["check"] for r in document["results"] if r["status"] == "skip"}
     assert {"decoder.kv_cache", "decoder.left_padding"} <= skipped  # no step, no padding
 

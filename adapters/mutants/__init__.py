@@ -130,6 +130,16 @@ NAMES: tuple[str, ...] = (
     "residual_from_normed_ffn",
     "pe_float16_table",
     "layer_norm_seq_axes",
+    # decoding regimes (SPEC.md §11.9) and causal subjects without a padding mask: chunked
+    # calls on a non-empty cache, positions the model derives, a forward after steps, state
+    # kept between plain calls, the attention scale of causal attention
+    "cache_chunk_top_left",
+    "cache_positions_restart",
+    "cache_not_reset",
+    "causal_cache_held",
+    "decoder_norm_over_batch",
+    "lm_rms_norm_low_precision",
+    "lm_rope_low_precision",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

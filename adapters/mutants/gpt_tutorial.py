@@ -61,19 +61,25 @@ class Attention(nn.Module):
         self.wo = nn.Linear(
             n_heads * self.head_dim, dim, bias=bias if out_bias is None else out_bias
         )
-        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.head_dim, 2).double() / self.head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # float64 and not a buffer, so module.to(dtype) does not round the frequencies (§10.10)
+        self.inv_freq = 1.0 / (
+            10000.0 ** (torch.arange(0, self.head_dim, 2).double() / self.head_dim)
+        )
 
     def default_positions(self, batch: int, n: int, past: int) -> Tensor:
         return torch.arange(past, past + n).expand(batch, n)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:  # x (B, H, n, hd)
-        freqs = positions.double()[:, None, :, None] * self.inv_freq  # (B, 1, n, hd/2)
+        inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.double()[:, None, :, None] * inv_freq  # (B, 1, n, hd/2)
         emb = torch.cat((freqs, freqs), dim=-1)
         return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
 
     def repeat_kv(self, x: Tensor) -> Tensor:  # (B, H_kv, T, hd) -> (B, H, T, hd)
         return x.repeat_interleave(self.n_rep, dim=1)
+
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
 
     def extend_cache(self, cache: Cache | None, k: Tensor, v: Tensor) -> Cache:
         if cache is None:
@@ -102,7 +108,7 @@ class Attention(nn.Module):
             q, k = self.rotate(q, positions), self.rotate(k, positions)
         cache = self.extend_cache(cache, k, v)
         k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
-        att = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, n, T)
+        att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
         att = att.masked_fill(self.future_mask(n, k.shape[2], past > 0), float("-inf"))
         if pad_mask is not None:
             att = att.masked_fill(pad_mask[:, None, None, :] == 0, float("-inf"))
@@ -148,11 +154,14 @@ class RMSNorm(nn.Module):
 
 
 class Block(nn.Module):
+    rms_norm: type[RMSNorm] = RMSNorm  # the Llama block's norm
+    attention: type[Attention] = Attention
+
     def __init__(self, c: Config, llama: bool):
         super().__init__()
-        norm: Callable[[int], nn.Module] = RMSNorm if llama else nn.LayerNorm
+        norm: Callable[[int], nn.Module] = self.rms_norm if llama else nn.LayerNorm
         self.ln_1, self.ln_2 = norm(c.d_model), norm(c.d_model)
-        self.attn = Attention(
+        self.attn = self.attention(
             c.d_model,
             c.n_heads,
             c.kv_heads,
@@ -197,6 +206,29 @@ class GPT(nn.Module):
             x, cache = block(x, positions, pad_mask, None if caches is None else caches[i])
             new.append(cache)
         return self.ln_f(x) @ self.wte.weight.T, new
+
+
+class Llama(nn.Module):
+    """Llama style: tok_embeddings, RMSNorm pre-LN blocks with RoPE and SwiGLU, a final
+    RMSNorm, an untied output projection (Meta's llama ``Transformer``)."""
+
+    block: type[Block] = Block
+    rms_norm: type[RMSNorm] = RMSNorm
+
+    def __init__(self, c: Config):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(c.vocab_size, c.d_model)
+        self.layers = nn.ModuleList(self.block(c, llama=True) for _ in range(c.n_layers))
+        self.norm = self.rms_norm(c.d_model)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    def forward(self, ids, pad_mask=None, positions=None, caches=None):
+        x = self.tok_embeddings(ids)
+        new = []
+        for i, layer in enumerate(self.layers):  # each attention numbers from its own cache
+            x, cache = layer(x, positions, pad_mask, None if caches is None else caches[i])
+            new.append(cache)
+        return self.output(self.norm(x)), new
 
 
 # ------------------------------------------------------------------------------ adapting
@@ -267,6 +299,7 @@ def attention_entry(
         make=make,
         forward=forward,
         step=step,
+        derives_positions=True,  # default_positions(past): SPEC.md §11.9
         param_map=lambda c: attention_map("", "", c.has_attention_bias, c.has_attention_out_bias),
         conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
         **kw,
@@ -353,6 +386,7 @@ def gpt_entry(
         make=make,
         forward=forward,
         step=step,
+        derives_positions=True,  # positions_from(past): SPEC.md §11.9
         param_map=gpt_map,
         conventions=dataclasses.replace(
             DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"
@@ -361,4 +395,84 @@ def gpt_entry(
     )
 
 
-ENTRIES: list[TorchEntry] = [attention_entry(), gated_ffn_entry(), gpt_entry(), rms_norm_entry()]
+def llama_block_map(ours: str, theirs: str, c: Config) -> dict[str, str]:
+    mapping = attention_map(f"{ours}self_attn.", f"{theirs}attn.", c.has_attention_bias)
+    mapping |= {f"{ours}norm1.weight": f"{theirs}ln_1.weight"}
+    mapping |= {f"{ours}norm2.weight": f"{theirs}ln_2.weight"}
+    for canonical, name in (("gate.", "w1."), ("up.", "w3."), ("down.", "w2.")):
+        mapping |= _linear(f"{ours}ffn.{canonical}", f"{theirs}mlp.{name}", c.has_ffn_bias)
+    return mapping
+
+
+def llama_map(c: Config) -> dict[str, str]:
+    mapping = {"embedding.weight": "tok_embeddings.weight", "norm.weight": "norm.weight"}
+    mapping |= {"lm_head.weight": "output.weight"}
+    for i in range(c.n_layers):
+        mapping |= llama_block_map(f"layers.{i}.", f"layers.{i}.", c)
+    return mapping
+
+
+def _llama_step(m, caches, ids, key_padding=None, positions=None):
+    return m(ids, key_padding, positions, caches)
+
+
+def llama_block_entry(cls: type[Block] = Block, **kw: Any) -> TorchEntry:
+    """decoder_block, Llama style (RMSNorm, RoPE half-split, SwiGLU), with its KV cache."""
+
+    def make(c: Config) -> nn.Module:
+        _check(c)
+        return cls(c, llama=True)
+
+    def forward(m, x, key_padding=None, positions=None):
+        return m(x, positions, key_padding)[0]
+
+    def step(m, cache, x, key_padding=None, positions=None):
+        return m(x, positions, key_padding, cache)
+
+    return TorchEntry(
+        "decoder_block",
+        name="decoder_block[llama]",
+        make=make,
+        forward=forward,
+        step=step,
+        derives_positions=True,  # default_positions(past): SPEC.md §11.9
+        param_map=lambda c: llama_block_map("", "", c),
+        conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
+        **kw,
+    )
+
+
+def llama_entry(cls: type[Llama] = Llama, **kw: Any) -> TorchEntry:
+    """causal_lm, Llama style (untied head, no position table), with its KV cache."""
+
+    def make(c: Config) -> nn.Module:
+        _check(c)
+        if c.tie_weights:
+            raise Unsupported("the tutorial Llama has an untied output projection")
+        return cls(c)
+
+    def forward(m, ids, key_padding=None, positions=None):
+        return m(ids, key_padding, positions)[0]
+
+    return TorchEntry(
+        "causal_lm",
+        name="causal_lm[llama]",
+        make=make,
+        forward=forward,
+        step=_llama_step,
+        derives_positions=True,  # each attention's default_positions(past): SPEC.md §11.9
+        param_map=llama_map,
+        conventions=dataclasses.replace(LLAMA, fully_masked_rows="zero"),
+        config={"tie_weights": False},
+        **kw,
+    )
+
+
+ENTRIES: list[TorchEntry] = [
+    attention_entry(),
+    gated_ffn_entry(),
+    gpt_entry(),
+    rms_norm_entry(),
+    llama_block_entry(),
+    llama_entry(),
+]
