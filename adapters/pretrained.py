@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tck.usage import read_user_json
+
 from .base import Arrays, Config, Subject, Unsupported
 from .config_space import ConfigSpace
 from .real_size import stack_skip
@@ -50,6 +52,19 @@ def _folder(folder: str | os.PathLike[str] | None) -> Path:
         raise ModelError(
             f"--model {str(path)!r} is not a save_pretrained folder (it needs config.json and "
             "model.safetensors); save one with model.save_pretrained(DIR)"
+        )
+    # bounded and regular before transformers parses it (a pipe, a device, deep nesting)
+    read_user_json(
+        path / "config.json",
+        what=f"--model {str(path)!r}: config.json",
+        hint="save the folder again with model.save_pretrained(DIR)",
+        error=ModelError,
+    )
+    odd = [p.name for p in path.glob("*.safetensors") if not p.is_file()]
+    if odd:
+        raise ModelError(
+            f"--model {str(path)!r}: {', '.join(odd)} is not a regular file; save the folder "
+            "again with model.save_pretrained(DIR)"
         )
     if not any(path.glob("*.safetensors")):
         raise ModelError(

@@ -29,6 +29,7 @@ from rich.text import Text
 from tck.adapters import BUILTIN, DEFAULT_ADAPTER, load_adapter
 from tck.reference import COMPONENTS
 from tck.reference.catalogue import KEEP, POLARITY_SHOWN
+from tck.reports import load_results
 from tck.usage import default_out, parse_only, writable_dir
 
 from .cli import require_components, run_checks
@@ -91,7 +92,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
     )
     if results is None:
         return 1
-    document = json.loads(results.read_text(encoding="utf-8"))
+    document = load_results(results.parent)
     fingerprint = build_fingerprint(document)
     path = out / "fingerprint.json"
     path.write_text(json.dumps(fingerprint, indent=2, default=str) + "\n", encoding="utf-8")
