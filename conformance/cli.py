@@ -40,7 +40,7 @@ from tck.reports.files import foreign_files, remove_reports
 from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, default_out, parse_only, writable_dir
 
-from .baseline import apply_baseline, load_baseline, red
+from .baseline import apply_baseline, load_baseline, provenance, red, require_same_run
 from .console import ProgressPlugin, print_summary
 from .plugin import results_path
 from .profiles import PROFILES
@@ -334,6 +334,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_exportable(adapter)
     device = require_device(adapter, args.device, only, export=args.export)
     baseline = load_baseline(args.baseline) if args.baseline else None
+    if baseline is None and args.accept_baseline_mismatch:
+        raise UsageError("--accept-baseline-mismatch applies to --baseline; add --baseline")
+    accepted: list[str] = []
+    if baseline is not None:  # before anything runs: a baseline of another run is refused
+        now = provenance(
+            pretrained or args.adapter or DEFAULT_ADAPTER,
+            adapter,
+            checked_subjects(adapter),
+            only=only,
+            export=args.export,
+            opset=args.opset,
+            device=device,
+        )
+        now.update(profile=args.profile, seed=args.seed)
+        accepted = require_same_run(
+            baseline, now, args.baseline, accept=args.accept_baseline_mismatch
+        )
     name = adapter.name if pretrained else args.adapter or adapter.name
     out = writable_dir(Path(args.out) if args.out else default_out(name))
     with out_lock(out):
@@ -364,7 +381,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         folder = results.parent
         document = load_results(folder)
         if baseline is not None:
-            apply_baseline(document, baseline, args.baseline)
+            apply_baseline(document, baseline, args.baseline, accepted)
             write_results(results, document)
         reports = write_reports(document, folder)
         if not document.get("interrupted"):  # an earlier run's partial results: superseded
@@ -499,6 +516,13 @@ def add_parsers(sub: Any) -> None:
         metavar="OLD/results.json",
         help="an earlier run's results: its failures (same check, subject and diagnosis "
         "code) are known and do not fail this run; new ones do",
+    )
+    run.add_argument(
+        "--accept-baseline-mismatch",
+        action="store_true",
+        help="compare with a --baseline written by another run (another adapter, subjects, "
+        "profile, seed, --only, --export, --device or tck version) on purpose; without it "
+        "such a baseline is refused. The report lists the differences accepted",
     )
     run.add_argument(
         "--export",

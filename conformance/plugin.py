@@ -46,6 +46,7 @@ from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, parse_only
 
 from . import repro, spaces, watchdog
+from .baseline import provenance
 from .diagnosis import named_exception
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
@@ -806,6 +807,13 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
         "environment": environment(_device(config)),
         "profile": profile,
         "seed": config.getoption("--tck-seed"),
+        "run": provenance(
+            _adapter_spec(config),
+            adapter,
+            subjects,
+            only=_only(config),
+            **_export(config),
+        ),
         "started": state["start"],
         "duration_s": round(time.time() - state["start"], 3),
         "summary": summarize(results),
