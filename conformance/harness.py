@@ -28,7 +28,7 @@ from tck.reference.expected import expected
 from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from tck.reference.tolerance import Comparison, careful_error, compare, k_forward, round_to
 
-from .calling import guarded_run
+from .calling import GuardedAdapter, guarded_run
 from .careful import careful
 from .recorder import FailedCall, Recorder, seq_len
 from .results import CheckFailure
@@ -87,10 +87,12 @@ class Harness:
         device: str = DEFAULT_DEVICE,
         record: Recorder | None = None,
     ):
-        self.adapter, self.subject, self.seed = adapter, subject, seed
+        self.subject, self.seed = subject, seed
         self.device = device  # where the subject and the careful run run
         # What the check finds besides its verdict: the plugin gives one per check.
         self.record = Recorder() if record is None else record
+        # step, grad and load with run's protection (private copies), for every check
+        self.adapter: Any = GuardedAdapter(adapter, self.record)
         self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
         self.naive_handles: dict[
             tuple[int, str, str], tuple[TorchModuleAdapter, Any, Instance]
