@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .globalstate import AdapterWorld, GlobalState
 from .recorder import Recorder
 from .results import CheckFailure
 
@@ -96,10 +97,12 @@ class GuardedAdapter:
     other attribute is the adapter's own; an entry point the adapter lacks stays absent
     (``getattr(adapter, "grad", None)`` is None)."""
 
-    def __init__(self, adapter: Any, record: Recorder):
+    def __init__(self, adapter: Any, record: Recorder, world: AdapterWorld | None = None):
         self.__dict__["_adapter"] = adapter
         self.__dict__["_record"] = record
         self.__dict__["_outputs"] = {"step": [], "grad": []}
+        # every call runs under the adapter's own numpy and torch settings (globalstate)
+        self.__dict__["_world"] = world or AdapterWorld(GlobalState.capture())
 
     @property
     def unguarded(self) -> Any:
@@ -107,8 +110,18 @@ class GuardedAdapter:
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._adapter, name)
+        if not callable(value) or isinstance(value, type):
+            return value
         guard = {"step": self._step, "grad": self._grad, "load": self._load}.get(name)
-        return guard(value) if guard is not None and callable(value) else value
+        return self._in_world(value if guard is None else guard(value))
+
+    def _in_world(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def in_world(*args: Any, **kwargs: Any) -> Any:
+            with self._world.adapter():
+                return method(*args, **kwargs)
+
+        in_world.__name__ = getattr(method, "__name__", "call")
+        return in_world
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._adapter, name, value)

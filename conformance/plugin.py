@@ -48,6 +48,7 @@ from tck.usage import UsageError, parse_only
 from . import repro, spaces, watchdog
 from .baseline import provenance
 from .diagnosis import named_exception
+from .globalstate import AdapterWorld, kit_state
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .recorder import Recorder
@@ -199,6 +200,8 @@ def _adapter(config: pytest.Config) -> Adapter:
         import torch
 
         torch.set_num_threads(config.getoption("--tck-threads"))
+        # the checks' numpy and torch settings, kept apart from the adapter's (globalstate)
+        state["world"] = AdapterWorld(kit_state(config.getoption("--tck-threads")))
     return state["adapter"]
 
 
@@ -292,6 +295,7 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Iterator[Harness]:
         seed=request.config.getoption("--tck-seed"),
         device=_device(request.config),
         record=record,
+        world=request.config.stash[_STATE].get("world"),
     )
     spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
@@ -351,8 +355,10 @@ def pytest_runtest_call(item: pytest.Item):
 
     os._exit = no_exit  # type: ignore[assignment]
     dog = _watchdog(item)
+    world = state.get("world") or AdapterWorld(kit_state(item.config.getoption("--tck-threads")))
     try:
-        return (yield)
+        with world.checks():  # whatever the adapter's import or an earlier check set
+            return (yield)
     except KeyboardInterrupt:
         if state["sigint"]:
             raise  # a real Ctrl-C: the run stops, and its results are marked interrupted

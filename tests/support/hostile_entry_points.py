@@ -76,3 +76,34 @@ step_writes_key_padding = StepWritesKeyPadding(
 )
 grad_scribbles = GradScribbles("grad-scribbles", _entries("layer_norm"))
 load_zeroes = LoadZeroes("load-zeroes", _entries("layer_norm"))
+
+
+class SetsGlobals(TorchModuleAdapter):
+    """Correct, but changes process-wide settings in every call and keeps relying on them:
+    numpy raises on any floating-point error, torch's default dtype is float64, grad mode
+    off, deterministic algorithms on, all threads."""
+
+    def _set(self) -> None:
+        import torch
+
+        np.seterr(all="raise")
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        torch.use_deterministic_algorithms(True)
+
+    def build(self, subject, config, **kwargs):
+        self._set()
+        return super().build(subject, config, **kwargs)
+
+    def run(self, handle, inputs):
+        import torch
+
+        # what it set in build is what it sees here: its own world
+        assert np.geterr()["divide"] == "raise" and torch.get_default_dtype() == torch.float64
+        out = super().run(handle, inputs)
+        self._set()
+        return out
+
+
+sets_globals = SetsGlobals("sets-globals", _entries("layer_norm", "mha", "causal_self_attention"))
+np.seterr(all="raise")  # at import, too: before any check runs
