@@ -303,7 +303,18 @@ def _onnx_file(args: argparse.Namespace) -> str | None:
     return "tck.adapters.onnx_file:from_env"
 
 
+def no_litter() -> None:
+    """Nothing of a run outside its output folder: no ``__pycache__`` beside the user's
+    adapter module (this process and, through the environment, its worker processes);
+    hypothesis' files go to OUT/.hypothesis (the plugin)."""
+    import os
+
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    no_litter()
     pretrained = _pretrained(args) or _onnx_file(args)
     if pretrained is not None and pretrained.endswith(":from_env"):
         from tck.adapters import onnx_file

@@ -32,7 +32,7 @@ from tck.reference.catalogue import KEEP, POLARITY_SHOWN
 from tck.reports import load_results
 from tck.usage import default_out, parse_only, writable_dir
 
-from .cli import require_components, run_checks
+from .cli import no_litter, require_components, run_checks
 
 SCHEMA = 1
 # The probes, as pytest selects them: module and the test functions in it.
@@ -75,6 +75,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
+    no_litter()
     adapter = load_adapter(args.adapter)  # fail fast, before pytest starts
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)

@@ -120,6 +120,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "sigint": False,  # a real Ctrl-C reached this process (not an adapter's raise)
     }
     config.pluginmanager.register(_Collector(config), "tck-results")
+    out = config.getoption("--tck-out")
+    if out:  # a run writes nothing outside its output folder: hypothesis' files included
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(Path(out).resolve() / ".hypothesis")
     _watch_sigint(config.stash[_STATE])
     # also where the session never finishes: an armed watchdog must not outlive it
     config.add_cleanup(lambda: _close_watchdog(config))
