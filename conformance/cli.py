@@ -181,6 +181,10 @@ def run_checks(
         # a run over torch's heap); those still print to stderr
         "-p",
         "no:unraisableexception",
+        # the plugin's capture keeps at most CAPTURE_LIMIT bytes of a check's output while
+        # it runs; pytest's holds all of it until the check ends (conformance/capture.py)
+        "--capture=no",
+        "--tck-capture=bounded",
         # hypothesis is imported before pytest starts: its modules cannot be rewritten
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",

@@ -47,6 +47,7 @@ from tck.usage import UsageError, parse_only
 
 from . import repro, spaces, watchdog
 from .baseline import provenance
+from .capture import bounded_capture
 from .diagnosis import named_exception
 from .globalstate import AdapterWorld, kit_state
 from .harness import FIELDS, Harness
@@ -91,6 +92,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--tck-opset", default=None, type=int, help="ONNX opset of --tck-export (default: torch's)"
+    )
+    group.addoption(
+        "--tck-capture",
+        default="pytest",
+        choices=("pytest", "bounded"),
+        help="bounded: capture each check's output keeping its first and last "
+        "CAPTURE_LIMIT bytes while it is captured (tck run passes it with --capture=no); "
+        "default: pytest's own capture",
     )
     group.addoption(
         "--tck-device",
@@ -363,7 +372,7 @@ def pytest_runtest_call(item: pytest.Item):
     world = state.get("world") or AdapterWorld(kit_state(item.config.getoption("--tck-threads")))
     try:
         with world.checks():  # whatever the adapter's import or an earlier check set
-            return (yield)
+            return (yield from _captured(item, "call"))
     except KeyboardInterrupt:
         if state["sigint"]:
             raise  # a real Ctrl-C: the run stops, and its results are marked interrupted
@@ -430,6 +439,35 @@ def _subject_of(item: pytest.Item) -> Any:
 # Captured output kept per check (head and tail): an adapter that prints megabytes per call
 # must not make the run hold them all.
 CAPTURE_LIMIT = 20_000
+
+
+def _captured(item: pytest.Item, when: str) -> Iterator[None]:
+    """One phase of a check under the bounded capture (conformance/capture.py), its output
+    added to the check's report as pytest's capture would."""
+    if item.config.getoption("--tck-capture") != "bounded" or not isinstance(
+        _subject_of(item), Subject
+    ):
+        return (yield)
+    sinks: dict[str, Any] = {}
+    try:
+        with bounded_capture(CAPTURE_LIMIT) as sinks:
+            result = yield
+    finally:  # also when the phase raised: its output goes with its report
+        for name, sink in sinks.items():
+            text = sink.text()
+            if text:
+                item.add_report_section(when, name, text)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _captured(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    return (yield from _captured(item, "teardown"))
 
 
 @pytest.hookimpl(wrapper=True)
