@@ -48,7 +48,7 @@ def _folder(folder: str | os.PathLike[str] | None) -> Path:
     if not folder:
         raise ModelError(f"no checkpoint folder: pass --model DIR (or set ${ENV})")
     path = Path(folder)
-    if not path.is_dir() or not (path / "config.json").is_file():
+    if not path.is_dir() or not (path / "config.json").exists():  # a device: read_user_json says
         raise ModelError(
             f"--model {str(path)!r} is not a save_pretrained folder (it needs config.json and "
             "model.safetensors); save one with model.save_pretrained(DIR)"
