@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import json
 import os
 import sys
 from pathlib import Path
@@ -48,6 +47,7 @@ import torch
 from torch import nn
 
 from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
+from tck.usage import read_user_json
 
 from .base import INPUTS, Unsupported
 from .pretrained import _activation, _AsIs
@@ -87,10 +87,9 @@ def set_env(component: str | None, mapping: str | None) -> None:
 def _read_map(path: str | None) -> dict[str, Any] | None:
     if not path:
         return None
-    try:
-        mapping = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InstanceError(f"--map {path!r} is not a readable JSON file: {err}") from None
+    mapping = read_user_json(
+        path, what=f"--map {path!r}", hint="name a JSON map file", error=InstanceError
+    )
     if not isinstance(mapping, dict):
         raise InstanceError(f"--map {path!r} holds a {type(mapping).__name__}, not an object")
     unknown = sorted(set(mapping) - {"params", "config", "conventions", "inputs", "masks"})

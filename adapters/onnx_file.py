@@ -23,7 +23,6 @@ memory (the file is never written). The graph's float dtype is the one dtype off
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
+from tck.usage import read_user_json
 
 from .base import INPUTS, Adapter, Arrays, Subject, Unsupported
 
@@ -264,12 +264,9 @@ def _session(model: Any) -> Any:
 def read_map(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     if not path:
         return {}
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise OnnxFileError(f"cannot read --map {str(path)!r}: {err.strerror or err}") from None
-    except json.JSONDecodeError as err:
-        raise OnnxFileError(f"--map {str(path)!r} is not JSON: {err}") from None
+    return read_user_json(
+        path, what=f"--map {str(path)!r}", hint="name a JSON map file", error=OnnxFileError
+    )
 
 
 def from_env() -> OnnxFileAdapter:

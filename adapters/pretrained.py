@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tck.usage import read_user_json
+
 from . import checkpoint_config
 from .base import Arrays, Config, Subject, Unsupported
 from .checkpoint_config import ModelError
@@ -60,10 +62,23 @@ def _folder(folder: str | os.PathLike[str] | None) -> Path:
     if not folder:
         raise ModelError(f"no checkpoint folder: pass --model DIR (or set ${ENV})")
     path = Path(folder)
-    if not path.is_dir() or not (path / "config.json").is_file():
+    if not path.is_dir() or not (path / "config.json").exists():  # a device: read_user_json says
         raise ModelError(
             f"--model {str(path)!r} is not a save_pretrained folder (it needs config.json and "
             "model.safetensors); save one with model.save_pretrained(DIR)"
+        )
+    # bounded and regular before transformers parses it (a pipe, a device, deep nesting)
+    read_user_json(
+        path / "config.json",
+        what=f"--model {str(path)!r}: config.json",
+        hint="save the folder again with model.save_pretrained(DIR)",
+        error=ModelError,
+    )
+    odd = [p.name for p in path.glob("*.safetensors") if not p.is_file()]
+    if odd:
+        raise ModelError(
+            f"--model {str(path)!r}: {', '.join(odd)} is not a regular file; save the folder "
+            "again with model.save_pretrained(DIR)"
         )
     if not any(path.glob("*.safetensors")):
         raise ModelError(

@@ -36,6 +36,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tck.usage import read_user_json
+
 from .pretrained import ENV, ModelError, _AsIs
 from .torch_module import TorchModuleAdapter
 
@@ -100,10 +102,12 @@ def _weights_in(folder: Path) -> Path:
 
 
 def _config(path: Path) -> dict[str, Any]:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ModelError(f"{str(path)!r} is not a JSON file: {err}") from None
+    config = read_user_json(
+        path,
+        what=repr(str(path)),
+        hint="give the config.json timm.models.save_for_hf writes",
+        error=ModelError,
+    )
     if not isinstance(config, dict):
         raise ModelError(f"{str(path)!r} holds a {type(config).__name__}, not a JSON object")
     if "architecture" not in config:

@@ -373,7 +373,9 @@ class TorchModuleAdapter(Adapter):
                     f"{self.name}: the cotangent has shape {tuple(np.shape(cotangent))}, the "
                     f"output {tuple(out.shape)}"
                 )
-            seed = torch.from_numpy(np.ascontiguousarray(cotangent, dtype=np.float64))
+            # a copy: autograd may accumulate into the incoming gradient's buffer in place,
+            # which would change the caller's cotangent
+            seed = torch.from_numpy(np.array(cotangent, dtype=np.float64, copy=True))
             seed = seed.to(device=out.device, dtype=out.dtype)
             grads = torch.autograd.grad(out, targets, seed, allow_unused=True)
         by_target = [

@@ -7,6 +7,13 @@ is *fixed*. A check that did not run (``run.*`` codes: interrupted, not run) is 
 known. Each result that failed or errored gets ``baseline: new | known``, and the document
 a ``baseline`` section listing the three kinds by key (``check[subject]``, with the dtype
 and opset where a check runs once per each: unique per run).
+
+A comparison means something only between runs of the same thing: every results.json
+records what produced it (its ``run`` section: the adapter as named, its name and class,
+its subjects, ``--only``, ``--export``, ``--opset``, ``--device`` and the tck version;
+with the top-level ``profile`` and ``seed``). A baseline that differs in any of them, or
+records none, is refused in one line unless the user says the comparison is intended
+(``--accept-baseline-mismatch``); the differences accepted are then listed in the report.
 """
 
 from __future__ import annotations
@@ -14,14 +21,78 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import tck
 from tck.reports import ReportError, load_results
 from tck.reports.junit import _case_name
+from tck.reports.text import visible
+from tck.usage import UsageError
 
 BAD = ("fail", "error")
 
 
 def key(result: dict[str, Any]) -> str:
     return _case_name(result)
+
+
+def provenance(
+    adapter_spec: str,
+    adapter: Any,
+    subjects: list[Any],
+    *,
+    only: list[str] | None,
+    export: str | None,
+    opset: int | None,
+    device: str,
+) -> dict[str, Any]:
+    """What produced a run, beside its top-level ``profile`` and ``seed``: the ``run``
+    section of results.json, compared by ``--baseline``."""
+    return {
+        "adapter": adapter_spec,
+        "adapter_name": getattr(adapter, "name", None),
+        "adapter_class": f"{type(adapter).__module__}.{type(adapter).__qualname__}",
+        "subjects": sorted(str(s.name) for s in subjects),
+        "only": list(only) if only is not None else None,
+        "export": export,
+        "opset": opset,
+        "device": device,
+        "tck": tck.__version__,
+    }
+
+
+def mismatches(old: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How the run that wrote ``old`` (a results document) differs from this one (``now``:
+    its ``run`` section with ``profile`` and ``seed``), one phrase per field; empty when the
+    two are runs of the same thing."""
+    recorded = old.get("run")
+    if not isinstance(recorded, dict):
+        return ["it records no provenance (written by an older tck, or edited)"]
+    recorded = {**recorded, "profile": old.get("profile"), "seed": old.get("seed")}
+    return [
+        f"{field} {_shown(recorded.get(field))} (this run: {_shown(value)})"
+        for field, value in now.items()
+        if recorded.get(field) != value
+    ]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        value = ",".join(map(str, value))
+    return visible(repr(value))[:120]
+
+
+def require_same_run(
+    old: dict[str, Any], now: dict[str, Any], path: str | Path, *, accept: bool
+) -> list[str]:
+    """The differences between the baseline's run and this one; a UsageError naming them
+    unless ``accept`` (the user said comparing them is intended)."""
+    differences = mismatches(old, now)
+    if differences and not accept:
+        raise UsageError(
+            f"--baseline {str(path)!r} was written by another run: {'; '.join(differences)}; "
+            "rerun the baseline with this run's options, or pass --accept-baseline-mismatch "
+            "if comparing them is intended"
+        )
+    return differences
 
 
 def load_baseline(path: str | Path) -> dict[str, Any]:
@@ -35,8 +106,14 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
     return load_results(folder)
 
 
-def apply_baseline(document: dict[str, Any], old: dict[str, Any], path: str | Path) -> None:
-    """Mark ``document``'s failures new or known against ``old``, and list the fixed."""
+def apply_baseline(
+    document: dict[str, Any],
+    old: dict[str, Any],
+    path: str | Path,
+    accepted: list[str] | tuple[str, ...] = (),
+) -> None:
+    """Mark ``document``'s failures new or known against ``old``, and list the fixed, what
+    produced ``old`` and the differences from this run the user ``accepted``."""
     known_codes = {
         key(r): r["diagnosis"]["code"]
         for r in old["results"]
@@ -61,6 +138,12 @@ def apply_baseline(document: dict[str, Any], old: dict[str, Any], path: str | Pa
         "new": sorted(new),
         "known": sorted(known),
         "fixed": sorted(fixed),
+        "run": {
+            **(old.get("run") if isinstance(old.get("run"), dict) else {}),
+            "profile": old.get("profile"),
+            "seed": old.get("seed"),
+        },
+        "accepted_mismatches": list(accepted),
     }
 
 

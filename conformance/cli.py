@@ -40,7 +40,7 @@ from tck.reports.files import foreign_files, remove_reports
 from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, default_out, parse_only, writable_dir
 
-from .baseline import apply_baseline, load_baseline, red
+from .baseline import apply_baseline, load_baseline, provenance, red, require_same_run
 from .console import ProgressPlugin, print_summary
 from .plugin import results_path
 from .profiles import PROFILES
@@ -181,6 +181,10 @@ def run_checks(
         # a run over torch's heap); those still print to stderr
         "-p",
         "no:unraisableexception",
+        # the plugin's capture keeps at most CAPTURE_LIMIT bytes of a check's output while
+        # it runs; pytest's holds all of it until the check ends (conformance/capture.py)
+        "--capture=no",
+        "--tck-capture=bounded",
         # hypothesis is imported before pytest starts: its modules cannot be rewritten
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
@@ -218,6 +222,8 @@ def run_checks(
         lines = [ln for ln in pytest_output.getvalue().splitlines() if ln.strip()]
         raise UsageError(visible(lines[-1].removeprefix("ERROR: ") if lines else "usage error"))
     if not results.exists() or _stamp(results) == before[results]:  # not this run's
+        if interrupted:  # before any check ran (the workers starting): nothing to keep
+            raise KeyboardInterrupt
         print(visible(bounded(pytest_output.getvalue(), 4000)), file=sys.stderr)
         print(
             f"tck: the run ended before writing results (pytest exit status {int(code)})",
@@ -309,6 +315,16 @@ def _onnx_file(args: argparse.Namespace) -> str | None:
     return "tck.adapters.onnx_file:from_env"
 
 
+def no_litter() -> None:
+    """Nothing of a run outside its output folder: no ``__pycache__`` beside the user's
+    adapter module (this process and, through the environment, its worker processes);
+    hypothesis' files go to OUT/.hypothesis (the plugin)."""
+    import os
+
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+
+
 def resolve_adapter(args: argparse.Namespace) -> tuple[Adapter, str, bool]:
     """The adapter that ``--adapter`` with ``--model``, ``--component`` and ``--map`` name,
     loaded here so that a bad one is one line (exit 2) before pytest starts; with the spec
@@ -338,6 +354,7 @@ def resolve_adapter(args: argparse.Namespace) -> tuple[Adapter, str, bool]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    no_litter()
     adapter, spec, as_is = resolve_adapter(args)
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
@@ -349,6 +366,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         require_exportable(adapter)
     device = require_device(adapter, args.device, only, export=args.export)
     baseline = load_baseline(args.baseline) if args.baseline else None
+    if baseline is None and args.accept_baseline_mismatch:
+        raise UsageError("--accept-baseline-mismatch applies to --baseline; add --baseline")
+    accepted: list[str] = []
+    if baseline is not None:  # before anything runs: a baseline of another run is refused
+        now = provenance(
+            spec,
+            adapter,
+            checked_subjects(adapter),
+            only=only,
+            export=args.export,
+            opset=args.opset,
+            device=device,
+        )
+        now.update(profile=args.profile, seed=args.seed)
+        accepted = require_same_run(
+            baseline, now, args.baseline, accept=args.accept_baseline_mismatch
+        )
     name = adapter.name if as_is else args.adapter or adapter.name
     out = writable_dir(Path(args.out) if args.out else default_out(name))
     with out_lock(out):
@@ -379,7 +413,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         folder = results.parent
         document = load_results(folder)
         if baseline is not None:
-            apply_baseline(document, baseline, args.baseline)
+            apply_baseline(document, baseline, args.baseline, accepted)
             write_results(results, document)
         reports = write_reports(document, folder)
         if not document.get("interrupted"):  # an earlier run's partial results: superseded
@@ -463,8 +497,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="check the save_pretrained folder DIR as it is, at its own sizes with its own "
         "weights (local files and safetensors only); the adapter is the one its config.json "
-        "names (bert, vit, gpt2, llama, mistral, qwen2) unless --adapter says; with --adapter timm.vit: a "
-        "timm checkpoint folder or weights file",
+        "names (bert, vit, gpt2, llama, mistral, qwen2) unless --adapter says; with "
+        "--adapter timm.vit: a timm checkpoint folder or weights file",
     )
     parser.add_argument(
         "--component",
@@ -524,6 +558,13 @@ def add_parsers(sub: Any) -> None:
         metavar="OLD/results.json",
         help="an earlier run's results: its failures (same check, subject and diagnosis "
         "code) are known and do not fail this run; new ones do",
+    )
+    run.add_argument(
+        "--accept-baseline-mismatch",
+        action="store_true",
+        help="compare with a --baseline written by another run (another adapter, subjects, "
+        "profile, seed, --only, --export, --device or tck version) on purpose; without it "
+        "such a baseline is refused. The report lists the differences accepted",
     )
     run.add_argument(
         "--export",

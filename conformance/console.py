@@ -258,6 +258,15 @@ def print_summary(console: Console, document: dict[str, Any], out: Path, reports
     bad = [r for r in document["results"] if r["status"] in ("fail", "error")]
     baseline = document.get("baseline")
     if baseline is not None:  # new failures first, each kind under its own heading
+        from tck.reports.html import produced_by
+
+        console.print(
+            Text(f"baseline: {visible(baseline['path'])}, produced by: ", style="bold")
+            + Text(visible(produced_by(baseline.get("run")))),
+            highlight=False,
+        )
+        for accepted in baseline.get("accepted_mismatches", []):
+            console.print(Text(f"  accepted mismatch: {visible(accepted)}"), highlight=False)
         groups = [
             ("new since the baseline (these fail the run)", "new"),
             ("still failing, known from the baseline", "known"),

@@ -28,9 +28,10 @@ from rich.text import Text
 
 from tck.reference import COMPONENTS
 from tck.reference.catalogue import KEEP, POLARITY_SHOWN
+from tck.reports import load_results
 from tck.usage import default_out, parse_only, writable_dir
 
-from .cli import add_model_arguments, require_components, resolve_adapter, run_checks
+from .cli import add_model_arguments, no_litter, require_components, resolve_adapter, run_checks
 
 SCHEMA = 1
 # The probes, as pytest selects them: module and the test functions in it.
@@ -69,6 +70,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
+    no_litter()
     adapter, spec, as_is = resolve_adapter(args)  # fail fast, before pytest starts
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
@@ -86,7 +88,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
     )
     if results is None:
         return 1
-    document = json.loads(results.read_text(encoding="utf-8"))
+    document = load_results(results.parent)
     fingerprint = build_fingerprint(document)
     path = out / "fingerprint.json"
     path.write_text(json.dumps(fingerprint, indent=2, default=str) + "\n", encoding="utf-8")

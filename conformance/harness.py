@@ -28,8 +28,9 @@ from tck.reference.expected import expected
 from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
 from tck.reference.tolerance import Comparison, careful_error, compare, k_forward, round_to
 
-from .calling import guarded_run
+from .calling import GuardedAdapter, guarded_run
 from .careful import careful
+from .globalstate import AdapterWorld
 from .recorder import FailedCall, Recorder, seq_len
 from .results import CheckFailure
 from .spaces import fit_shape, max_length, require_config, require_length, subject_config
@@ -89,11 +90,15 @@ class Harness:
         seed: int = 0,
         device: str = DEFAULT_DEVICE,
         record: Recorder | None = None,
+        world: AdapterWorld | None = None,
     ):
-        self.adapter, self.subject, self.seed = adapter, subject, seed
+        self.subject, self.seed = subject, seed
         self.device = device  # where the subject and the careful run run
         # What the check finds besides its verdict: the plugin gives one per check.
         self.record = Recorder() if record is None else record
+        # step, grad and load with run's protection (private copies), for every check
+        # (and under its own numpy and torch settings, apart from the kit's: globalstate)
+        self.adapter: Any = GuardedAdapter(adapter, self.record, world)
         self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
         self.naive_handles: dict[
             tuple[int, str, str], tuple[TorchModuleAdapter, Any, Instance]

@@ -48,7 +48,10 @@ from tck.reports.text import bounded, safe_str, visible
 from tck.usage import UsageError, parse_only
 
 from . import islands, repro, spaces, watchdog
+from .baseline import provenance
+from .capture import bounded_capture
 from .diagnosis import named_exception
+from .globalstate import AdapterWorld, kit_state
 from .harness import FIELDS, Harness
 from .profiles import PROFILES, load_profile
 from .recorder import Recorder
@@ -93,6 +96,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--tck-opset", default=None, type=int, help="ONNX opset of --tck-export (default: torch's)"
     )
     group.addoption(
+        "--tck-capture",
+        default="pytest",
+        choices=("pytest", "bounded"),
+        help="bounded: capture each check's output keeping its first and last "
+        "CAPTURE_LIMIT bytes while it is captured (tck run passes it with --capture=no); "
+        "default: pytest's own capture",
+    )
+    group.addoption(
         "--tck-device",
         default="cpu",
         help="where subjects are built and run: cpu, cuda or cuda:N (the oracle stays on the "
@@ -120,6 +131,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "sigint": False,  # a real Ctrl-C reached this process (not an adapter's raise)
     }
     config.pluginmanager.register(_Collector(config), "tck-results")
+    out = config.getoption("--tck-out")
+    if out:  # a run writes nothing outside its output folder: hypothesis' files included
+        from hypothesis.configuration import set_hypothesis_home_dir
+
+        set_hypothesis_home_dir(Path(out).resolve() / ".hypothesis")
     _watch_sigint(config.stash[_STATE])
     # also where the session never finishes: an armed watchdog must not outlive it
     config.add_cleanup(lambda: _close_watchdog(config))
@@ -200,6 +216,8 @@ def _adapter(config: pytest.Config) -> Adapter:
         import torch
 
         torch.set_num_threads(config.getoption("--tck-threads"))
+        # the checks' numpy and torch settings, kept apart from the adapter's (globalstate)
+        state["world"] = AdapterWorld(kit_state(config.getoption("--tck-threads")))
     return state["adapter"]
 
 
@@ -293,6 +311,7 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Iterator[Harness]:
         seed=request.config.getoption("--tck-seed"),
         device=_device(request.config),
         record=record,
+        world=request.config.stash[_STATE].get("world"),
     )
     spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
@@ -356,8 +375,10 @@ def pytest_runtest_call(item: pytest.Item):
 
     os._exit = no_exit  # type: ignore[assignment]
     dog = _watchdog(item)
+    world = state.get("world") or AdapterWorld(kit_state(item.config.getoption("--tck-threads")))
     try:
-        return (yield)
+        with world.checks():  # whatever the adapter's import or an earlier check set
+            return (yield from _captured(item, "call"))
     except KeyboardInterrupt:
         if state["sigint"]:
             raise  # a real Ctrl-C: the run stops, and its results are marked interrupted
@@ -424,6 +445,35 @@ def _subject_of(item: pytest.Item) -> Any:
 # Captured output kept per check (head and tail): an adapter that prints megabytes per call
 # must not make the run hold them all.
 CAPTURE_LIMIT = 20_000
+
+
+def _captured(item: pytest.Item, when: str) -> Iterator[None]:
+    """One phase of a check under the bounded capture (conformance/capture.py), its output
+    added to the check's report as pytest's capture would."""
+    if item.config.getoption("--tck-capture") != "bounded" or not isinstance(
+        _subject_of(item), Subject
+    ):
+        return (yield)
+    sinks: dict[str, Any] = {}
+    try:
+        with bounded_capture(CAPTURE_LIMIT) as sinks:
+            result = yield
+    finally:  # also when the phase raised: its output goes with its report
+        for name, sink in sinks.items():
+            text = sink.text()
+            if text:
+                item.add_report_section(when, name, text)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _captured(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    return (yield from _captured(item, "teardown"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -812,6 +862,13 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
         "environment": environment(_device(config)),
         "profile": profile,
         "seed": config.getoption("--tck-seed"),
+        "run": provenance(
+            _adapter_spec(config),
+            adapter,
+            subjects,
+            only=_only(config),
+            **_export(config),
+        ),
         "started": state["start"],
         "duration_s": round(time.time() - state["start"], 3),
         "summary": summarize(results),

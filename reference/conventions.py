@@ -214,6 +214,7 @@ class Config:
     attention_out_bias: bool | None = None
 
     def __post_init__(self) -> None:
+        _check_sizes(self)
         positive = (
             "d_model",
             "n_heads",
@@ -297,6 +298,58 @@ class Config:
             if out[name] == default:
                 del out[name]
         return out
+
+
+# The largest size a Config takes (SPEC.md §0.4): 2**20 is above every released model's
+# width, vocabulary and context (Llama 3: 128,256 tokens, 131,072 positions) and far below
+# what would make the first allocation fail; and the largest matrix one weight may be,
+# d_model times its other side: 2**31 elements (16 GiB in float64; Llama 3 70B's embedding
+# is 2**30). Both are checked before anything is built, whatever read the sizes (a --map,
+# an instance's attributes, a checkpoint's config.json).
+MAX_SIZE = 2**20
+MAX_MATRIX = 2**31
+_SIZES = (
+    "d_model",
+    "n_heads",
+    "d_k",
+    "d_v",
+    "d_ff",
+    "n_layers",
+    "n_decoder_layers",
+    "vocab_size",
+    "padding_idx",
+    "max_len",
+    "image_size",
+    "patch_size",
+    "channels",
+    "n_classes",
+    "n_kv_heads",
+)
+
+
+def _check_sizes(config: Config) -> None:
+    """Each size a whole number (an int, not a bool or a float such as 24.0) of at most
+    MAX_SIZE, and no weight matrix over MAX_MATRIX elements: a ValueError naming the
+    field, before any range rule divides or compares it."""
+    import numbers
+
+    for name in _SIZES:
+        value = getattr(config, name)
+        if value is None and name in ("d_k", "d_v", "padding_idx", "n_kv_heads"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(
+                f"Config.{name} must be a whole number, got {type(value).__name__} {value!r}"
+            )
+        if value > MAX_SIZE:  # the lower bounds are __post_init__'s rules
+            raise ValueError(f"Config.{name} must be at most {MAX_SIZE}, got {value}")
+    widest = max(config.d_ff, config.vocab_size, config.max_len, config.n_classes)
+    heads = config.n_heads * max(config.d_k or 0, config.d_v or 0, 1)
+    if config.d_model * max(widest, heads) > MAX_MATRIX:
+        raise ValueError(
+            f"Config: d_model={config.d_model} times {max(widest, heads)} is a weight of more "
+            f"than {MAX_MATRIX} elements; tck checks models up to that size"
+        )
 
 
 # Config's fields added after configs were first written, with their defaults: left out of

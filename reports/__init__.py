@@ -12,9 +12,10 @@ Generated reports go to reports/out/ by default, which git ignores.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from tck.usage import read_user_json
 
 from .files import atomic_write
 from .junit import junit_xml
@@ -33,14 +34,13 @@ class ReportError(Exception):
 
 def load_results(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / "results.json"
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ReportError(
             f"{path} does not exist; pass a folder written by 'tck run --out DIR'"
         ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ReportError(f"{path} is not readable JSON ({err}); rerun 'tck run'") from None
+    document = read_user_json(
+        path, what=str(path), hint="pass a folder written by 'tck run'", error=ReportError
+    )
     if not isinstance(document, dict):
         raise ReportError(
             f"{path} is not a tck results file: it holds a JSON {type(document).__name__}, "

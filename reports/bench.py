@@ -10,7 +10,6 @@ baseline names, dtypes): an adapter's own names appear in the tables only.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import defaultdict
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
+
+from tck.usage import read_user_json
 
 from . import ReportError
 from .html import _environment
@@ -32,12 +33,9 @@ _BASELINE_NAME = re.compile(r"sdpa\[[a-z]+\]|oracle:[a-z_]+")
 def load_bench(path: str | Path) -> dict[str, Any]:
     """A bench.json written by ``tck bench``; ReportError saying why when it is not one."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReportError(f"{path} does not exist; write it with 'tck bench --out DIR'") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ReportError(f"{path} is not readable JSON ({err})") from None
+    document = read_user_json(
+        path, what=str(path), hint="write it with 'tck bench --out DIR'", error=ReportError
+    )
     if not isinstance(document, dict) or not isinstance(document.get("tck"), dict):
         raise ReportError(f"{path} is not a tck bench file: no 'tck' section")
     if document["tck"].get("kind") != "bench" or "benchmarks" not in document:

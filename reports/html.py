@@ -225,6 +225,8 @@ def _baseline(document: dict[str, Any]) -> dict[str, Any] | None:
         "new": [r for r in rows if r.get("baseline") == "new"],
         "known": [r for r in rows if r.get("baseline") == "known"],
         "fixed": list(baseline["fixed"]),
+        "produced_by": produced_by(baseline.get("run")),
+        "accepted": list(baseline.get("accepted_mismatches", [])),
     }
 
 
@@ -236,6 +238,19 @@ def subject_notes(document: dict[str, Any]) -> list[tuple[str, list[str]]]:
         for note in notes:
             seen.setdefault(str(note), []).append(str(subject))
     return list(seen.items())
+
+
+def produced_by(run: Any) -> str:
+    """What produced a run, in one line (``adapter 'x' (X), profile ci, seed 0, ...``)."""
+    if not isinstance(run, dict):
+        return "not recorded"
+    parts = [f"adapter {run.get('adapter')!r} ({run.get('adapter_name')})"]
+    parts += [f"{k} {run.get(k)}" for k in ("profile", "seed") if k in run]
+    only = run.get("only")
+    parts.append(f"only {','.join(map(str, only))}" if isinstance(only, list) else "all components")
+    parts += [f"{k} {run.get(k)}" for k in ("export", "opset", "device") if run.get(k)]
+    parts.append(f"{len(run.get('subjects') or [])} subjects, tck {run.get('tck')}")
+    return ", ".join(parts)
 
 
 def _when(timestamp: Any) -> str:

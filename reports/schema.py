@@ -97,10 +97,13 @@ RESULTS: dict[str, Any] = {
         "not_run": {"type": "array", "items": _TEXT},
         "unverified_subjects": {"type": "array", "items": _TEXT},
         "interrupted": {"type": "boolean"},
+        "run": {"type": "object"},  # what produced the run (absent from older results)
         "baseline": {
             "type": "object",
             "required": ["path", "new", "known", "fixed"],
             "properties": {
+                "run": {"type": "object"},
+                "accepted_mismatches": {"type": "array", "items": _TEXT},
                 "path": _TEXT,
                 "new": {"type": "array", "items": _TEXT},
                 "known": {"type": "array", "items": _TEXT},

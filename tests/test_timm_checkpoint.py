@@ -114,7 +114,7 @@ def test_bad_paths_are_one_line_exit_2(tmp_path: Path) -> None:
         ("nope", "does not exist"),
         ("empty", "holds no weights"),
         ("hf", "use --adapter hf.vit"),
-        ("broken", "is not a JSON file"),
+        ("broken", "not valid JSON"),
         ("notes.txt", "is not a weights file"),
     ):
         done = _run(["--model", str(tmp_path / model), "--out", str(tmp_path / "out")], tmp_path)

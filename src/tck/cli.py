@@ -17,19 +17,22 @@ status 2 (``--debug`` shows the traceback).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-from tck.adapters import AdapterError
-from tck.bench import cli as bench_cli
-from tck.conformance import cli as conformance_cli
-from tck.conformance import fingerprint_cli, onnx_cli
-from tck.fixtures import cli as fixtures_cli
-from tck.reports import ReportError
-from tck.reports.text import safe_str, visible
 from tck.usage import OneLineParser, UsageError
+
+INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process ended by Ctrl-C: 130
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # imported here, not at the top: importing them (torch) takes seconds, and a Ctrl-C
+    # meanwhile is main's to turn into exit status 130
+    from tck.bench import cli as bench_cli
+    from tck.conformance import cli as conformance_cli
+    from tck.conformance import fingerprint_cli, onnx_cli
+    from tck.fixtures import cli as fixtures_cli
+
     parser = OneLineParser(prog="tck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,6 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``tck`` command: its exit status. A Ctrl-C at any moment (while importing, while
+    the workers start, while checks run) ends it with status 130 and no traceback; what a
+    run had finished is kept (``tck run`` writes it to OUT/interrupted/)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("tck: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
+    from tck.adapters import AdapterError
+    from tck.reports import ReportError
+    from tck.reports.text import safe_str, visible
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

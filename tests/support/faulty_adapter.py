@@ -48,8 +48,8 @@ class Faulty(TorchModuleAdapter):
             inputs["x"][...] = inputs["x"][..., ::-1].copy()
             return super().run(handle, inputs)
         out = super().run(handle, inputs)
-        if FAULT == "chatty":  # every call: a megabyte of output
-            print("chatter " * 131_072)
+        if FAULT == "chatty":  # every call: TCK_CHATTY_MB megabytes of output (default 1)
+            print("chatter " * (131_072 * int(os.environ.get("TCK_CHATTY_MB", "1"))))
         if not _fire():
             return out
         if FAULT == "ctrl_c":  # a real SIGINT to the tck process (TCK_SIGINT: self, parent)
