@@ -34,6 +34,8 @@ SOFTMAX_AXIS = "https://github.com/brain-research/self-attention-gan/issues/17"
 H = "hub_llama"
 G = "einsum_gpt"
 N = "np_functional"
+V = "unfold_vit"
+QKV_LAYOUT = "https://github.com/alibaba/ChatLearn/pull/277"
 H_ATT = ["causal_self_attention", "decoder_block", "causal_lm"]
 H_ROPE = ["rope", *H_ATT]
 H_NORM = ["rms_norm", "decoder_block", "causal_lm"]
@@ -48,6 +50,8 @@ N_MHA = ["mha", "encoder_layer", "encoder"]
 N_NORM = ["layer_norm", "encoder_layer", "encoder"]
 N_FFN = ["ffn", "encoder_layer", "encoder"]
 N_LAYER = ["encoder_layer", "encoder"]
+V_PATCH = ["patch_embed", "vit"]
+V_BLOCK = ["encoder_layer", "vit"]
 
 # (id, impl, original, replacement, class in words, expected codes, class_without_code,
 #  public report, components)
@@ -846,6 +850,139 @@ BUGS = [
         "",
         "",
         N_CORE,
+    ),
+    # ---------------------------------------------------------------- unfold_vit
+    (
+        "vit.patch_channels_last",
+        V,
+        "        tiles = tiles.permute(0, 2, 3, 1, 4, 5)  # grid row, grid column, then (c, y, x)",
+        "        tiles = tiles.permute(0, 2, 3, 4, 5, 1)  # grid row, grid column, then (y, x, c)",
+        "patches flattened channels-last against a channel-major weight",
+        ["vit.patch_flatten_order"],
+        "",
+        "",
+        V_PATCH,
+    ),
+    (
+        "vit.patch_grid_transposed",
+        V,
+        "        tiles = tiles.permute(0, 2, 3, 1, 4, 5)  # grid row, grid column, then (c, y, x)",
+        "        tiles = tiles.permute(0, 3, 2, 1, 4, 5)  # grid row, grid column, then (c, y, x)",
+        "patch tokens read column-major from the patch grid",
+        ["vit.patch_order"],
+        "",
+        "",
+        V_PATCH,
+    ),
+    (
+        "vit.cls_without_position",
+        V,
+        "        x = torch.cat([cls, x], dim=1) + self.pos_embed",
+        "        x = torch.cat([cls, x + self.pos_embed[:, 1:]], dim=1)",
+        "position rows added before the class token is prepended (class token gets none)",
+        ["vit.cls_pos_embed_missing"],
+        "",
+        "",
+        ["vit"],
+    ),
+    (
+        "vit.pool_mean_with_cls",
+        V,
+        "        return self.head(x[:, 0])",
+        "        return self.head(x.mean(dim=1))",
+        "mean pooling that counts the class token",
+        ["vit.pooling_mean_with_cls"],
+        "",
+        "",
+        ["vit"],
+    ),
+    (
+        "vit.pool_last_token",
+        V,
+        "        return self.head(x[:, 0])",
+        "        return self.head(x[:, -1])",
+        "the head reads the last token instead of the class token",
+        ["vit.pooling_wrong_token"],
+        "",
+        "",
+        ["vit"],
+    ),
+    (
+        "vit.final_norm_missing",
+        V,
+        "        x = self.norm(x)",
+        "        x = x",
+        "the final LayerNorm of the pre-LN stack is skipped",
+        ["blocks.final_norm_missing"],
+        "",
+        "",
+        ["vit"],
+    ),
+    (
+        "vit.gelu_tanh",
+        V,
+        "        x = x + self.fc2(F.gelu(self.fc1(self.norm2(x))))",
+        '        x = x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))',
+        "tanh GELU where the exact GELU is declared",
+        ["ffn.activation_gelu_tanh"],
+        "",
+        GELU,
+        V_BLOCK,
+    ),
+    (
+        "vit.qkv_head_major",
+        V,
+        "        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)",
+        "        qkv = self.qkv(x).reshape(b, n, self.heads, 3, c // self.heads).permute(3, 0, 2, 1, 4)",
+        "fused qkv output read head-major ([H, 3, d]) where it is stored [3, H, d]",
+        [],
+        "fused q/k/v projection read in another layout (per-head interleaved)",
+        QKV_LAYOUT,
+        V_BLOCK,
+    ),
+    (
+        "vit.sdpa_mask_inverted",
+        V,
+        "        keep = None if key_padding is None else key_padding[:, None, None, :]  # SDPA: True = attend",
+        "        keep = None if key_padding is None else ~key_padding[:, None, None, :]  # SDPA: True = attend",
+        "boolean mask passed to SDPA inverted",
+        ["mask.polarity_inverted"],
+        "",
+        POLARITY,
+        ["encoder_layer"],
+    ),
+    (
+        "vit.sdpa_float_mask",
+        V,
+        "        keep = None if key_padding is None else key_padding[:, None, None, :]  # SDPA: True = attend",
+        "        keep = None if key_padding is None else key_padding[:, None, None, :].to(x.dtype)  # SDPA: True = attend",
+        "keep-mask cast to float: SDPA adds it (0/1 bias) instead of masking",
+        ["mask.ignored"],
+        "",
+        KPM,
+        ["encoder_layer"],
+    ),
+    (
+        "vit.ln_default_eps",
+        V,
+        "        self.norm1 = nn.LayerNorm(dim, eps=eps)",
+        "        self.norm1 = nn.LayerNorm(dim)",
+        "first LayerNorm of each block left at torch's default eps 1e-5 where 1e-6 is declared",
+        ["layer_norm.eps_wrong", "convention.eps"],
+        "",
+        "",
+        V_BLOCK,
+    ),
+    (
+        "vit.residual_after_norm",
+        V,
+        "        x = x + self.attention(self.norm1(x), key_padding)",
+        "        x = self.norm1(x) + self.attention(self.norm1(x), key_padding)",
+        "attention residual added to the normalised input",
+        ["blocks.residual_after_norm"],
+        "",
+        "",
+        V_BLOCK,
     ),
 ]
 

@@ -47,6 +47,7 @@ IMPLEMENTATIONS: dict[str, list[str]] = {
     ],
     "einsum_gpt": ["layer_norm", "ffn", "causal_self_attention", "decoder_block", "causal_lm"],
     "np_functional": ["attention", "mha", "layer_norm", "ffn", "encoder_layer", "encoder"],
+    "unfold_vit": ["patch_embed", "encoder_layer", "vit"],
 }
 
 # Run by the interpreter under test on a results.json: the report's root causes, in order,
