@@ -160,6 +160,7 @@ def score(bug: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
         "id": bug["id"],
         "impl": bug["impl"],
         "class": bug["class"],
+        "family": bug.get("family", ""),
         "expected_codes": expected,
         "class_without_code": bug["class_without_code"],
         "detected": bool(record.get("failing")),
@@ -266,6 +267,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"right class among the root causes: {anywhere}/{total}")
     if errors:
         print(f"runner errors ({len(errors)}): {', '.join(errors)}")
+    families: dict[str, list[dict[str, Any]]] = {}
+    for r in scored:
+        families.setdefault(r["family"] or "-", []).append(r)
+    print()
+    by_family = [["family", "bugs", "detected", "right class first"]]
+    for family, members in sorted(families.items()):
+        by_family.append(
+            [
+                family,
+                str(len(members)),
+                str(sum(m["detected"] for m in members)),
+                str(sum(m["right_class_first"] for m in members)),
+            ]
+        )
+    print(_table(by_family))
     if args.json:
         payload = {
             "bugs_sha256": hashlib.sha256(BUGS_FILE.read_bytes()).hexdigest(),
