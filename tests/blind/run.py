@@ -121,18 +121,26 @@ def run_one(
     except subprocess.TimeoutExpired:
         record["exit_code"] = None
         record["runner_error"] = f"tck run took longer than {timeout:.0f} s"
+    except OSError as err:  # the interpreter vanished or cannot start
+        record["exit_code"] = None
+        record["runner_error"] = f"could not start {python}: {err}"
     record["duration_s"] = round(time.monotonic() - started, 1)
     results = out / "results.json"
     if not results.is_file():
         record.setdefault("runner_error", "tck run wrote no results.json")
         return record
-    causes = subprocess.run(
-        [python, "-c", CAUSES_SNIPPET, str(results)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=folder,
-    )
+    try:
+        causes = subprocess.run(
+            [python, "-c", CAUSES_SNIPPET, str(results)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=folder,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        record["runner_error"] = f"reading the root causes failed: {err}"
+        return record
     if causes.returncode != 0:
         record["runner_error"] = "reading the root causes failed: " + causes.stderr[-500:]
         return record
@@ -152,10 +160,28 @@ def _remove(folder: Path) -> None:
     folder.rmdir()
 
 
-def score(bug: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def load_addenda(path: Path | None) -> dict[str, list[str]]:
+    """Codes judged after the freeze to name a bug's class (PROTOCOL.md, "Addenda"): a JSON
+    list of {"bug", "code", "meaning", "judged_by", "date"}; bug id -> the codes."""
+    if path is None:
+        return {}
+    entries = json.loads(path.read_text(encoding="utf-8"))
+    added: dict[str, list[str]] = {}
+    for entry in entries:
+        missing = [k for k in ("bug", "code", "meaning", "judged_by", "date") if not entry.get(k)]
+        if missing:
+            raise ValueError(f"{path}: an addendum lacks {', '.join(missing)}: {entry}")
+        added.setdefault(entry["bug"], []).append(entry["code"])
+    return added
+
+
+def score(
+    bug: dict[str, Any], record: dict[str, Any], added: list[str] | None = None
+) -> dict[str, Any]:
     causes = record.get("causes") or []
     first = causes[0] if causes else None
     expected = bug["expected_codes"]
+    with_addenda = [*expected, *(added or [])]
     return {
         "id": bug["id"],
         "impl": bug["impl"],
@@ -167,6 +193,8 @@ def score(bug: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
         "first_cause": first,
         "first_message": record.get("first_message", ""),
         "right_class_first": first is not None and first in expected,
+        # reported beside the frozen score, never instead of it
+        "right_class_first_with_addenda": first is not None and first in with_addenda,
         "right_class_anywhere": any(c in expected for c in causes),
         "causes": causes,
         "summary": record.get("summary"),
@@ -175,6 +203,17 @@ def score(bug: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
         "output_tail": record.get("output_tail") if record.get("runner_error") else None,
         "folder": record.get("folder"),
     }
+
+
+def _imports_tck(python: str) -> bool:
+    """Can ``python`` import the tck whose report ranking the runner reads?"""
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import tck.reports.causes"], capture_output=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
 
 
 def _git_head() -> str | None:
@@ -211,12 +250,35 @@ def main(argv: list[str] | None = None) -> int:
         "--clean", action="store_true", help="run the correct implementations, no bug applied"
     )
     parser.add_argument("--keep", action="store_true", help="keep each run's temporary folder")
+    parser.add_argument(
+        "--addenda",
+        type=Path,
+        help="codes judged after the freeze to name a class no code named (PROTOCOL.md)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
 
+    if not _imports_tck(args.tck_python):
+        print(
+            f"error: {args.tck_python} cannot import tck.reports.causes; give --tck-python an "
+            "interpreter with transformer-tck installed",
+            file=sys.stderr,
+        )
+        return 2
     if args.clean:
         return _clean(args)
+    try:
+        addenda = load_addenda(args.addenda)
+    except (OSError, ValueError) as err:
+        print(f"error: --addenda: {err}", file=sys.stderr)
+        return 2
+    unknown_addenda = sorted(set(addenda) - {b["id"] for b in load_bugs()})
+    if unknown_addenda:
+        print(
+            f"error: --addenda names unknown bug(s): {', '.join(unknown_addenda)}", file=sys.stderr
+        )
+        return 2
 
     bugs = load_bugs()
     wanted = {b for spec in args.only_bug for b in spec.split(",") if b}
@@ -230,12 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             source = patched_source(bug)
         except ValueError as err:
-            return score(bug, {"runner_error": str(err)})
+            return score(bug, {"runner_error": str(err)}, addenda.get(bug["id"]))
         record = run_one(
             bug["id"], bug["impl"], source, bug["components"], args.tck_python, args.timeout,
             args.keep,
         )  # fmt: skip
-        row = score(bug, record)
+        row = score(bug, record, addenda.get(bug["id"]))
         mark = "ok " if row["right_class_first"] else ("det" if row["detected"] else "---")
         print(f"[{mark}] {bug['id']}: {row['first_cause']}", file=sys.stderr, flush=True)
         return row
@@ -265,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"detected:          {detected}/{total}")
     print(f"right class first: {right}/{total}  ({right}/{with_code} of the bugs a code names)")
     print(f"right class among the root causes: {anywhere}/{total}")
+    if addenda:
+        judged = sum(r["right_class_first_with_addenda"] for r in scored)
+        print(f"right class first with the addenda ({args.addenda}): {judged}/{total}")
     if errors:
         print(f"runner errors ({len(errors)}): {', '.join(errors)}")
     families: dict[str, list[dict[str, Any]]] = {}
@@ -294,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                 "right_class_anywhere": anywhere,
                 "bugs_with_expected_codes": with_code,
                 "runner_errors": len(errors),
+                "right_class_first_with_addenda": (
+                    sum(r["right_class_first_with_addenda"] for r in scored) if addenda else None
+                ),
             },
             "bugs": scored,
         }
