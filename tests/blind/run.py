@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -302,8 +302,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{mark}] {bug['id']}: {row['first_cause']}", file=sys.stderr, flush=True)
         return row
 
+    done: dict[int, dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        scored = list(pool.map(job, bugs))
+        futures = {pool.submit(job, bug): i for i, bug in enumerate(bugs)}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if args.json:  # after every bug: an interrupted run keeps what it measured
+                finished = [done[i] for i in sorted(done)]
+                _write_json(args, finished, addenda, complete=len(done) == len(bugs))
+    scored = [done[i] for i in range(len(bugs))]
 
     rows = [["bug", "detected", "first root cause", "right class first", "expected"]]
     for r in scored:
@@ -347,26 +354,36 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
     print(_table(by_family))
-    if args.json:
-        payload = {
-            "bugs_sha256": hashlib.sha256(BUGS_FILE.read_bytes()).hexdigest(),
-            "git_head": _git_head(),
-            "tck_python": args.tck_python,
-            "totals": {
-                "bugs": total,
-                "detected": detected,
-                "right_class_first": right,
-                "right_class_anywhere": anywhere,
-                "bugs_with_expected_codes": with_code,
-                "runner_errors": len(errors),
-                "right_class_first_with_addenda": (
-                    sum(r["right_class_first_with_addenda"] for r in scored) if addenda else None
-                ),
-            },
-            "bugs": scored,
-        }
-        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _write_json(
+    args: argparse.Namespace,
+    scored: list[dict[str, Any]],
+    addenda: dict[str, list[str]],
+    *,
+    complete: bool,
+) -> None:
+    """The machine-readable results so far; ``complete`` once every selected bug ran."""
+    payload = {
+        "bugs_sha256": hashlib.sha256(BUGS_FILE.read_bytes()).hexdigest(),
+        "git_head": _git_head(),
+        "tck_python": args.tck_python,
+        "complete": complete,
+        "totals": {
+            "bugs": len(scored),
+            "detected": sum(r["detected"] for r in scored),
+            "right_class_first": sum(r["right_class_first"] for r in scored),
+            "right_class_anywhere": sum(r["right_class_anywhere"] for r in scored),
+            "bugs_with_expected_codes": sum(bool(r["expected_codes"]) for r in scored),
+            "runner_errors": sum(bool(r["runner_error"]) for r in scored),
+            "right_class_first_with_addenda": (
+                sum(r["right_class_first_with_addenda"] for r in scored) if addenda else None
+            ),
+        },
+        "bugs": scored,
+    }
+    args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
 
 
 def _clean(args: argparse.Namespace) -> int:
