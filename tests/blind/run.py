@@ -1,0 +1,415 @@
+"""Run the blind diagnosis benchmark: apply each bug of bugs.json to a private copy of its
+implementation, run ``tck run`` on the components the bug's implementation exposes, and score
+the report's first root cause against the bug's expected codes.
+
+    python tests/blind/run.py                      # every bug, one at a time
+    python tests/blind/run.py --jobs 2 --json out.json
+    python tests/blind/run.py --only-bug hub.gqa_tiled --only-bug gpt.softmax_axis
+    python tests/blind/run.py --clean              # the correct implementations alone
+    python tests/blind/run.py --tck-python /path/to/venv/bin/python
+
+A bug is *detected* when its run has any fail or error row. Its *first root cause* is
+``tck.reports.causes.root_causes(results)[0]["code"]``, the cause the HTML report leads with,
+computed by the tck under test (the same interpreter that ran it). It is *right class first*
+when that code is in the bug's ``expected_codes``; a bug with no expected code counts as a miss
+(see PROTOCOL.md for how a code added later may be judged to name such a class).
+
+The repository's files are never edited: each bug runs in its own temporary folder holding a
+patched copy of its implementation under the same module name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+BUGS_FILE = HERE / "bugs.json"
+
+# Components each implementation exposes (its adapter's subjects): --clean runs all of them.
+IMPLEMENTATIONS: dict[str, list[str]] = {
+    "hub_llama": [
+        "rms_norm",
+        "rope",
+        "gated_ffn",
+        "causal_self_attention",
+        "decoder_block",
+        "causal_lm",
+    ],
+    "einsum_gpt": ["layer_norm", "ffn", "causal_self_attention", "decoder_block", "causal_lm"],
+    "np_functional": ["attention", "mha", "layer_norm", "ffn", "encoder_layer", "encoder"],
+    "unfold_vit": ["patch_embed", "encoder_layer", "vit"],
+}
+
+# Run by the interpreter under test on a results.json: the report's root causes, in order,
+# from tck's own ranking (never reimplemented here).
+CAUSES_SNIPPET = """
+import json, sys
+from tck.reports.causes import root_causes
+data = json.load(open(sys.argv[1], encoding="utf-8"))
+results = data["results"]
+causes = root_causes(results)
+print(json.dumps({
+    "causes": [c["code"] for c in causes],
+    "first_message": causes[0]["message"] if causes else "",
+    "failing": sum(r.get("status") in ("fail", "error") for r in results),
+    "summary": data.get("summary"),
+}))
+"""
+
+
+def load_bugs() -> list[dict[str, Any]]:
+    return json.loads(BUGS_FILE.read_text(encoding="utf-8"))
+
+
+def patched_source(bug: dict[str, Any]) -> str:
+    """The implementation's text with the bug's one line replaced (exactly one occurrence)."""
+    source = (HERE / f"{bug['impl']}.py").read_text(encoding="utf-8")
+    lines = source.split("\n")
+    hits = [i for i, line in enumerate(lines) if line == bug["original"]]
+    if len(hits) != 1:
+        raise ValueError(
+            f"bug {bug['id']}: the original line occurs {len(hits)} times in {bug['impl']}.py "
+            "(the implementation changed after the freeze?)"
+        )
+    lines[hits[0]] = bug["replacement"]
+    return "\n".join(lines)
+
+
+def run_one(
+    label: str,
+    impl: str,
+    source: str,
+    components: list[str],
+    python: str,
+    timeout: float,
+    keep: bool,
+) -> dict[str, Any]:
+    """tck run on ``source`` saved as ``impl``.py in a fresh folder; its root causes."""
+    folder = Path(tempfile.mkdtemp(prefix=f"tck-blind-{label}-"))
+    (folder / f"{impl}.py").write_text(source, encoding="utf-8")
+    out = folder / "out"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(folder), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    cmd = [
+        python, "-m", "tck", "run",
+        "--adapter", f"{impl}:adapter",
+        "--only", ",".join(components),
+        "--profile", "ci",
+        "--out", str(out),
+        "-n", "0",
+    ]  # fmt: skip
+    started = time.monotonic()
+    record: dict[str, Any] = {"folder": str(folder), "command": " ".join(cmd)}
+    try:
+        proc = subprocess.run(
+            cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        record["exit_code"] = proc.returncode
+        record["output_tail"] = (proc.stdout + proc.stderr)[-2000:]
+    except subprocess.TimeoutExpired:
+        record["exit_code"] = None
+        record["runner_error"] = f"tck run took longer than {timeout:.0f} s"
+    except OSError as err:  # the interpreter vanished or cannot start
+        record["exit_code"] = None
+        record["runner_error"] = f"could not start {python}: {err}"
+    record["duration_s"] = round(time.monotonic() - started, 1)
+    results = out / "results.json"
+    if not results.is_file():
+        record.setdefault("runner_error", "tck run wrote no results.json")
+        return record
+    try:
+        causes = subprocess.run(
+            [python, "-c", CAUSES_SNIPPET, str(results)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=folder,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        record["runner_error"] = f"reading the root causes failed: {err}"
+        return record
+    if causes.returncode != 0:
+        record["runner_error"] = "reading the root causes failed: " + causes.stderr[-500:]
+        return record
+    record.update(json.loads(causes.stdout))
+    if not keep:
+        _remove(folder)
+        record.pop("folder")
+    return record
+
+
+def _remove(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+    folder.rmdir()
+
+
+def load_addenda(path: Path | None) -> dict[str, list[str]]:
+    """Codes judged after the freeze to name a bug's class (PROTOCOL.md, "Addenda"): a JSON
+    list of {"bug", "code", "meaning", "judged_by", "date"}; bug id -> the codes."""
+    if path is None:
+        return {}
+    entries = json.loads(path.read_text(encoding="utf-8"))
+    added: dict[str, list[str]] = {}
+    for entry in entries:
+        missing = [k for k in ("bug", "code", "meaning", "judged_by", "date") if not entry.get(k)]
+        if missing:
+            raise ValueError(f"{path}: an addendum lacks {', '.join(missing)}: {entry}")
+        added.setdefault(entry["bug"], []).append(entry["code"])
+    return added
+
+
+def score(
+    bug: dict[str, Any], record: dict[str, Any], added: list[str] | None = None
+) -> dict[str, Any]:
+    causes = record.get("causes") or []
+    first = causes[0] if causes else None
+    expected = bug["expected_codes"]
+    with_addenda = [*expected, *(added or [])]
+    return {
+        "id": bug["id"],
+        "impl": bug["impl"],
+        "class": bug["class"],
+        "family": bug.get("family", ""),
+        "expected_codes": expected,
+        "class_without_code": bug["class_without_code"],
+        "detected": bool(record.get("failing")),
+        "first_cause": first,
+        "first_message": record.get("first_message", ""),
+        "right_class_first": first is not None and first in expected,
+        # reported beside the frozen score, never instead of it
+        "right_class_first_with_addenda": first is not None and first in with_addenda,
+        "right_class_anywhere": any(c in expected for c in causes),
+        "causes": causes,
+        "summary": record.get("summary"),
+        "duration_s": record.get("duration_s"),
+        "runner_error": record.get("runner_error"),
+        "output_tail": record.get("output_tail") if record.get("runner_error") else None,
+        "folder": record.get("folder"),
+    }
+
+
+def _imports_tck(python: str) -> bool:
+    """Can ``python`` import the tck whose report ranking the runner reads?"""
+    try:
+        probe = subprocess.run(
+            [python, "-c", "import tck.reports.causes"], capture_output=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def _git_head() -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10
+        )
+    except OSError:
+        return None
+    return proc.stdout.strip() or None
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1, help="bugs run in parallel (default 1)")
+    parser.add_argument(
+        "--only-bug", action="append", default=[], help="a bug id (repeat, or comma-separate)"
+    )
+    parser.add_argument("--json", type=Path, help="write machine-readable results here")
+    parser.add_argument(
+        "--tck-python",
+        default=sys.executable,
+        help="the interpreter whose tck is measured (python -m tck); default: this one",
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per bug run")
+    parser.add_argument(
+        "--clean", action="store_true", help="run the correct implementations, no bug applied"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep each run's temporary folder")
+    parser.add_argument(
+        "--addenda",
+        type=Path,
+        help="codes judged after the freeze to name a class no code named (PROTOCOL.md)",
+    )
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+
+    if not _imports_tck(args.tck_python):
+        print(
+            f"error: {args.tck_python} cannot import tck.reports.causes; give --tck-python an "
+            "interpreter with transformer-tck installed",
+            file=sys.stderr,
+        )
+        return 2
+    if args.clean:
+        return _clean(args)
+    try:
+        addenda = load_addenda(args.addenda)
+    except (OSError, ValueError) as err:
+        print(f"error: --addenda: {err}", file=sys.stderr)
+        return 2
+    unknown_addenda = sorted(set(addenda) - {b["id"] for b in load_bugs()})
+    if unknown_addenda:
+        print(
+            f"error: --addenda names unknown bug(s): {', '.join(unknown_addenda)}", file=sys.stderr
+        )
+        return 2
+
+    bugs = load_bugs()
+    wanted = {b for spec in args.only_bug for b in spec.split(",") if b}
+    unknown = sorted(wanted - {b["id"] for b in bugs})
+    if unknown:
+        parser.error(f"unknown bug id(s): {', '.join(unknown)}")
+    if wanted:
+        bugs = [b for b in bugs if b["id"] in wanted]
+
+    def job(bug: dict[str, Any]) -> dict[str, Any]:
+        try:
+            source = patched_source(bug)
+        except ValueError as err:
+            return score(bug, {"runner_error": str(err)}, addenda.get(bug["id"]))
+        record = run_one(
+            bug["id"], bug["impl"], source, bug["components"], args.tck_python, args.timeout,
+            args.keep,
+        )  # fmt: skip
+        row = score(bug, record, addenda.get(bug["id"]))
+        mark = "ok " if row["right_class_first"] else ("det" if row["detected"] else "---")
+        print(f"[{mark}] {bug['id']}: {row['first_cause']}", file=sys.stderr, flush=True)
+        return row
+
+    done: dict[int, dict[str, Any]] = {}
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(job, bug): i for i, bug in enumerate(bugs)}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if args.json:  # after every bug: an interrupted run keeps what it measured
+                finished = [done[i] for i in sorted(done)]
+                _write_json(args, finished, addenda, complete=len(done) == len(bugs))
+    scored = [done[i] for i in range(len(bugs))]
+
+    rows = [["bug", "detected", "first root cause", "right class first", "expected"]]
+    for r in scored:
+        rows.append(
+            [
+                r["id"],
+                "yes" if r["detected"] else ("ERROR" if r["runner_error"] else "no"),
+                r["first_cause"] or "-",
+                "yes" if r["right_class_first"] else "no",
+                ", ".join(r["expected_codes"]) or f"(no code: {r['class_without_code']})",
+            ]
+        )
+    print(_table(rows))
+    total = len(scored)
+    detected = sum(r["detected"] for r in scored)
+    right = sum(r["right_class_first"] for r in scored)
+    anywhere = sum(r["right_class_anywhere"] for r in scored)
+    with_code = sum(bool(r["expected_codes"]) for r in scored)
+    errors = [r["id"] for r in scored if r["runner_error"]]
+    print()
+    print(f"detected:          {detected}/{total}")
+    print(f"right class first: {right}/{total}  ({right}/{with_code} of the bugs a code names)")
+    print(f"right class among the root causes: {anywhere}/{total}")
+    if addenda:
+        judged = sum(r["right_class_first_with_addenda"] for r in scored)
+        print(f"right class first with the addenda ({args.addenda}): {judged}/{total}")
+    if errors:
+        print(f"runner errors ({len(errors)}): {', '.join(errors)}")
+    families: dict[str, list[dict[str, Any]]] = {}
+    for r in scored:
+        families.setdefault(r["family"] or "-", []).append(r)
+    print()
+    by_family = [["family", "bugs", "detected", "right class first"]]
+    for family, members in sorted(families.items()):
+        by_family.append(
+            [
+                family,
+                str(len(members)),
+                str(sum(m["detected"] for m in members)),
+                str(sum(m["right_class_first"] for m in members)),
+            ]
+        )
+    print(_table(by_family))
+    return 0
+
+
+def _write_json(
+    args: argparse.Namespace,
+    scored: list[dict[str, Any]],
+    addenda: dict[str, list[str]],
+    *,
+    complete: bool,
+) -> None:
+    """The machine-readable results so far; ``complete`` once every selected bug ran."""
+    payload = {
+        "bugs_sha256": hashlib.sha256(BUGS_FILE.read_bytes()).hexdigest(),
+        "git_head": _git_head(),
+        "tck_python": args.tck_python,
+        "complete": complete,
+        "totals": {
+            "bugs": len(scored),
+            "detected": sum(r["detected"] for r in scored),
+            "right_class_first": sum(r["right_class_first"] for r in scored),
+            "right_class_anywhere": sum(r["right_class_anywhere"] for r in scored),
+            "bugs_with_expected_codes": sum(bool(r["expected_codes"]) for r in scored),
+            "runner_errors": sum(bool(r["runner_error"]) for r in scored),
+            "right_class_first_with_addenda": (
+                sum(r["right_class_first_with_addenda"] for r in scored) if addenda else None
+            ),
+        },
+        "bugs": scored,
+    }
+    args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+
+
+def _clean(args: argparse.Namespace) -> int:
+    """Each correct implementation on every component it exposes: a false failure here is a
+    finding of its own (the benchmark's numbers assume the unpatched code passes)."""
+    rows = [["implementation", "failing rows", "root causes", "summary"]]
+    records = {}
+    for impl, components in IMPLEMENTATIONS.items():
+        source = (HERE / f"{impl}.py").read_text(encoding="utf-8")
+        record = run_one(
+            f"clean-{impl}", impl, source, components, args.tck_python, args.timeout, args.keep
+        )
+        records[impl] = record
+        rows.append(
+            [
+                impl,
+                str(record.get("failing", "ERROR")),
+                ", ".join(record.get("causes") or []) or "-",
+                json.dumps(record.get("summary")),
+            ]
+        )
+    print(_table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
+    return 0 if all(r.get("failing") == 0 for r in records.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
