@@ -25,7 +25,9 @@ CODE_SHAPED = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
 # checkpoint file names (model.safetensors).
 NOT_CODE_SUFFIXES = (".weight", ".bias", ".safetensors", ".pth", ".bin", ".json", ".onnx")
 # Attribute paths into third-party modules whose first name happens to be a code area.
-MODULE_PATHS = frozenset({"vit.layers", "vit.layernorm"})  # transformers' ViTModel
+MODULE_PATHS = frozenset(
+    {"vit.layers", "vit.layernorm", "model.rotary_emb"}  # transformers' ViTModel, LlamaModel
+)
 
 
 def code_literals() -> dict[str, set[str]]:
