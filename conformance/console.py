@@ -215,7 +215,7 @@ NEXT_FAILED = (
 )
 NEXT_OWN = (
     "Next: check your own model: tck run --adapter mypkg.models:model --component "
-    "encoder_layer, a checkpoint: tck run --adapter hf.bert --model DIR, an ONNX file: tck run "
+    "encoder_layer, a checkpoint folder: tck run --model DIR, an ONNX file: tck run "
     "--adapter onnx:FILE --component NAME (README, 'Check your own model')."
 )
 NEXT_CI = (
