@@ -746,7 +746,7 @@ class CausalSelfAttention(nn.Module):
         self.base, self.layout = conventions.pe_base, conventions.rope_layout
         self.fully_masked_rows = conventions.fully_masked_rows
         self.window = conventions.sliding_window  # §4.5
-        self.frequencies = scaled_frequencies(self.d_k, conventions) if self.rope else None
+        self.conventions = conventions  # §2.6: the RoPE frequencies' scaling, read in forward
         d, h, g = config.d_model, self.n_heads, self.n_kv
         bias = config.has_attention_bias  # §0.5
         self.q = nn.Linear(d, h * self.d_k, bias=bias)
@@ -770,8 +770,9 @@ class CausalSelfAttention(nn.Module):
         k = self.k(x).view(b, n, g, self.d_k).transpose(1, 2)  # (B, H_kv, n, d_k)
         v = self.v(x).view(b, n, g, self.d_v).transpose(1, 2)  # (B, H_kv, n, d_v)
         if self.rope:
-            q = rope_at(q, positions, self.base, self.layout, self.frequencies)
-            k = rope_at(k, positions, self.base, self.layout, self.frequencies)
+            omega = scaled_frequencies(self.d_k, self.conventions)  # (d_k/2,) float64
+            q = rope_at(q, positions, self.base, self.layout, omega)
+            k = rope_at(k, positions, self.base, self.layout, omega)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H_kv, T, d)
         t = k.shape[2]

@@ -237,10 +237,17 @@ def causal_keep_mask(
     query = np.arange(lq)[:, None] + offset  # (Lq, 1): each query's index among the keys
     keep = np.arange(lk)[None, :] <= query  # (Lq, Lk)
     if window is not None:
-        if window < 1:
-            raise ValueError(f"a sliding window is at least 1 key wide, got {window} (§4.5)")
-        keep &= np.arange(lk)[None, :] > query - window
+        keep &= sliding_window_keep(lq, lk, window, alignment)
     return keep
+
+
+def sliding_window_keep(lq: int, lk: int, window: int, alignment: str = "top_left") -> Array:
+    """§4.5: key j is inside query i's window of ``window`` keys iff j > i + offset - window
+    (offset as §4.3); AND it with the causal mask for the sliding-window causal mask."""
+    if window < 1:
+        raise ValueError(f"a sliding window is at least 1 key wide, got {window} (§4.5)")
+    offset = lk - lq if alignment == "bottom_right" else 0
+    return np.arange(lk)[None, :] > np.arange(lq)[:, None] + offset - window  # (Lq, Lk)
 
 
 def combine_keep_masks(
@@ -823,7 +830,9 @@ def causal_self_attention(
         k = rope_rows(k, pos, layout=conventions.rope_layout, frequencies=omega)
     k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)  # (B,H,L,d)
     if causal_keep is None:  # §4.3, §4.5: the causal triangle, cut to the sliding window
-        keep = causal_keep_mask(length, length, window=conventions.sliding_window)
+        keep = causal_keep_mask(length, length)
+        if conventions.sliding_window is not None:
+            keep = keep & sliding_window_keep(length, length, conventions.sliding_window)
     else:
         keep = np.asarray(causal_keep)
     if key_padding is not None:
