@@ -6,9 +6,9 @@ which (``"inputs": {"x": "hidden_states"}``). A keep-mask input the call does no
 all True (no padding: the same function); any other input the suite cannot give, or an
 input the graph lacks, makes that call ``Unsupported``.
 
-Without a map the checks that need no parameters still run (padding invariance, batching,
-causal no-leak where the graph takes ``causal``, determinism, shape contracts); the oracle
-checks skip. A map JSON names the initializers of the canonical parameters and the sizes
+Without a map the checks that need no parameters still run, in the graph's own dtype
+(padding invariance, batching, causal no-leak where the graph takes ``causal``, determinism,
+shape contracts: ``Harness.own_dtype``); the oracle checks skip. A map JSON names the initializers of the canonical parameters and the sizes
 and conventions the oracle needs::
 
     {"params": {"self_attn.q.weight": {"name": "val_30", "permute": [1, 0]},

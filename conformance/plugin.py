@@ -878,11 +878,22 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
         document["not_run"] = not_run
     if interrupted:
         document["interrupted"] = True
-    here = {s.name for s in subjects if offers_device(adapter, s, _device(config))}
+    here = {s.name for s in subjects if _runs_here(adapter, s, _device(config))}
     nothing = [s for s in unverified_subjects(document["results"]) if s in here]
     if nothing:  # never green: every check of these subjects skipped (SPEC.md §10.11)
         document["unverified_subjects"] = nothing
     return document
+
+
+def _runs_here(adapter: Adapter | None, subject: Subject, device: str) -> bool:
+    """Whether ``adapter`` runs ``subject`` on ``device``; under --export onnx, whether the
+    torch adapter runs the subject it comes from there (the ONNX wrapper names no devices)."""
+    base = getattr(adapter, "base", None)
+    origin = getattr(adapter, "origin", None)
+    if base is not None and callable(origin):
+        found = origin(subject)
+        return offers_device(base, found[0] if found else subject, device)
+    return offers_device(adapter, subject, device)
 
 
 EXPORT_FAILED = "onnx.export_failed"

@@ -8,10 +8,16 @@ adapter. A check passes iff
 
     max|test - gold| <= k * max|careful - gold| + floor
 
-where the floor scales with the output's magnitude. NaN in ``test`` where ``gold`` has none
-fails outright. In float64 ``careful_err`` is 0 and the floor alone decides. (The metrics
-keep their published names: ``ref_max_abs_err`` is the careful run's error, ``ref_multiple``
-the error as a multiple of it.)
+where the floor is ``FLOOR[dtype] * max(1, scale)``: ``scale`` is max|gold| over the compared
+positions (finite values only), and for a float64 gradient the larger of that and
+max|input| x max|cotangent| (``gradient_scale``: the terms the gradient sums). NaN in
+``test`` where ``gold`` has none fails outright. In float64 ``careful_err`` is 0 and the
+floor alone decides. Where the careful run overflows and ``gold`` does not, a non-finite
+``test`` still fails (the harness compares it); a finite one there has no bound. An
+implementation compared with itself passes ``require_finite``: NaN or inf at a real
+position fails on either side, never agreement. (The metrics keep their published names:
+``ref_max_abs_err`` is the careful run's error, ``ref_multiple`` the error as a multiple
+of it.)
 
 **k, and where it comes from.** Both sources compare a fast kernel with a plain PyTorch
 implementation in the same low precision and allow a multiple of that implementation's error:

@@ -509,3 +509,22 @@ def test_float64_gradient_bound_scales_with_the_values(magnitude: float) -> None
     name = "params.ffn.fc1.weight"
     off = test[name] + 1e-3 * np.abs(gold[name]).max()
     assert not compare(off, gold[name], scale=gradient_scale(gold[name], inputs, cotangent)).passed
+
+
+@pytest.mark.spec("10.11", "10.9")
+def test_subjects_of_another_device_are_not_unverified_under_export() -> None:
+    """torch.nn's CUDA-pinned attention backends skip on a CPU run, exported or not: they
+    are not in this run, so they do not make it red (the ONNX wrapper names no devices:
+    the subject an exported one comes from decides)."""
+    pytest.importorskip("onnxruntime")
+    from tck.adapters.onnx_runtime import with_onnx
+    from tck.conformance.plugin import _runs_here
+
+    base = load_adapter("torch.nn")
+    wrapped = with_onnx(base)
+    subjects = {s.name: s for s in wrapped.subjects()}
+    for name in ("mha[flash]", "mha[flash]@ort.enable_all", "mha[flash]@ort.disable_all"):
+        assert not _runs_here(wrapped, subjects[name], "cpu"), name
+    for name in ("mha", "mha@ort.enable_all"):
+        assert _runs_here(wrapped, subjects[name], "cpu"), name
+    assert not _runs_here(base, subject(base, "mha[flash]"), "cpu")
