@@ -381,7 +381,7 @@ def test_kv_cache_left_padded(tck: Harness) -> None:
         pytest.skip(f"left padding needs key_padding and positions: {err}")
 
 
-@spec("11.9", "11.6", id="decoder.kv_cache_chunked")
+@spec("11.9", "11.6", "11.7", id="decoder.kv_cache_chunked")
 @components(*CAUSAL)
 def test_kv_cache_chunked(tck: Harness) -> None:
     """§11.9: chunked prefill. Calls of several tokens on a non-empty cache (a prefill of 1,
