@@ -414,13 +414,14 @@ def test_kv_cache_left_padded(tck: Harness) -> None:
         pytest.skip(f"left padding needs key_padding and positions: {err}")
 
 
-@spec("11.9", "11.6", id="decoder.kv_cache_chunked")
+@spec("11.9", "11.6", "11.7", id="decoder.kv_cache_chunked")
 @components(*CAUSAL)
 def test_kv_cache_chunked(tck: Harness) -> None:
     """§11.9: chunked prefill. Calls of several tokens on a non-empty cache (a prefill of 1,
     then 2 tokens per call; a prefill of 3, then 4) give what one full forward gives: the
     causal mask of such a call is bottom-right within the cache (query i of n sees keys up to
-    T - n + i) and its tokens are numbered after the cache."""
+    T - n + i) and its tokens are numbered after the cache. Unpadded rows, then left-padded
+    ones where the subject takes key_padding."""
     inst = instance(tck)
     check_cache(
         tck,
@@ -430,6 +431,17 @@ def test_kv_cache_chunked(tck: Harness) -> None:
         CHUNKED,
         clause="SPEC.md §11.6, §11.9",
     )
+    try:  # batched prompts, left-padded, fed in chunks (§11.7)
+        check_cache(
+            tck,
+            inst,
+            left_padded(tck, inst, (11, 6), seed=506),
+            "left-padded rows of lengths 11 and 6",
+            CHUNKED,
+            clause="SPEC.md §11.6, §11.7, §11.9",
+        )
+    except Unsupported as why:
+        tck.note({"unsupported_calls": [f"left-padded rows: {why}"]})
 
 
 @spec("11.9", "11.6", id="decoder.kv_cache_own_positions")

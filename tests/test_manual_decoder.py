@@ -100,8 +100,14 @@ def test_snippet_runs_with_no_failure(tmp_path: Path) -> None:
         (('nn.GELU(approximate="tanh")', "nn.GELU()"), "equality.oracle", "ffn.activation_gelu"),
         # the mask's triangle transposed: the future leaks
         (("torch.tril(torch.ones(block_size", "torch.triu(torch.ones(block_size"), None, None),
+        # the scores scaled by 1/sqrt(d_model): the two-token probe inside the block reads it
+        (
+            ("(1.0 / math.sqrt(k.size(-1)))", "(1.0 / math.sqrt(C))"),
+            "decoder.effective_scale",
+            "attention.scale_wrong",
+        ),
     ],
-    ids=["scaled_1.5", "exact_gelu", "triu_mask"],
+    ids=["scaled_1.5", "exact_gelu", "triu_mask", "scale_d_model"],
 )
 def test_one_wrong_line_fails(tmp_path: Path, wrong: tuple[str, str], check, code) -> None:
     snippet = _snippet()
