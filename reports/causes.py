@@ -101,8 +101,10 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     oracle mismatch of an encoder layer whose LayerNorm probe named unbiased variance is a
     symptom of that variance), and stands as its own cause only when its subject has none.
     Returns ``[{"code", "message", "subjects", "symptoms": [{check, subject, code,
-    message}], "specificity"}]``: the symptoms include the results that carry the cause's
-    code themselves.
+    message}], "specificity", "reproduced", "evidence", "weak", "known"}]`` in the order of
+    the module docstring: the symptoms include the results that carry the cause's code
+    themselves; ``evidence`` is the strongest of its results' (``evidence``), ``weak`` says
+    that every result is a 16-bit fit alone, ``known`` that the baseline had them all.
     """
     failing = [r for r in results if r.get("status") in ("fail", "error")]
     # Several conventions explained at once (an Annotated-Transformer LayerNorm): the codes of
