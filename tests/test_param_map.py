@@ -269,3 +269,56 @@ def test_one_map_reads_the_same_in_a_module_and_its_onnx_file(tmp_path: Path) ->
     }
     assert len(both) >= 10, both
     assert {c: by_module[c] - {"skip"} for c in both} == {c: by_onnx[c] - {"skip"} for c in both}
+
+
+def _layer_norm_graph(path: Path) -> None:
+    """A float64 LayerNorm graph with its scale stored [1, D] and no bias input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    scale = numpy_helper.from_array(np.linspace(0.5, 2.0, 4).reshape(1, 4), "g")
+    flat = numpy_helper.from_array(np.array([4], dtype=np.int64), "flat")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["g", "flat"], ["g4"]),
+            helper.make_node("LayerNormalization", ["x", "g4"], ["y"], axis=-1, epsilon=1e-5),
+        ],
+        "layer_norm",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["b", "n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["b", "n", 4])],
+        [scale, flat],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(path))
+
+
+def test_an_onnx_file_honours_shape_and_null(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    from tck.adapters.base import Unsupported
+    from tck.adapters.onnx_file import OnnxFileAdapter, OnnxFileError
+    from tck.reference import Config
+
+    path = tmp_path / "ln.onnx"
+    _layer_norm_graph(path)
+    mapping = {"params": {"weight": {"name": "g", "shape": [4]}, "bias": None}}
+    adapter = OnnxFileAdapter(path, "layer_norm", mapping)
+    handle = adapter.build(adapter.subjects()[0], Config(**adapter.fixed), seed=0)
+    read = adapter.params(handle)
+    np.testing.assert_array_equal(read["weight"], np.linspace(0.5, 2.0, 4))
+    np.testing.assert_array_equal(read["bias"], np.zeros(4))  # null: absent, reads as zeros
+    adapter.load(handle, {"weight": np.full(4, 3.0), "bias": np.zeros(4)})
+    assert adapter.params(handle)["weight"].tolist() == [3.0] * 4
+    x = np.random.default_rng(0).standard_normal((2, 3, 4))
+    centred = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(adapter.run(handle, {"x": x}), 3.0 * centred, atol=1e-12)
+    with pytest.raises(Unsupported, match="loads only as zeros"):
+        adapter.load(handle, {"bias": np.ones(4)})
+    # the same rules as for a module: every canonical parameter named, no other
+    for bad, words in (
+        ({"params": {"weight": "g"}}, "lacks canonical parameters"),
+        ({"params": {"weight": "g", "bias": None, "gamma": "g"}}, "not canonical parameters"),
+        ({"params": {"weight": "nope", "bias": None}}, "the graph lacks"),
+        ({"conventions": {"eps": "small"}}, "not Conventions"),
+    ):
+        with pytest.raises(OnnxFileError, match=words):
+            OnnxFileAdapter(path, "layer_norm", bad)
