@@ -16,7 +16,8 @@ need other parameters skip and say so). Recognised without a map:
 
 Any other module needs ``--component C`` (the component it computes) and, for the checks
 that compare with the oracle, ``--map MAP.json`` naming its parameters. The map is the one
-``onnx:FILE`` takes, with the module's parameter names::
+``onnx:FILE`` takes (``param_map``: one schema, one parser), with the module's parameter
+names::
 
     {"params": {"self_attn.q.weight": "attn.wq.weight",
                 "self_attn.q.bias": null,                          (absent: reads as zeros)
