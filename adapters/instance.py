@@ -16,7 +16,8 @@ need other parameters skip and say so). Recognised without a map:
 
 Any other module needs ``--component C`` (the component it computes) and, for the checks
 that compare with the oracle, ``--map MAP.json`` naming its parameters. The map is the one
-``onnx:FILE`` takes, with the module's parameter names::
+``onnx:FILE`` takes (``param_map``: one schema, one parser), with the module's parameter
+names::
 
     {"params": {"self_attn.q.weight": "attn.wq.weight",
                 "self_attn.q.bias": null,                          (absent: reads as zeros)
@@ -47,9 +48,9 @@ import torch
 from torch import nn
 
 from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
-from tck.usage import read_user_json
 
 from .base import INPUTS, Unsupported
+from .param_map import Ref, masks_ignore, read_map, refs
 from .pretrained import _activation, _AsIs
 from .torch_module import ABSENT, Param, ParamRef, TorchEntry, TorchHandle, TorchModuleAdapter
 
@@ -85,22 +86,7 @@ def set_env(component: str | None, mapping: str | None) -> None:
 
 
 def _read_map(path: str | None) -> dict[str, Any] | None:
-    if not path:
-        return None
-    mapping = read_user_json(
-        path, what=f"--map {path!r}", hint="name a JSON map file", error=InstanceError
-    )
-    if not isinstance(mapping, dict):
-        raise InstanceError(f"--map {path!r} holds a {type(mapping).__name__}, not an object")
-    unknown = sorted(set(mapping) - {"params", "config", "conventions", "inputs", "masks"})
-    if unknown:
-        raise InstanceError(
-            f"--map {path!r} has unknown keys {unknown}; it takes params, config, conventions, "
-            "inputs and masks"
-        )
-    if mapping.get("masks", "keep") not in ("keep", "ignore"):
-        raise InstanceError(f"--map {path!r}: masks is 'keep' (True = attend) or 'ignore'")
-    return mapping
+    return read_map(path, error=InstanceError)
 
 
 class InstanceAdapter(_AsIs, TorchModuleAdapter):
@@ -345,24 +331,13 @@ def _read_config(m: nn.Module, mapping: dict[str, Any] | None) -> dict[str, Any]
     return fixed
 
 
-def _ref(value: Any, canonical: str) -> ParamRef:
-    if value is None:
+def _ref(ref: Ref | None) -> ParamRef:
+    """The torch adapter's reference of one map entry (``Ref``; None: absent)."""
+    if ref is None:
         return ABSENT
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("name"), str):
-        unknown = set(value) - {"name", "slice", "permute", "shape"}
-        if not unknown:
-            return Param(
-                value["name"],
-                slice=tuple(value["slice"]) if value.get("slice") is not None else None,
-                permute=tuple(value["permute"]) if value.get("permute") is not None else None,
-                shape=tuple(value["shape"]) if value.get("shape") is not None else None,
-            )
-    raise InstanceError(
-        f"--map: params[{canonical!r}] is a parameter name, null (absent) or "
-        '{"name": ..., "slice": [dim, start, stop], "permute": [...], "shape": [...]}'
-    )
+    if ref == Ref(ref.name):
+        return ref.name
+    return Param(ref.name, slice=ref.slice, permute=ref.permute, shape=ref.shape)
 
 
 def _generic(
@@ -400,7 +375,7 @@ def _generic(
                 f"--map names {unknown}, which are not canonical parameters of {component} "
                 f"({', '.join(shapes)})"
             )
-        param_map = {k: _ref(v, k) for k, v in params.items()}
+        param_map = {k: _ref(v) for k, v in refs(mapping).items()}
         own = dict(m.named_parameters())
         absent = sorted({r if isinstance(r, str) else r.name for r in param_map.values()
                          if not isinstance(r, type(ABSENT))} - set(own))  # fmt: skip
@@ -414,7 +389,7 @@ def _generic(
     first, optional = INPUTS[component]
     bound = {**{k: k for k in optional}, **(mapping or {}).get("inputs", {})}
     takes = _keywords(m)
-    ignore = (mapping or {}).get("masks", "keep") == "ignore"
+    ignore = masks_ignore(mapping)
 
     def forward(module: nn.Module, **inputs: Any) -> Any:
         args = [inputs.pop(k) for k in first]

@@ -8,14 +8,16 @@ input the graph lacks, makes that call ``Unsupported``.
 
 Without a map the checks that need no parameters still run, in the graph's own dtype
 (padding invariance, batching, causal no-leak where the graph takes ``causal``, determinism,
-shape contracts: ``Harness.own_dtype``); the oracle checks skip. A map JSON names the initializers of the canonical parameters and the sizes
-and conventions the oracle needs::
+shape contracts: ``Harness.own_dtype``); the oracle checks skip. The map is the one a module
+instance takes (``param_map``: one schema, one parser), with initializer names::
 
     {"params": {"self_attn.q.weight": {"name": "val_30", "permute": [1, 0]},
-                "self_attn.q.bias": "module.self_attn.q.bias", ...},
+                "self_attn.k.weight": {"name": "qkv.weight", "slice": [0, 32, 64]},
+                "self_attn.q.bias": null, ...},
      "config": {"n_heads": 4, "d_ff": 40},
      "conventions": {"norm_placement": "post"},
-     "inputs": {"x": "x", "key_padding": "key_padding"}}
+     "inputs": {"x": "x", "key_padding": "key_padding"},
+     "masks": "ignore"}
 
 ``params`` reads the initializers, ``load`` writes new values into a copy of the graph in
 memory (the file is never written). The graph's float dtype is the one dtype offered.
@@ -31,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
-from tck.usage import read_user_json
 
 from .base import INPUTS, Adapter, Arrays, Subject, Unsupported
+from .param_map import Ref, check_map, masks_ignore, refs
+from .param_map import read_map as _read_map
 
 ENV_FILE, ENV_COMPONENT, ENV_MAP = "TCK_ONNX_FILE", "TCK_ONNX_COMPONENT", "TCK_ONNX_MAP"
 KEEP_MASKS = ("key_padding", "keep_mask", "memory_key_padding")
@@ -70,7 +73,9 @@ class OnnxFileAdapter(Adapter):
             raise OnnxFileError(f"{str(self.path)!r} is not an ONNX model: {err}") from None
         self.component = component
         self.name = f"onnx:{self.path.name}"
-        self.mapping = _check_map(mapping or {})
+        self.mapping = check_map(mapping or {}, what="the map", error=OnnxFileError)
+        self.refs = refs(self.mapping)
+        self.ignore = masks_ignore(self.mapping)
         initializers = {t.name for t in self.model.graph.initializer}
         self.graph_inputs = {
             i.name: i.type.tensor_type for i in self.model.graph.input if i.name not in initializers
@@ -85,14 +90,34 @@ class OnnxFileAdapter(Adapter):
                 f"the map binds {unknown}, which the graph does not take "
                 f"(its inputs: {', '.join(self.graph_inputs)})"
             )
-        named = {_ref(r)[0] for r in self.mapping.get("params", {}).values()}
+        named = {r.name for r in self.refs.values() if r is not None}
         missing = sorted(named - initializers)
         if missing:
             raise OnnxFileError(f"the map names initializers the graph lacks: {missing}")
         self.fixed = self._fixed_config()
-        self.conventions = Conventions(
-            **{**canonical_conventions(component).to_dict(), **self.mapping.get("conventions", {})}
-        )
+        try:
+            self.conventions = Conventions(
+                **{
+                    **canonical_conventions(component).to_dict(),
+                    **self.mapping.get("conventions", {}),
+                }
+            )
+        except (TypeError, ValueError) as err:
+            raise OnnxFileError(f"the map's conventions are not Conventions: {err}") from None
+        if self.refs:  # the same rules as a module instance's map: every canonical name, no other
+            shapes = param_shapes(component, Config(**self.fixed), self.conventions)
+            unknown = sorted(set(self.refs) - set(shapes))
+            if unknown:
+                raise OnnxFileError(
+                    f"the map names {unknown}, which are not canonical parameters of "
+                    f"{component} ({', '.join(shapes)})"
+                )
+            lacking = sorted(set(shapes) - set(self.refs))
+            if lacking:
+                raise OnnxFileError(
+                    f"the map lacks canonical parameters {lacking[:4]} of {component} "
+                    "(null: absent)"
+                )
 
     def _fixed_config(self) -> dict[str, Any]:
         fixed = dict(self.mapping.get("config", {}))
@@ -145,13 +170,13 @@ class OnnxFileAdapter(Adapter):
                 if name == "causal" and not bool(np.asarray(value)):
                     continue  # no causal mask asked for: the graph's own function
                 raise Unsupported(f"the graph {self.path.name} takes no {name} input")
-            feed[graph_name] = self._cast(graph_name, np.asarray(value))
+            feed[graph_name] = self._cast(graph_name, self._mask(np.asarray(value)))
         for graph_name in self.graph_inputs:
             if graph_name in feed:
                 continue
             name = next((k for k, v in self.bind.items() if v == graph_name), graph_name)
             if name in KEEP_MASKS:  # no mask in this call: keep every position
-                feed[graph_name] = self._cast(graph_name, self._all_keep(name, inputs))
+                feed[graph_name] = self._cast(graph_name, self._mask(self._all_keep(name, inputs)))
             else:
                 raise Unsupported(
                     f"the graph {self.path.name} needs input {graph_name!r}, which this call "
@@ -163,9 +188,15 @@ class OnnxFileAdapter(Adapter):
     def _all_keep(self, name: str, inputs: Arrays) -> np.ndarray:
         x = next(iter(v for k, v in inputs.items() if np.ndim(v) >= 2))
         batch, length = np.shape(x)[0], np.shape(x)[1]
-        if name == "memory_key_padding" and "memory" in inputs:
-            length = np.shape(inputs["memory"])[1]
+        keys = {"memory_key_padding": "memory", "key_padding": "key"}.get(name)
+        if keys in inputs:  # the mask covers the keys: the memory's or mha's key's length
+            length = np.shape(inputs[keys])[1]
         return np.ones((batch, length), dtype=bool)
+
+    def _mask(self, value: np.ndarray) -> np.ndarray:
+        """A keep-mask (True = attend) as the graph reads its masks: inverted under the map's
+        ``"masks": "ignore"`` (True = masked); any other input as it is."""
+        return ~value if self.ignore and value.dtype == np.bool_ and value.ndim >= 2 else value
 
     def _cast(self, graph_name: str, value: np.ndarray) -> np.ndarray:
         target = _NUMPY.get(self.graph_inputs[graph_name].elem_type)
@@ -176,12 +207,18 @@ class OnnxFileAdapter(Adapter):
 
         refs = self._refs(handle)
         values = {t.name: t for t in handle.model.graph.initializer}
+        shapes = param_shapes(self.component, handle.config, self.conventions)
         out = {}
-        for canonical, (name, permute) in refs.items():
-            array = numpy_helper.to_array(values[name]).astype(np.float64)
-            array = array.transpose(permute) if permute else array
-            shape = param_shapes(self.component, handle.config, self.conventions).get(canonical)
-            out[canonical] = array.reshape(shape) if shape else array
+        for canonical, ref in refs.items():
+            shape = shapes.get(canonical)
+            if ref is None:  # absent (a bias the graph was built without): zeros
+                out[canonical] = np.zeros(shape or (), dtype=np.float64)
+                continue
+            array = numpy_helper.to_array(values[ref.name]).astype(np.float64)
+            array = array[_region(ref, array.ndim)]
+            array = array.transpose(ref.permute) if ref.permute else array
+            target = ref.shape or shape
+            out[canonical] = array.reshape(target) if target else array
         return out
 
     def load(self, handle: _Handle, params: Arrays) -> None:
@@ -195,59 +232,49 @@ class OnnxFileAdapter(Adapter):
         model.CopyFrom(handle.model)  # the file's graph stays as it is
         values = {t.name: t for t in model.graph.initializer}
         for canonical, value in params.items():
-            name, permute = refs[canonical]
-            old = numpy_helper.to_array(values[name])
+            ref = refs[canonical]
             array = np.asarray(value, dtype=np.float64)
-            if permute:
-                array = array.reshape([old.shape[i] for i in permute]).transpose(
-                    np.argsort(permute)
-                )
-            if array.size != old.size:
-                raise ValueError(f"{canonical}: {array.shape} does not fit {name} {old.shape}")
-            new = numpy_helper.from_array(array.reshape(old.shape).astype(old.dtype), name)
-            values[name].CopyFrom(new)
+            if ref is None:
+                if np.any(array != 0):
+                    raise Unsupported(
+                        f"the graph {self.path.name} has no {canonical} (the map says null): "
+                        "it loads only as zeros"
+                    )
+                continue
+            whole = numpy_helper.to_array(values[ref.name]).copy()
+            region = _region(ref, whole.ndim)
+            slot = whole[region]
+            if array.size != slot.size:
+                raise ValueError(f"{canonical}: {array.shape} does not fit {ref.name} {slot.shape}")
+            if ref.permute:  # the inverse of params(): reshape to the permuted slot, undo it
+                array = array.reshape([slot.shape[i] for i in ref.permute])
+                array = array.transpose(np.argsort(ref.permute))
+            whole[region] = array.reshape(slot.shape).astype(whole.dtype)
+            values[ref.name].CopyFrom(numpy_helper.from_array(whole, ref.name))
         handle.model, handle.session = model, _session(model)
 
-    def _refs(self, handle: _Handle) -> dict[str, tuple[str, tuple[int, ...] | None]]:
-        params = self.mapping.get("params")
-        if not params:
+    def _refs(self, handle: _Handle) -> dict[str, Ref | None]:
+        if not self.refs:
             raise Unsupported(
                 f"no map names the initializers of {self.path.name} (--map MAP.json): the "
                 "checks that compare with the oracle need them"
             )
-        return {k: _ref(v) for k, v in params.items()}
+        return self.refs
 
 
-def _ref(value: Any) -> tuple[str, tuple[int, ...] | None]:
-    if isinstance(value, str):
-        return value, None
-    permute = value.get("permute")
-    return value["name"], tuple(permute) if permute else None
+def _region(ref: Ref, ndim: int) -> tuple[slice, ...]:
+    """The index of ``ref.slice`` = (dim, start, stop) in a tensor of ``ndim`` dims."""
+    if ref.slice is None:
+        return (slice(None),) * ndim
+    dim, start, stop = ref.slice
+    if dim >= ndim:
+        raise ValueError(f"{ref.name} has {ndim} dims; the map slices dim {dim}")
+    return tuple(slice(start, stop) if d == dim else slice(None) for d in range(ndim))
 
 
 def _inputs(component: str) -> tuple[str, ...]:
     required, optional = INPUTS[component]
     return (*required, *optional)
-
-
-def _check_map(mapping: Any) -> dict[str, Any]:
-    if not isinstance(mapping, dict):
-        raise OnnxFileError("the map must be a JSON object")
-    unknown = sorted(set(mapping) - {"params", "config", "conventions", "inputs"})
-    if unknown:
-        raise OnnxFileError(
-            f"the map has unknown keys {unknown}; use params, config, conventions, inputs"
-        )
-    for name, value in mapping.get("params", {}).items():
-        ok = isinstance(value, str) or (
-            isinstance(value, dict) and isinstance(value.get("name"), str)
-        )
-        if not ok:
-            raise OnnxFileError(
-                f"map params[{name!r}] must be an initializer name or "
-                '{"name": ..., "permute": [...]}'
-            )
-    return mapping
 
 
 def _session(model: Any) -> Any:
@@ -262,11 +289,7 @@ def _session(model: Any) -> Any:
 
 
 def read_map(path: str | os.PathLike[str] | None) -> dict[str, Any]:
-    if not path:
-        return {}
-    return read_user_json(
-        path, what=f"--map {str(path)!r}", hint="name a JSON map file", error=OnnxFileError
-    )
+    return _read_map(path, error=OnnxFileError) or {}
 
 
 def from_env() -> OnnxFileAdapter:
