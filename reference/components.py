@@ -86,6 +86,21 @@ TAGS = (
     "bench",  # tck bench times it: a FLOP formula and a sequence axis (§10.4)
     "batched",  # §10.2 batch independence checks it
     "norm_first",  # a layer or stack whose norm placement decides where outliers land
+    # What a component is, for the checks and the diagnosis that treat a kind of component:
+    "attention",  # an attention op whose scores checks probe directly (§3.1, §3.3)
+    "heads",  # its first input is already split into heads, [B, H, L, d] (§2.3, §3.1)
+    "norm",  # a normalisation op (§5.1, §5.3)
+    "positional",  # a positional-encoding op, a function of integer positions (§2)
+    "images",  # takes images [B, C, S, S] (§9.1)
+    "self_attention",  # a layer or stack whose one sequence is its queries and keys (§7.1)
+    "cross_attention",  # a layer or stack that also attends to a memory (§7.2)
+    "masks",  # takes a key mask of its own (its field key_mask): the §4 mask checks
+    "causal_target",  # a decoder's target side: causal in every call (§7.2, §8.1)
+    "no_gradients",  # nothing to differentiate: integer inputs, no parameters (§10.9)
+    "fixed_magnitude",  # ids or images in: §10.11's magnitude sweep does not scale them
+    "token_ids",  # token ids looked up in a table: §1.1's out-of-range refusal
+    "max_len",  # its positions are bounded by Config.max_len (§2.2)
+    "large_inputs",  # §10.7's large-magnitude stress runs on it (softmax, norm statistics)
 )
 
 
@@ -156,6 +171,9 @@ class Component:
     # the §10.6 output shape for given inputs; None: the first input's shape
     output_shape: OutputShape | None = None
     tags: frozenset[str] = frozenset()  # of TAGS
+    # the input that masks its keys, where a check may pass any mask (SPEC.md §4.1); set
+    # exactly when it carries the tag "masks"
+    key_mask: str | None = None
 
     def __post_init__(self) -> None:
         problems = [
@@ -173,13 +191,23 @@ class Component:
             f"gradient class {k!r}" for _, k in self.gradients if k not in GRADIENT_CLASSES
         ]
         problems += [f"tag {t!r} is not one of {TAGS}" for t in self.tags if t not in TAGS]
+        if ("masks" in self.tags) != (self.key_mask is not None):
+            problems.append('the tag "masks" and the field key_mask go together')
         names = [i.name for i in self.inputs]
+        if self.key_mask is not None and self.key_mask not in names:
+            problems.append(f"key_mask {self.key_mask!r} is not one of its inputs {names}")
         if len(set(names)) != len(names):
             problems.append(f"inputs repeat a name: {names}")
         if not self.clauses:
             problems.append("no clauses")
         if problems:
             raise ValueError(f"component record {self.name!r}: " + "; ".join(problems))
+
+    def has(self, tag: str) -> bool:
+        """Whether the record carries ``tag`` (one of TAGS; a ValueError otherwise)."""
+        if tag not in TAGS:
+            raise ValueError(f"unknown tag {tag!r}; the tags are: {', '.join(TAGS)}")
+        return tag in self.tags
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -446,6 +474,7 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             gradients=_ELEMENTWISE,
             output_shape=lambda i, c: (*np.shape(i["ids"]), c.d_model),
+            tags=frozenset({"fixed_magnitude", "token_ids"}),
         ),
         Component(
             name="sinusoidal_pe",
@@ -460,6 +489,7 @@ def _records() -> tuple[Component, ...]:
             fields=("pe_layout", "pe_base"),
             area="positional",
             output_shape=lambda i, c: (len(i["positions"]), c.d_model),
+            tags=frozenset({"positional", "no_gradients", "max_len"}),
         ),
         Component(
             name="rope",
@@ -482,6 +512,7 @@ def _records() -> tuple[Component, ...]:
             fields=("rope_layout", "pe_base", "rope_scaling"),
             area="rope",
             quantities=("rope_angles",),
+            tags=frozenset({"positional", "heads"}),
         ),
         Component(
             name="attention",
@@ -506,7 +537,8 @@ def _records() -> tuple[Component, ...]:
             cost=lambda c, b, n, t, causal: costs.attention_flops(
                 b, c.n_heads, n, n, c.head_dim_k, c.head_dim_v, causal=causal
             ),
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "attention", "heads", "masks", "large_inputs"}),
+            key_mask="keep_mask",
             output_shape=lambda i, c: (*np.shape(i["q"])[:-1], np.shape(i["v"])[-1]),
         ),
         Component(
@@ -535,7 +567,8 @@ def _records() -> tuple[Component, ...]:
             gradient_default="query",
             quantities=("softmax",),
             cost=lambda c, b, n, t, causal: costs.mha_flops(c, b, n, causal=causal),
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "attention", "masks", "large_inputs"}),
+            key_mask="key_padding",
         ),
         Component(
             name="layer_norm",
@@ -553,6 +586,7 @@ def _records() -> tuple[Component, ...]:
             area="layer_norm",
             gradients=_ELEMENTWISE,
             quantities=("norm_statistics",),
+            tags=frozenset({"norm", "large_inputs"}),
         ),
         Component(
             name="rms_norm",
@@ -568,6 +602,7 @@ def _records() -> tuple[Component, ...]:
             area="layer_norm",
             gradients=_ELEMENTWISE,
             quantities=("norm_statistics",),
+            tags=frozenset({"norm", "large_inputs"}),
         ),
         Component(
             name="ffn",
@@ -582,7 +617,7 @@ def _records() -> tuple[Component, ...]:
             fields=("activation",),
             area="ffn",
             cost=lambda c, b, n, t, causal: costs.ffn_flops(c, b, n),
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "large_inputs"}),
         ),
         Component(
             name="activation",
@@ -611,7 +646,10 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: _enc_layer_flops(c, b, n, causal),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {"bench", "batched", "norm_first", "self_attention", "masks", "large_inputs"}
+            ),
+            key_mask="key_padding",
         ),
         Component(
             name="decoder_layer",
@@ -627,7 +665,18 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: _dec_layer_flops(c, b, n, t),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {
+                    "bench",
+                    "batched",
+                    "norm_first",
+                    "cross_attention",
+                    "masks",
+                    "causal_target",
+                    "large_inputs",
+                }
+            ),
+            key_mask="memory_key_padding",
         ),
         Component(
             name="encoder",
@@ -643,7 +692,10 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: c.n_layers * _enc_layer_flops(c, b, n, causal),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {"bench", "batched", "norm_first", "self_attention", "masks", "large_inputs"}
+            ),
+            key_mask="key_padding",
         ),
         Component(
             name="decoder",
@@ -659,7 +711,10 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: c.n_decoder_layers * _dec_layer_flops(c, b, n, t),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {"bench", "batched", "norm_first", "cross_attention", "masks", "causal_target"}
+            ),
+            key_mask="memory_key_padding",
         ),
         Component(
             name="seq2seq",
@@ -681,7 +736,7 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=_seq2seq_flops,
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "causal_target", "token_ids", "max_len"}),
             output_shape=lambda i, c: (*np.shape(i["tgt_ids"]), c.vocab_size),
         ),
         Component(
@@ -699,6 +754,7 @@ def _records() -> tuple[Component, ...]:
             area="vit",
             tolerance="composite",
             output_shape=_patches_shape,
+            tags=frozenset({"images", "fixed_magnitude"}),
         ),
         Component(
             name="vit",
@@ -715,7 +771,7 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=_vit_flops,
-            tags=frozenset({"batched"}),
+            tags=frozenset({"batched", "images", "fixed_magnitude"}),
             output_shape=lambda i, c: (np.shape(i["images"])[0], c.n_classes),
         ),
         # §11 decoder-only models
@@ -814,6 +870,16 @@ def tagged(tag: str) -> tuple[str, ...]:
     if tag not in TAGS:
         raise ValueError(f"unknown tag {tag!r}; the tags are: {', '.join(TAGS)}")
     return tuple(name for name, r in RECORDS.items() if tag in r.tags)
+
+
+def select(*tags: str, family: str | None = None, level: str | None = None) -> tuple[str, ...]:
+    """The components that carry every one of ``tags`` and, when given, are of ``family``
+    and at ``level``, in SPEC order."""
+    return tuple(
+        name
+        for name, r in RECORDS.items()
+        if all(r.has(t) for t in tags) and family in (None, r.family) and level in (None, r.level)
+    )
 
 
 def of_family(family: str) -> tuple[str, ...]:
