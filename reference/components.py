@@ -89,6 +89,7 @@ TAGS = (
     # What a component is, for the checks and the diagnosis that treat a kind of component:
     "attention",  # an attention op whose scores checks probe directly (§3.1, §3.3)
     "heads",  # its first input is already split into heads, [B, H, L, d] (§2.3, §3.1)
+    "qkv",  # separate query, key and value [B, L, D]: self-attention passes one tensor (§3.3)
     "norm",  # a normalisation op (§5.1, §5.3)
     "positional",  # a positional-encoding op, a function of integer positions (§2)
     "images",  # takes images [B, C, S, S] (§9.1)
@@ -567,7 +568,7 @@ def _records() -> tuple[Component, ...]:
             gradient_default="query",
             quantities=("softmax",),
             cost=lambda c, b, n, t, causal: costs.mha_flops(c, b, n, causal=causal),
-            tags=frozenset({"bench", "batched", "attention", "masks", "large_inputs"}),
+            tags=frozenset({"bench", "batched", "attention", "qkv", "masks", "large_inputs"}),
             key_mask="key_padding",
         ),
         Component(
