@@ -91,6 +91,7 @@ TAGS = (
     "heads",  # its first input is already split into heads, [B, H, L, d] (§2.3, §3.1)
     "qkv",  # separate query, key and value [B, L, D]: self-attention passes one tensor (§3.3)
     "norm",  # a normalisation op (§5.1, §5.3)
+    "centres",  # subtracts each row's mean (LayerNorm §5.1; RMSNorm §5.3 does not)
     "positional",  # a positional-encoding op, a function of integer positions (§2)
     "images",  # takes images [B, C, S, S] (§9.1)
     "self_attention",  # a layer or stack whose one sequence is its queries and keys (§7.1)
@@ -587,7 +588,7 @@ def _records() -> tuple[Component, ...]:
             area="layer_norm",
             gradients=_ELEMENTWISE,
             quantities=("norm_statistics",),
-            tags=frozenset({"norm", "large_inputs"}),
+            tags=frozenset({"norm", "centres", "large_inputs"}),
         ),
         Component(
             name="rms_norm",
