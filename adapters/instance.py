@@ -46,7 +46,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
+from tck.reference import (
+    COMPONENTS,
+    Config,
+    Conventions,
+    canonical_conventions,
+    param_shapes,
+    record,
+)
 from tck.usage import read_user_json
 
 from .base import INPUTS, Unsupported
@@ -373,9 +380,8 @@ def _generic(
         config = Config(**fixed)
     except (TypeError, ValueError) as err:
         raise InstanceError(f"{label}: the config read from it is not a Config: {err}") from None
-    if component not in ("embedding", "patch_embed", "vit", "seq2seq", "causal_lm") and (
-        "d_model" not in fixed
-    ):
+    first = record(component).inputs[0]  # token ids or images in: the width is in a table
+    if first.kind not in ("ids", "tokens") and "C" not in first.dims and "d_model" not in fixed:
         raise InstanceError(
             f"{label}: its width is not an attribute tck knows "
             f"({', '.join(CONFIG_ATTRS['d_model'])}); give it in the map: --map MAP.json "
