@@ -21,9 +21,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import tomllib
 
-from tck.reference.components import COMPONENTS
+from tck.reference.components import COMPONENTS, RECORDS, TAGS, Component, select
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,3 +170,57 @@ def test_the_scan_covers_the_library():
     for folder in ("conformance", "reports", "adapters", "fixtures", "bench", "reference"):
         assert any(p.startswith(folder + "/") for p in scanned), folder
     assert "src/tck/cli.py" in scanned
+
+
+def _fields(**changes: object) -> dict[str, object]:
+    from dataclasses import fields
+
+    mha = RECORDS["mha"]
+    return {f.name: getattr(mha, f.name) for f in fields(mha)} | changes
+
+
+def test_records_are_built_with_keywords_only():
+    with pytest.raises(TypeError):
+        Component(*_fields().values())  # type: ignore[misc]
+    assert Component(**_fields(name="mha_copy")).name == "mha_copy"
+
+
+def test_key_mask_goes_with_the_masks_tag_and_names_an_input():
+    with pytest.raises(ValueError, match="go together"):
+        Component(**_fields(key_mask=None))
+    with pytest.raises(ValueError, match="not one of its inputs"):
+        Component(**_fields(key_mask="memory_key_padding"))
+    for name in select("masks"):
+        assert RECORDS[name].key_mask in {i.name for i in RECORDS[name].inputs}, name
+
+
+def test_has_and_select_refuse_an_unknown_tag():
+    with pytest.raises(ValueError, match="unknown tag 'atention'"):
+        RECORDS["mha"].has("atention")
+    with pytest.raises(ValueError, match="unknown tag"):
+        select("atention")
+
+
+def test_select_intersects_tags_family_and_level_in_spec_order():
+    order = list(COMPONENTS)
+    for tags, family, level in (
+        (("masks",), None, None),
+        (("masks", "self_attention"), None, None),
+        ((), "transformer", "layer"),
+        (("kv_cache",), "decoder-only", None),
+    ):
+        chosen = select(*tags, family=family, level=level)
+        expected = [
+            n
+            for n, r in RECORDS.items()
+            if set(tags) <= r.tags and family in (None, r.family) and level in (None, r.level)
+        ]
+        assert list(chosen) == expected and chosen, (tags, family, level)
+        assert sorted(chosen, key=order.index) == list(chosen)
+    assert select(family="transformer", level="layer") == ("encoder_layer", "decoder_layer")
+
+
+def test_every_tag_is_carried_by_some_record():
+    # A tag no record carries selects nothing: a check parametrised by it would not run.
+    carried = set().union(*(r.tags for r in RECORDS.values()))
+    assert set(TAGS) == carried, sorted(set(TAGS) - carried)
