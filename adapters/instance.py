@@ -53,6 +53,7 @@ from tck.reference import (
     canonical_conventions,
     param_shapes,
     record,
+    select,
 )
 from tck.usage import read_user_json
 
@@ -72,7 +73,7 @@ CONFIG_ATTRS = {  # Config field -> attribute names modules commonly use for it
 }
 # What a model's forward may return besides the output tensor: a transformers ModelOutput
 # (a mapping) or a tuple whose first item is the output. The output's field, per component.
-OUTPUT_FIELDS = {"causal_lm": ("logits",), "seq2seq": ("logits",), "vit": ("logits",)}
+OUTPUT_FIELDS = {name: ("logits",) for name in select("logits")}
 HIDDEN_FIELDS = ("last_hidden_state", "hidden_states", "output")
 EPS_ATTRS = ("eps", "layer_norm_eps", "norm_eps", "layernorm_eps")
 TORCH_ACTIVATIONS = {1: "relu", 2: "gelu"}  # TransformerEncoderLayer.activation_relu_or_gelu

@@ -103,6 +103,7 @@ TAGS = (
     "token_ids",  # token ids looked up in a table: §1.1's out-of-range refusal
     "max_len",  # its positions are bounded by Config.max_len (§2.2)
     "large_inputs",  # §10.7's large-magnitude stress runs on it (softmax, norm statistics)
+    "logits",  # its output is logits over a vocabulary or classes (§8.3, §9.5, §11.5)
 )
 
 
@@ -738,7 +739,7 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=_seq2seq_flops,
-            tags=frozenset({"bench", "batched", "causal_target", "token_ids", "max_len"}),
+            tags=frozenset({"bench", "batched", "causal_target", "token_ids", "max_len", "logits"}),
             output_shape=lambda i, c: (*np.shape(i["tgt_ids"]), c.vocab_size),
         ),
         Component(
@@ -773,7 +774,7 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             quantities=_NORMED,
             cost=_vit_flops,
-            tags=frozenset({"batched", "images", "fixed_magnitude"}),
+            tags=frozenset({"batched", "images", "fixed_magnitude", "logits"}),
             output_shape=lambda i, c: (np.shape(i["images"])[0], c.n_classes),
         ),
         # §11 decoder-only models
@@ -847,7 +848,7 @@ def _records() -> tuple[Component, ...]:
             ),
             area="model",
             tolerance="composite",
-            tags=frozenset({"kv_cache"}),
+            tags=frozenset({"kv_cache", "logits"}),
             output_shape=lambda i, c: (*np.shape(i["ids"]), c.vocab_size),
         ),
     )
