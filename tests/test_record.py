@@ -6,8 +6,9 @@ Library code asks the record (``record(name).has("causal_target")``, ``select("m
 component names. Every module of ours is parsed with ``ast`` (nothing is imported) and two
 forms of a hand-kept component fact fail here, naming the file and the line:
 
-- a literal collection (tuple, list, set, or the arguments of a call such as
-  ``@components("attention", "mha")``) of two or more strings that are all component names;
+- a literal collection (tuple, list, set, the keys of a dict, or the arguments of a call
+  such as ``@components("attention", "mha")``) of two or more strings that are all
+  component names;
 - a comparison of a name containing ``component`` with a component-name string
   (``component == "mha"``, ``tck.component in ("layer_norm", "rms_norm")``).
 
@@ -36,6 +37,7 @@ ALLOWED_MODULES: dict[str, str] = {
     "adapters/pretrained.py": "the subjects a checkpoint folder offers, and their parts",
     "adapters/timm_pretrained.py": "the subjects a timm checkpoint offers, and their parts",
     "adapters/real_size.py": "the subjects the real-size plan runs at full size",
+    "adapters/reference.py": "the reference adapter's forward for each subject it offers",
 }
 # Single nodes that may name components: (file, the node's source as ast.unparse writes
 # it) -> the reason.
@@ -80,6 +82,8 @@ def offences(source: str, filename: str = "<planted>") -> Iterator[tuple[int, st
         if isinstance(node, ast.Tuple | ast.List | ast.Set) and id(node) not in literal_types:
             if _names_only(node.elts):
                 yield node.lineno, ast.unparse(node)
+        elif isinstance(node, ast.Dict) and _names_only([k for k in node.keys if k]):
+            yield node.lineno, ast.unparse(node)
         elif isinstance(node, ast.Call) and _names_only(node.args):
             yield node.lineno, ast.unparse(node)
         elif isinstance(node, ast.Compare):
@@ -132,6 +136,7 @@ from typing import Literal
 IMAGES = ("patch_embed", "vit")
 BEARING = frozenset({"attention", "mha", "encoder"})
 ORDER = ["layer_norm", "rms_norm"]
+ONLY = {"layer_norm": "norm_statistics", "rope": "rope_angles"}
 
 @components("encoder_layer", "decoder_layer")
 def test_x(tck):
@@ -157,6 +162,7 @@ def test_the_scan_catches_planted_component_facts():
         "('patch_embed', 'vit')",
         "{'attention', 'mha', 'encoder'}",
         "['layer_norm', 'rms_norm']",
+        "{'layer_norm': 'norm_statistics', 'rope': 'rope_angles'}",
         "components('encoder_layer', 'decoder_layer')",
         "tck.component == 'decoder_layer'",
         "component in ('sinusoidal_pe', 'rope')",
