@@ -47,7 +47,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
+from tck.reference import (
+    COMPONENTS,
+    Config,
+    Conventions,
+    canonical_conventions,
+    param_shapes,
+    record,
+    select,
+)
 
 from .base import INPUTS, Unsupported
 from .param_map import Ref, masks_ignore, read_map, refs
@@ -66,7 +74,7 @@ CONFIG_ATTRS = {  # Config field -> attribute names modules commonly use for it
 }
 # What a model's forward may return besides the output tensor: a transformers ModelOutput
 # (a mapping) or a tuple whose first item is the output. The output's field, per component.
-OUTPUT_FIELDS = {"causal_lm": ("logits",), "seq2seq": ("logits",), "vit": ("logits",)}
+OUTPUT_FIELDS = {name: ("logits",) for name in select("logits")}
 HIDDEN_FIELDS = ("last_hidden_state", "hidden_states", "output")
 EPS_ATTRS = ("eps", "layer_norm_eps", "norm_eps", "layernorm_eps")
 TORCH_ACTIVATIONS = {1: "relu", 2: "gelu"}  # TransformerEncoderLayer.activation_relu_or_gelu
@@ -348,9 +356,8 @@ def _generic(
         config = Config(**fixed)
     except (TypeError, ValueError) as err:
         raise InstanceError(f"{label}: the config read from it is not a Config: {err}") from None
-    if component not in ("embedding", "patch_embed", "vit", "seq2seq", "causal_lm") and (
-        "d_model" not in fixed
-    ):
+    first = record(component).inputs[0]  # token ids or images in: the width is in a table
+    if first.kind not in ("ids", "tokens") and "C" not in first.dims and "d_model" not in fixed:
         raise InstanceError(
             f"{label}: its width is not an attribute tck knows "
             f"({', '.join(CONFIG_ATTRS['d_model'])}); give it in the map: --map MAP.json "

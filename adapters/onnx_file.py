@@ -32,7 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions, param_shapes
+from tck.reference import (
+    COMPONENTS,
+    Config,
+    Conventions,
+    canonical_conventions,
+    param_shapes,
+    record,
+)
 
 from .base import INPUTS, Adapter, Arrays, Subject, Unsupported
 from .param_map import Ref, check_map, masks_ignore, refs
@@ -123,9 +130,10 @@ class OnnxFileAdapter(Adapter):
         fixed = dict(self.mapping.get("config", {}))
         first = self.bind.get(_inputs(self.component)[0])
         dims = self.graph_inputs[first].shape.dim if first in self.graph_inputs else []
-        if self.component not in ("patch_embed", "vit", "embedding", "seq2seq") and dims:
+        # the first input's last axis is the width where the record says so: [.., D]
+        if record(self.component).inputs[0].dims[-1:] == ("D",) and dims:
             last = dims[-1].dim_value
-            if last and self.component not in ("attention", "rope"):
+            if last:
                 fixed.setdefault("d_model", int(last))
         if "d_model" in fixed and "n_heads" not in fixed and fixed["d_model"] % 4:
             fixed["n_heads"] = 1  # the suite's default 4 does not divide it: one head

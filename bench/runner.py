@@ -28,7 +28,7 @@ import torch
 
 import tck
 from tck.adapters import Adapter, Subject, Unsupported, load_adapter
-from tck.reference import Config
+from tck.reference import Config, select
 
 from .peaks import nominal_peak, nominal_tflops
 from .timing import Budget, growth_exponent, measure, median_ci_rel, peak_memory, summarize
@@ -60,7 +60,7 @@ class BenchOptions:
     d_model / heads), ``d_ff`` (default 4 * d_model) and ``layers`` for the stacks."""
 
     adapter: str = "torch.nn"
-    components: tuple[str, ...] = ("attention", "mha")
+    components: tuple[str, ...] = select("attention")  # the attention op and MHA
     dtypes: tuple[str, ...] = ("float32",)
     seqs: tuple[int, ...] = (128, 256, 512, 1024)
     batches: tuple[int, ...] = (1,)

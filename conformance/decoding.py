@@ -17,11 +17,9 @@ from typing import Any
 import numpy as np
 
 from tck.reference import Config
-from tck.reference.components import record, tagged
+from tck.reference.components import record
 
 Arrays = Mapping[str, np.ndarray]
-
-ATTENTION_BEARING = tagged("kv_cache")
 
 
 def _prefixes(params: Arrays, leaf: str) -> list[str]:
@@ -80,7 +78,7 @@ def param_hypotheses(
             "activation is applied to up(x) and multiplies gate(x) (SPEC.md §11.3)",
             swapped,
         )
-    if component in ATTENTION_BEARING:
+    if record(component).has("kv_cache"):  # the §11 components that hold attention
         tiled = tiled_kv_heads(params, config)
         if tiled is not None:
             yield (

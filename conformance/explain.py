@@ -430,10 +430,10 @@ POSITION_OFFSETS = (1, 2, -1)
 def _offset_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
     """Positions counted from another origin: the encoding at p is the spec's at p + offset
     (fairseq counts positions from padding_idx + 1; a cache index off by one)."""
-    if component not in ("sinusoidal_pe", "rope") or "positions" not in inputs:
+    if not record(component).has("positional") or "positions" not in inputs:
         return
     positions = np.asarray(inputs["positions"])
-    area = "positional" if component == "sinusoidal_pe" else "rope"
+    area = record(component).area  # "positional" (§2.1) or "rope" (§2.3)
     counted = np.arange(positions.size)
     if positions.ndim == 1 and not np.array_equal(positions, counted):
         yield Alternative(

@@ -112,7 +112,7 @@ def _leaf(key: str) -> str:
 
 
 def _norm_weights(component: str, params: Arrays) -> list[str]:
-    if component in ("layer_norm", "rms_norm"):
+    if record(component).has("norm"):
         return ["weight"] if "weight" in params else []
     return [k for k in params if _NORM_WEIGHT.search(k)]
 

@@ -99,7 +99,7 @@ def candidate_steps(component: str) -> tuple[str, ...]:
     steps: list[str] = []
     for quantity in rec.quantities or ():
         steps += _BY_QUANTITY.get(quantity, ())
-    if component == "sinusoidal_pe" or "pe_layout" in rec.fields:
+    if "pe_layout" in rec.fields:  # the sinusoidal table (§2.1), alone or inside
         steps.append("positional_table")
     if {"activation", "gate_activation"} & set(rec.fields):
         steps.append("constants")

@@ -44,9 +44,13 @@ ALL = ("norm_statistics", "softmax", "rope_angles")
 QUANTITIES_OF: dict[str, tuple[str, ...]] = {
     name: rec.quantities for name, rec in RECORDS.items() if rec.quantities is not None
 }
-# A component whose only reduced-precision quantity is this one: a dtype-specific failure
-# of it can only be that quantity.
-_ONLY = {"layer_norm": "norm_statistics", "rms_norm": "norm_statistics", "rope": "rope_angles"}
+# A component whose only reduced-precision quantity is this one, and no matmul besides (no
+# FLOP formula, §10.4): a dtype-specific failure of it can only be that quantity.
+_ONLY = {
+    name: rec.quantities[0]
+    for name, rec in RECORDS.items()
+    if rec.cost is None and rec.quantities is not None and len(rec.quantities) == 1
+}
 
 CODES = {
     q: code(f"numerics.{q}_low_precision") for q in ("norm_statistics", "softmax", "rope_angles")

@@ -23,7 +23,7 @@ import numpy as np
 
 from tck.adapters import Subject, Unsupported
 from tck.adapters.config_space import ConfigSpace
-from tck.reference import Config
+from tck.reference import Config, record
 from tck.reference.inputs import Shape
 
 # The subject of the check now running (set by the ``tck`` fixture), for the strategies,
@@ -125,7 +125,7 @@ def call_length(component: str, inputs: Mapping[str, Any]) -> int:
         value = inputs.get(name)
         if value is None or np.ndim(value) < 2:
             continue
-        if name == "x" and component == "rope":
+        if name == "x" and record(component).has("heads"):
             axis = -2  # [B, H, L, d]
         longest = max(longest, int(np.shape(value)[axis]))
     positions = inputs.get("positions")

@@ -581,7 +581,7 @@ def probe_tokens(d_model: int, n_heads: int) -> np.ndarray:
 
 
 @spec("3.1", "3.2", "11.1", "11.4", id="decoder.effective_scale")
-@components("causal_self_attention", "decoder_block")
+@components(*(name for name in CAUSAL if record(name).level != "model"))
 def test_effective_scale(tck: Harness) -> None:
     """§3.1 inside causal attention: per head, the second of two tokens has scores (s, 0)
     against the two keys (weights loaded to make it so, its query turned back by RoPE's
@@ -597,7 +597,7 @@ def test_effective_scale(tck: Harness) -> None:
         pytest.skip("the probe needs H * d_k = H * d_v = d_model")
     if c.kv_heads != c.n_heads:
         pytest.skip("the probe needs as many key/value heads as query heads")
-    block = tck.component == "decoder_block"
+    block = record(tck.component).level == "layer"
     if block and conv.norm_placement != "pre":
         pytest.skip("post-LN: the attention's output is normalised before it can be read")
     params = zero_params(inst)

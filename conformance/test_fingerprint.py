@@ -16,7 +16,7 @@ from tck.conformance import explain, spaces
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.hypotheses_more import explained_by_one_other_field
 from tck.conformance.results import CheckFailure
-from tck.reference import canonical_conventions
+from tck.reference import canonical_conventions, record
 from tck.reference.catalogue import FIELD_CLAUSES, convention_code, declared_code, plain_words
 from tck.reference.inputs import Inputs, Shape
 
@@ -27,7 +27,7 @@ def probe_inputs(tck: Harness, inst: Instance, field: str) -> Inputs:
         return tck.inputs(inst, Shape(batch=2, lq=3, lk=7, masked=False, causal=True))
     if field == "fully_masked_rows":  # the second row has no key at all
         return tck.inputs(inst, Shape(batch=2, lq=4, lk=5, lengths=(5, 0)))
-    if tck.component == "sinusoidal_pe":
+    if record(tck.component).inputs[0].kind == "positions":  # positions alone (§2.1)
         return {"positions": np.arange(spaces.reach(tck.subject, 64))}  # ConfigSpace.max_len
     inputs = tck.inputs(inst)
     if "x" in inputs and field in ("eps", "eps_placement", "variance"):

@@ -36,15 +36,20 @@ from tck.conformance.instances import cached_instance
 from tck.conformance.results import CheckFailure
 from tck.conformance.strategies import padded_shapes, scales, seeds, split_points
 from tck.reference.catalogue import convention_code, plain_words
+from tck.reference.components import select
 from tck.reference.inputs import Inputs, Shape, padding
 from tck.reference.tolerance import compare
 
 spec = pytest.mark.spec
 components = pytest.mark.components
 
-SELF_ATTENTION = ("encoder_layer", "encoder")
-DECODERS = ("decoder_layer", "decoder")
-MASKED = ("attention", "mha", *SELF_ATTENTION, *DECODERS)
+# From the component record (tck.reference.components): the subjects of the §4 mask checks
+# and the kinds among them whose calls differ.
+MASKED = select("masks")
+SELF_ATTENTION = select("masks", "self_attention")  # one sequence: its keys are its queries
+DECODERS = select("masks", "cross_attention")  # the mask is the memory's
+HEADS = select("masks", "heads")  # the attention core: q, k, v already split into heads
+QKV = select("masks", "qkv")  # separate query, key and value: self-attention passes one
 
 FLOAT_MASK_HINT = (
     "Common causes: a 0/1 float mask passed where a boolean or additive mask was expected "
@@ -100,10 +105,10 @@ def probes(tck: Harness, inst: Instance, shape: Shape, generator: np.random.Gene
     inputs = tck.inputs(inst, shape, seed=int(generator.integers(2**32)))
     keep = padding(shape.key_lengths(shape.lk), shape.lk)
     component = tck.component
-    if component == "attention":
+    if component in HEADS:
         inputs["keep_mask"] = keep[:, None, None, :]
         return [Probe("key padding", inputs, keep, ("k", "v"), 2, query="q")]
-    if component == "mha":
+    if component in QKV:
         inputs["key_padding"] = keep
         x = inputs["key"]  # self-attention over the keys' length: one tensor three times
         own = {"query": x, "key": x, "value": x, "key_padding": keep}
@@ -326,7 +331,7 @@ def test_polarity(tck: Harness) -> None:
     components, experiments A and B on two fixed calls.
     """
     inst = tck.instance()
-    if tck.component == "attention":
+    if tck.component in HEADS:
         polarity_probe_attention(tck, inst)
         return
     generator = rng(tck.seed)
@@ -468,7 +473,7 @@ def declared_zero_rows(tck: Harness, probe: Probe, base: np.ndarray, queries: De
 
 
 @spec("4.3", id="masks.causal_no_leak")
-@components("attention", "mha", *SELF_ATTENTION, *DECODERS)
+@components(*MASKED)
 @given(seed=seeds, split=split_points(), data=st.data())
 def test_causal_no_leak(
     tck: Harness, seed: int, split: tuple[int, int], data: st.DataObject
@@ -478,7 +483,7 @@ def test_causal_no_leak(
     inst = cached_instance(tck, "default", tck.own_instance)
     generator = rng(seed)
     length, s = split
-    if tck.component == "attention":
+    if tck.component in HEADS:
         lq = data.draw(st.integers(1, 12), label="lq")
         inputs = tck.inputs(inst, Shape(batch=2, lq=lq, lk=length, masked=False, causal=True))
         names, axis = ("k", "v"), 2
@@ -487,12 +492,12 @@ def test_causal_no_leak(
         rows = np.broadcast_to((i < s) & (i >= 0), (2, lq))  # sees only keys < s, not empty
     else:
         inputs = causal_inputs(tck, inst, length)
-        names, axis = ("query" if tck.component == "mha" else "x",), 1
+        names, axis = ("query" if tck.component in QKV else "x",), 1
         rows = np.broadcast_to(np.arange(length) < s, (2, length))
     future = np.broadcast_to(np.arange(length) >= s, (2, length))
     base = tck.run(inst, inputs)
     changed = perturb(inputs, names, axis, future, generator, 3.0)
-    if tck.component == "mha":  # self-attention: one tensor as query, key and value
+    if tck.component in QKV:  # self-attention: one tensor as query, key and value
         changed.update(key=changed["query"], value=changed["query"])
     changed = tck.run(inst, changed)
     moved = delta(base, changed, rows_where(rows, base.ndim, axis))
@@ -512,14 +517,14 @@ def test_causal_no_leak(
 def causal_inputs(tck: Harness, inst: Instance, length: int) -> Inputs:
     """A causal self-attention call without padding; mha gets one tensor as q, k and v."""
     inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=length, masked=False, causal=True))
-    if tck.component == "mha":
+    if tck.component in QKV:
         x = inputs["query"]
         inputs.update(query=x, key=x, value=x)
     return inputs
 
 
 @spec("4.3", "4.4", id="masks.causal_diagonal")
-@components("attention", "mha", *SELF_ATTENTION, *DECODERS)
+@components(*MASKED)
 def test_causal_diagonal(tck: Harness) -> None:
     """§4.3: the diagonal is kept, a token sees itself. Row 0 attends to key 0 alone, so
     it is defined (never an empty row) and for ``attention`` equals v[0]; row i depends on
@@ -527,7 +532,7 @@ def test_causal_diagonal(tck: Harness) -> None:
     inst = tck.instance()
     length = 5
     generator = rng(tck.seed)
-    if tck.component in ("attention", "mha"):
+    if tck.component in (*HEADS, *QKV):
         separate_kv_diagonal(tck, inst, length, generator)
         return
     inputs = causal_inputs(tck, inst, length)
@@ -563,11 +568,11 @@ def separate_kv_diagonal(
 ) -> None:
     """attention / mha: change the key and value at position i only; row i must move."""
     inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=length, masked=False, causal=True))
-    keys, axis = (("k", "v"), 2) if tck.component == "attention" else (("key", "value"), 1)
+    keys, axis = (("k", "v"), 2) if tck.component in HEADS else (("key", "value"), 1)
     out = tck.run(inst, inputs)
     row0 = out[:, :, 0] if axis == 2 else out[:, 0]
     row0_defined(row0, "row 0 of the output")
-    if tck.component == "attention":
+    if tck.component in HEADS:
         # Row 0 attends to key 0 alone: its weight is 1, its output v[0] exactly.
         own = delta(inputs["v"][:, :, :1], out[:, :, :1])
         tck.note(own.metrics("row0_"))
@@ -644,9 +649,9 @@ def empty_row_inputs(tck: Harness, inst: Instance) -> Inputs:
     lengths = (6, 0, 3)
     if tck.component in DECODERS:  # the memory of row 1 is all padding
         return tck.inputs(inst, Shape(batch=3, lq=4, lk=6, lengths=lengths))
-    lq = 6 if tck.component in (*SELF_ATTENTION, "mha") else 4
+    lq = 6 if tck.component in (*SELF_ATTENTION, *QKV) else 4
     inputs = tck.inputs(inst, Shape(batch=3, lq=lq, lk=6, lengths=lengths))
-    if tck.component == "mha":  # self-attention, one tensor: where PyTorch's fast path runs
+    if tck.component in QKV:  # self-attention, one tensor: where PyTorch's fast path runs
         inputs.update(key=inputs["query"], value=inputs["query"])
     return inputs
 
@@ -658,7 +663,7 @@ def test_fully_masked_rows(tck: Harness) -> None:
     uniform: the mean of all values), and never contaminates the other batch rows (§10.2).
     ``attention`` needs no parameters; the others compare the row with the oracle."""
     inst = tck.instance()
-    if tck.component != "attention":
+    if tck.component not in HEADS:
         tck.require_params(inst)
     inputs = empty_row_inputs(tck, inst)
     out = tck.run(inst, inputs)

@@ -30,7 +30,7 @@ from tck.adapters import Unsupported
 from tck.conformance import precision, spaces
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.results import CheckFailure
-from tck.reference.components import tagged
+from tck.reference.components import record, select, tagged
 from tck.reference.inputs import Inputs, Shape, padding
 from tck.reference.tolerance import LOW_PRECISION, round_to
 
@@ -38,7 +38,7 @@ spec = pytest.mark.spec
 components = pytest.mark.components
 dtypes = pytest.mark.parametrize("dtype", LOW_PRECISION)
 
-IMAGES = ("patch_embed", "vit")
+IMAGES = select("images")
 SWEEP = (
     Shape(),  # batch 2, rows of different length, Lq != Lk
     Shape(batch=2, lq=17, lk=65, causal=True),  # lengths not multiples of 8, 16 or 64
@@ -110,7 +110,7 @@ def test_dtype_sweep(tck: Harness, dtype: str) -> None:
         if tck.component in IMAGES and index:
             continue
         calls.append((f"B={shape.batch}, Lq={shape.lq}, Lk={shape.lk}", tck.inputs(inst, shape)))
-    if tck.component == "mha":  # query = key = value: the path self-attention fast paths take
+    if record(tck.component).has("qkv"):  # q = k = v: the path self-attention fast paths take
         x = tck.inputs(inst, Shape(lq=7, lk=7), seed=1)
         calls.append(
             ("self-attention", {**x, "query": x["key"], "value": x["key"]})  # one tensor
@@ -123,9 +123,7 @@ def test_dtype_sweep(tck: Harness, dtype: str) -> None:
 # Not bfloat16: scores of ~1e3 are spaced 4 to 8 apart there, so the softmax of every
 # implementation is noise (measured: naive and torch.nn differ by up to 10x their errors).
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
-@components(
-    "attention", "mha", "layer_norm", "rms_norm", "ffn", "encoder_layer", "decoder_layer", "encoder"
-)
+@components(*select("large_inputs"))
 def test_large_magnitudes(tck: Harness, dtype: str) -> None:
     """Inputs x30: attention scores of ~1e3, where softmax must subtract its row maximum."""
     inst = _instance(tck, dtype)
@@ -136,7 +134,7 @@ def test_large_magnitudes(tck: Harness, dtype: str) -> None:
 
 @spec("10.7", "5.1", "5.3", id="numerics.low_variance_rows")
 @dtypes
-@components("layer_norm", "rms_norm")
+@components(*select("norm"))
 def test_low_variance_rows(tck: Harness, dtype: str) -> None:
     """Rows whose spread is near or below the dtype's resolution: where eps decides, and where
     a one-pass variance E[x^2] - E[x]^2 cancels to nothing (or below zero)."""
@@ -144,7 +142,7 @@ def test_low_variance_rows(tck: Harness, dtype: str) -> None:
     rng = np.random.default_rng(tck.seed)
     spread = np.array([1.0, 1e-2, 1e-3])[:, None, None]  # one batch row each
     x = rng.standard_normal((3, 4, inst.config.d_model)) * spread
-    if tck.component == "layer_norm":  # centring matters only to LayerNorm
+    if record(tck.component).has("centres"):  # centring matters only to LayerNorm
         x = x + 5.0
     unsupported = _call(tck, inst, {"x": round_to(x, dtype)}, "low-variance rows")
     _finish(tck, [unsupported] if unsupported else [], 1)
@@ -152,7 +150,7 @@ def test_low_variance_rows(tck: Harness, dtype: str) -> None:
 
 @spec("10.7", "2.1", "2.3", id="numerics.long_positions")
 @dtypes
-@components("sinusoidal_pe", "rope")
+@components(*select("positional"))
 def test_long_positions(tck: Harness, dtype: str) -> None:
     """Positions up to 8191: the angle pos * w must be formed in high precision (a position
     or a frequency rounded to the test dtype turns it by whole radians)."""
@@ -160,7 +158,7 @@ def test_long_positions(tck: Harness, dtype: str) -> None:
     long_positions = LONG_POSITIONS[LONG_POSITIONS < top]
     inst = _instance(tck, dtype, max_len=top)
     inputs: Inputs = {"positions": long_positions.copy()}
-    if tck.component == "rope":
+    if record(tck.component).has("heads"):
         c, rng = inst.config, np.random.default_rng(tck.seed)
         x = rng.standard_normal((2, c.n_heads, len(long_positions), c.head_dim_k))
         inputs["x"] = round_to(x, dtype)
@@ -170,7 +168,7 @@ def test_long_positions(tck: Harness, dtype: str) -> None:
 
 @spec("10.7", "4.4", id="numerics.fully_masked_rows")
 @dtypes
-@components("attention", "mha")
+@components(*select("attention"))
 def test_fully_masked_rows(tck: Harness, dtype: str) -> None:
     """A batch row whose keys are all masked, with every score of it below -16: an additive
     ``finfo(float16).min`` fill then overflows to -inf and softmax gives NaN, where the
@@ -179,7 +177,7 @@ def test_fully_masked_rows(tck: Harness, dtype: str) -> None:
     shape = Shape(batch=2, lq=3, lk=5, lengths=(5, 0))
     inputs = tck.inputs(inst, shape, seed=3)
     keep = padding(np.array(shape.lengths), shape.lk)
-    if tck.component == "attention":
+    if record(tck.component).has("heads"):
         # every q_i <= -4 and k_i >= 4: q.k / sqrt(d_k) <= -16 sqrt(d_k) for every pair
         inputs["q"] = -(np.abs(inputs["q"]) + 1.0) * 4.0
         inputs["k"] = (np.abs(inputs["k"]) + 1.0) * 4.0
@@ -214,7 +212,7 @@ def outlier_activations(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 @spec("10.10", "10.7", "5.1", "5.3", id="numerics.outlier_activations")
 @dtypes
-@components("layer_norm", "rms_norm", *NORM_FIRST)
+@components(*select("norm"), *NORM_FIRST)
 def test_outlier_activations(tck: Harness, dtype: str) -> None:
     """Activations with trained-model statistics: a few channels at 300-1000 among N(0, 1)
     ones. The norm statistics must be formed in float32 (SPEC.md §10.10): in float16
@@ -236,7 +234,7 @@ def test_outlier_activations(tck: Harness, dtype: str) -> None:
 
 # The composite decoder-only subjects (§11.4, §11.5): a user who exposes only the block or the
 # whole model gets the norm-statistics and RoPE-angle stress of the single norm and RoPE.
-DECODERS = ("decoder_block", "causal_lm")
+DECODERS = tuple(n for n in tagged("kv_cache") if record(n).level != "op")
 # Two rows of consecutive long positions (one sequence each, as a long prompt's tail is):
 # float16 spacing is 4 just below 8192, bfloat16's 32; both round positions past 2048.
 LONG_WINDOWS = ((8180, 12), (2044, 12))
@@ -258,7 +256,7 @@ def test_decoder_outlier_activations(tck: Harness, dtype: str) -> None:
         )
     rng = np.random.default_rng(tck.seed)
     inputs = tck.inputs(inst, Shape(batch=2, lq=5, lk=5, masked=False), seed=4)
-    if tck.component == "causal_lm":
+    if record(tck.component).level == "model":
         params = dict(inst.params or {})
         table = params["embedding.weight"][None]  # (1, V, D): one set of outlier channels
         params["embedding.weight"] = round_to(outlier_activations(table, rng)[0], dtype)
@@ -275,7 +273,7 @@ def test_decoder_outlier_activations(tck: Harness, dtype: str) -> None:
 
 @spec("10.10", "10.7", "2.3", "11.1", "11.4", "11.5", id="numerics.decoder_long_positions")
 @dtypes
-@components("causal_self_attention", *DECODERS)
+@components(*tagged("kv_cache"))
 def test_decoder_long_positions(tck: Harness, dtype: str) -> None:
     """The long-position stress of ``numerics.long_positions`` through causal attention, a
     decoder block or a whole causal LM under RoPE: rows of 12 consecutive positions ending
@@ -313,7 +311,7 @@ def aimed_scores(tck: Harness, inst: Instance, score: float, seed: int) -> Input
     that are one vector ``c`` plus 1% noise, with ``c`` solved so that every head's score
     ``(W_q c + b_q)_h . (W_k c + b_k)_h / sqrt(d_k)`` is ``score`` (``_solve_scores``)."""
     c, rng = inst.config, np.random.default_rng(seed)
-    if tck.component == "attention":
+    if record(tck.component).has("heads"):
         inputs = tck.inputs(inst, Shape(batch=2, lq=4, lk=11, masked=False), seed=seed)
         length = np.sqrt(score * np.sqrt(c.head_dim_k))  # |q| |k| / sqrt(d_k) = score
         inputs["q"] = _near(rng, inputs["q"].shape, length)
@@ -360,7 +358,7 @@ def _solve_scores(
 
 @spec("10.10", "10.7", "3.1", id="numerics.softmax_sum_beyond_float16")
 @dtypes
-@components("attention", "mha")
+@components(*select("attention"))
 def test_softmax_sum_beyond_float16(tck: Harness, dtype: str) -> None:
     """Rows of scores near 10: each exponential fits float16, the row's sum does not. A
     softmax whose sum is formed in float16 without the max subtraction divides by inf and
@@ -373,7 +371,7 @@ def test_softmax_sum_beyond_float16(tck: Harness, dtype: str) -> None:
 
 @spec("10.10", "10.7", "3.1", id="numerics.softmax_exp_beyond_float16")
 @dtypes
-@components("attention", "mha")
+@components(*select("attention"))
 def test_softmax_exp_beyond_float16(tck: Harness, dtype: str) -> None:
     """Rows of scores near 20: exp(20) is past float16's range (float32 holds it). Without the
     max subtraction in float32 the exponentials are inf and the weights NaN: an overflow

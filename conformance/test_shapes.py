@@ -14,7 +14,7 @@ import pytest
 from tck.adapters import Unsupported
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.results import CheckFailure
-from tck.reference import COMPONENTS, Config, record
+from tck.reference import COMPONENTS, Config, record, select
 from tck.reference.inputs import Inputs, Shape
 
 spec = pytest.mark.spec
@@ -76,14 +76,14 @@ def altered(inputs: Inputs, name: str, change: Callable[[np.ndarray], np.ndarray
 
 
 @spec("1.1", "10.6", id="shapes.rejects_out_of_range_ids")
-@components("embedding", "seq2seq")
+@components(*select("token_ids"))
 def test_rejects_out_of_range_ids(tck: Harness) -> None:
     """§1.1: every id lies in [0, V); V itself and -1 must be refused, never wrapped or
     clamped (seed 000 declares vocab_size = 11 for ids up to 23)."""
     inst = tck.own_instance()
     valid = tck.inputs(inst, Shape(batch=2, lq=4, lk=5))
     vocab = inst.config.vocab_size
-    for name in ("ids",) if tck.component == "embedding" else ("src_ids", "tgt_ids"):
+    for name in [i.name for i in record(tck.component).inputs if i.kind in ("ids", "tokens")]:
         for bad_id in (vocab, vocab + 7, -1):
 
             def put(ids: np.ndarray, bad_id: int = bad_id) -> np.ndarray:
@@ -102,7 +102,7 @@ def test_rejects_out_of_range_ids(tck: Harness) -> None:
 
 
 @spec("9.1", "10.6", id="shapes.rejects_bad_image_size")
-@components("patch_embed", "vit")
+@components(*select("images"))
 def test_rejects_bad_image_size(tck: Harness) -> None:
     """§9.1: an image whose sides are not multiples of the patch size is refused."""
     inst = tck.own_instance()
@@ -122,24 +122,15 @@ def test_rejects_bad_image_size(tck: Harness) -> None:
     )
 
 
-MASK_INPUT = {
-    "attention": "keep_mask",
-    "mha": "key_padding",
-    "encoder_layer": "key_padding",
-    "encoder": "key_padding",
-    "decoder_layer": "memory_key_padding",
-    "decoder": "memory_key_padding",
-}
-
-
 @spec("4.1", "10.6", id="shapes.rejects_bad_mask")
-@components(*MASK_INPUT)
+@components(*select("masks"))
 def test_rejects_bad_mask(tck: Harness) -> None:
     """§4.1: a mask whose key axis does not match the keys (Lk + 2 columns) does not
     broadcast to the scores and is refused, never broadcast or truncated."""
     inst = tck.own_instance()
-    valid = tck.inputs(inst, Shape(batch=2, lq=5, lk=5 if "encoder" in tck.component else 7))
-    name = MASK_INPUT[tck.component]
+    rec = record(tck.component)
+    valid = tck.inputs(inst, Shape(batch=2, lq=5, lk=5 if rec.has("self_attention") else 7))
+    name = rec.key_mask or ""  # set on every record tagged "masks"
 
     def widen(mask: np.ndarray) -> np.ndarray:
         return np.concatenate([mask, np.ones((*mask.shape[:-1], 2), bool)], axis=-1)
@@ -155,14 +146,14 @@ def test_rejects_bad_mask(tck: Harness) -> None:
 
 
 @spec("2.2", "10.6", "0.6", id="shapes.rejects_beyond_max_len")
-@components("sinusoidal_pe", "seq2seq")
+@components(*select("max_len"))
 def test_rejects_beyond_max_len(tck: Harness) -> None:
     """§2.2: the encoding is defined up to Config.max_len; a longer sequence is refused,
     not truncated or extrapolated. A subject that declares its own maximum length
     (ConfigSpace.max_len, §0.6) is probed at that length."""
     inst = tck.own_instance()
     limit = inst.config.max_len
-    if tck.component == "sinusoidal_pe":
+    if record(tck.component).has("positional"):
         valid = {"positions": np.arange(limit)}
         bad = {"positions": np.arange(limit + 1)}
     else:

@@ -16,7 +16,7 @@ from tck.conformance.deltas import delta
 from tck.conformance.harness import Harness, Instance
 from tck.conformance.input_edits import rng
 from tck.conformance.results import CheckFailure
-from tck.reference import oracle
+from tck.reference import oracle, record, select
 from tck.reference.catalogue import convention_code
 from tck.reference.inputs import Inputs
 from tck.reference.tolerance import compare
@@ -44,14 +44,14 @@ def expected_with(
     tck: Harness, inst: Instance, images: np.ndarray, patch_weight: np.ndarray
 ) -> np.ndarray:
     """The oracle's output for ``images`` with the patch weight replaced."""
-    prefix = "patch_embed." if tck.component == "vit" else ""
+    prefix = "patch_embed." if record(tck.component).level == "model" else ""
     params = {**(inst.params or {}), f"{prefix}weight": patch_weight}
     patched = dataclasses.replace(inst, params=params)
     return tck.gold(patched, {"images": images})
 
 
 @spec("9.1", id="vit.patch_order")
-@components("patch_embed", "vit")
+@components(*select("images"))
 def test_patch_order(tck: Harness) -> None:
     """§9.1: a patch is flattened channel-major (c, y, x) and patches are ordered
     row-major over the grid. Two known bugs, reproduced with the oracle: patches
@@ -62,7 +62,7 @@ def test_patch_order(tck: Harness) -> None:
         return
     inst, inputs, test = found
     images = inputs["images"]
-    prefix = "patch_embed." if tck.component == "vit" else ""
+    prefix = "patch_embed." if record(tck.component).level == "model" else ""
     weight = (inst.params or {})[f"{prefix}weight"]  # [D, C, p, p]
     d, c, p, _ = weight.shape
     # out = flat_yxc . W.reshape(D, C p p): the same as a (c, y, x) flatten with this weight

@@ -17,12 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from tck.reference import Config
+from tck.reference import Config, record
 
 # The checks whose pass vouches for oracle equality.
 ORACLE_CHECKS = ("equality.oracle",)
-# Components causal in every call (the target side of a decoder).
-ALWAYS_CAUSAL = ("decoder_layer", "decoder", "seq2seq")
 _MASKS = ("keep_mask", "key_padding", "attn_mask", "memory_key_padding")
 
 
@@ -31,14 +29,15 @@ def call_facts(
 ) -> dict[str, bool]:
     """``causal``: the call applied a causal mask; ``padded``: some position was masked out
     (a keep-mask with a False, or a padding id in a seq2seq call)."""
-    causal = component in ALWAYS_CAUSAL or bool(np.asarray(inputs.get("causal", False)))
+    rec = record(component)
+    causal = rec.has("causal_target") or bool(np.asarray(inputs.get("causal", False)))
     padded = any(k in inputs and not np.asarray(inputs[k]).all() for k in _MASKS)
     pad = getattr(config, "padding_idx", None)
-    if component == "seq2seq" and pad is not None:
+    if pad is not None:  # token inputs hold the padding id past each row's length (§8.1)
         padded = padded or any(
-            bool((np.asarray(inputs[k]) == pad).any())
-            for k in ("src_ids", "tgt_ids")
-            if k in inputs
+            bool((np.asarray(inputs[i.name]) == pad).any())
+            for i in rec.inputs
+            if i.kind == "tokens" and i.name in inputs
         )
     return {"causal": causal, "padded": padded}
 
@@ -54,7 +53,7 @@ def unverified_reason(component: str, calls: Iterable[Mapping[str, Any]]) -> str
             f"({len(passed)} call(s), lengths {lengths or 'none'}): a mask, a scale across "
             "positions or a causal leak cannot show at length 1 (SPEC.md §10.11)"
         )
-    causal = component in ALWAYS_CAUSAL or any(c.get("causal") for c in passed)
+    causal = record(component).has("causal_target") or any(c.get("causal") for c in passed)
     if causal and not any(c.get("causal") and not c.get("padded") for c in multi):
         return (
             "the subject is causal, and no causal call of more than one token ran without "

@@ -5,7 +5,7 @@
 the canonical ones. This package imports nothing else of ours.
 """
 
-from .components import COMPONENTS, RECORDS, Component, of_family, record
+from .components import COMPONENTS, RECORDS, Component, of_family, record, select, tagged
 from .conventions import CANONICAL, Config, Conventions
 from .params import (
     DECODER_CANONICAL,
@@ -36,5 +36,7 @@ __all__ = [
     "param_count",
     "param_shapes",
     "record",
+    "select",
     "subparams",
+    "tagged",
 ]

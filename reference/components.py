@@ -86,6 +86,24 @@ TAGS = (
     "bench",  # tck bench times it: a FLOP formula and a sequence axis (§10.4)
     "batched",  # §10.2 batch independence checks it
     "norm_first",  # a layer or stack whose norm placement decides where outliers land
+    # What a component is, for the checks and the diagnosis that treat a kind of component:
+    "attention",  # an attention op whose scores checks probe directly (§3.1, §3.3)
+    "heads",  # its first input is already split into heads, [B, H, L, d] (§2.3, §3.1)
+    "qkv",  # separate query, key and value [B, L, D]: self-attention passes one tensor (§3.3)
+    "norm",  # a normalisation op (§5.1, §5.3)
+    "centres",  # subtracts each row's mean (LayerNorm §5.1; RMSNorm §5.3 does not)
+    "positional",  # a positional-encoding op, a function of integer positions (§2)
+    "images",  # takes images [B, C, S, S] (§9.1)
+    "self_attention",  # a layer or stack whose one sequence is its queries and keys (§7.1)
+    "cross_attention",  # a layer or stack that also attends to a memory (§7.2)
+    "masks",  # takes a key mask of its own (its field key_mask): the §4 mask checks
+    "causal_target",  # a decoder's target side: causal in every call (§7.2, §8.1)
+    "no_gradients",  # nothing to differentiate: integer inputs, no parameters (§10.9)
+    "fixed_magnitude",  # ids or images in: §10.11's magnitude sweep does not scale them
+    "token_ids",  # token ids looked up in a table: §1.1's out-of-range refusal
+    "max_len",  # its positions are bounded by Config.max_len (§2.2)
+    "large_inputs",  # §10.7's large-magnitude stress runs on it (softmax, norm statistics)
+    "logits",  # its output is logits over a vocabulary or classes (§8.3, §9.5, §11.5)
 )
 
 
@@ -125,9 +143,9 @@ Module = Callable[[Config, Conventions, float], Any]
 OutputShape = Callable[[Arrays, Config], tuple[int, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Component:
-    """Everything the suite knows about one SPEC component."""
+    """Everything the suite knows about one SPEC component (built with keywords only)."""
 
     name: str
     level: str  # one of LEVELS: an op, a layer, a stack of layers, a whole model
@@ -156,6 +174,9 @@ class Component:
     # the §10.6 output shape for given inputs; None: the first input's shape
     output_shape: OutputShape | None = None
     tags: frozenset[str] = frozenset()  # of TAGS
+    # the input that masks its keys, where a check may pass any mask (SPEC.md §4.1); set
+    # exactly when it carries the tag "masks"
+    key_mask: str | None = None
 
     def __post_init__(self) -> None:
         problems = [
@@ -173,13 +194,23 @@ class Component:
             f"gradient class {k!r}" for _, k in self.gradients if k not in GRADIENT_CLASSES
         ]
         problems += [f"tag {t!r} is not one of {TAGS}" for t in self.tags if t not in TAGS]
+        if ("masks" in self.tags) != (self.key_mask is not None):
+            problems.append('the tag "masks" and the field key_mask go together')
         names = [i.name for i in self.inputs]
+        if self.key_mask is not None and self.key_mask not in names:
+            problems.append(f"key_mask {self.key_mask!r} is not one of its inputs {names}")
         if len(set(names)) != len(names):
             problems.append(f"inputs repeat a name: {names}")
         if not self.clauses:
             problems.append("no clauses")
         if problems:
             raise ValueError(f"component record {self.name!r}: " + "; ".join(problems))
+
+    def has(self, tag: str) -> bool:
+        """Whether the record carries ``tag`` (one of TAGS; a ValueError otherwise)."""
+        if tag not in TAGS:
+            raise ValueError(f"unknown tag {tag!r}; the tags are: {', '.join(TAGS)}")
+        return tag in self.tags
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -433,72 +464,75 @@ _ELEMENTWISE = (("weight", "value"), ("bias", "value"))  # a scale or a lookup p
 def _records() -> tuple[Component, ...]:
     return (
         Component(
-            "embedding",
-            "op",
-            "transformer",
-            ("1.1",),
-            (Input("ids", "ids", ("B", "Lq")),),
-            "[B, L, D] the table rows (no scale: §1.2 is checked on seq2seq)",
-            lambda i, p, c, conv: oracle.embedding(i["ids"], p["weight"]),
-            params.embedding_layout,
-            lambda c, conv, d: _model().Embedding(c.vocab_size, c.d_model, c.padding_idx),
+            name="embedding",
+            level="op",
+            family="transformer",
+            clauses=("1.1",),
+            inputs=(Input("ids", "ids", ("B", "Lq")),),
+            output="[B, L, D] the table rows (no scale: §1.2 is checked on seq2seq)",
+            oracle=lambda i, p, c, conv: oracle.embedding(i["ids"], p["weight"]),
+            layout=params.embedding_layout,
+            module=lambda c, conv, d: _model().Embedding(c.vocab_size, c.d_model, c.padding_idx),
             area="embedding",
             tolerance="composite",
             gradients=_ELEMENTWISE,
             output_shape=lambda i, c: (*np.shape(i["ids"]), c.d_model),
+            tags=frozenset({"fixed_magnitude", "token_ids"}),
         ),
         Component(
-            "sinusoidal_pe",
-            "op",
-            "transformer",
-            ("2.1",),
-            (Input("positions", "positions", ("Lq",)),),
-            "[L, D] the encoding at each position",
-            _sinusoidal_pe,
-            params.no_params,
-            lambda c, conv, d: _model().SinusoidalPE(c, conv),
+            name="sinusoidal_pe",
+            level="op",
+            family="transformer",
+            clauses=("2.1",),
+            inputs=(Input("positions", "positions", ("Lq",)),),
+            output="[L, D] the encoding at each position",
+            oracle=_sinusoidal_pe,
+            layout=params.no_params,
+            module=lambda c, conv, d: _model().SinusoidalPE(c, conv),
             fields=("pe_layout", "pe_base"),
             area="positional",
             output_shape=lambda i, c: (len(i["positions"]), c.d_model),
+            tags=frozenset({"positional", "no_gradients", "max_len"}),
         ),
         Component(
-            "rope",
-            "op",
-            "transformer",
-            ("2.3",),
-            (
+            name="rope",
+            level="op",
+            family="transformer",
+            clauses=("2.3",),
+            inputs=(
                 Input("x", "normal", ("B", "H", "Lq", "dk")),
                 Input("positions", "positions", ("Lq",)),
             ),
-            "[B, H, L, d] x rotated",
-            lambda i, p, c, conv: oracle.rope(
+            output="[B, H, L, d] x rotated",
+            oracle=lambda i, p, c, conv: oracle.rope(
                 i["x"],
                 i["positions"],
                 layout=conv.rope_layout,
                 frequencies=oracle.rope_frequencies_of(np.shape(i["x"])[-1], conv),  # §2.6
             ),
-            params.no_params,
-            lambda c, conv, d: _model().RoPE(conv),
+            layout=params.no_params,
+            module=lambda c, conv, d: _model().RoPE(conv),
             fields=("rope_layout", "pe_base", "rope_scaling"),
             area="rope",
             quantities=("rope_angles",),
+            tags=frozenset({"positional", "heads"}),
         ),
         Component(
-            "attention",
-            "op",
-            "transformer",
-            ("3.1", "4.1", "4.2", "4.3"),
-            (
+            name="attention",
+            level="op",
+            family="transformer",
+            clauses=("3.1", "4.1", "4.2", "4.3"),
+            inputs=(
                 Input("q", "normal", ("B", "H", "Lq", "dk")),
                 Input("k", "normal", ("B", "H", "Lk", "dk")),
                 Input("v", "normal", ("B", "H", "Lk", "dv")),
                 Input("keep_mask", "keep_mask", ("B", "Lk"), optional=True, when="masked"),
                 _CAUSAL,
             ),
-            "[B, H, Lq, dv]",
-            _attention,
-            params.no_params,
-            lambda c, conv, d: _model().Attention(conv.fully_masked_rows),
+            output="[B, H, Lq, dv]",
+            oracle=_attention,
+            layout=params.no_params,
+            module=lambda c, conv, d: _model().Attention(conv.fully_masked_rows),
             fields=("fully_masked_rows", "causal_alignment"),
             area="attention",
             gradients=(("v", "value"), ("k", "key"), ("q", "query")),
@@ -506,15 +540,16 @@ def _records() -> tuple[Component, ...]:
             cost=lambda c, b, n, t, causal: costs.attention_flops(
                 b, c.n_heads, n, n, c.head_dim_k, c.head_dim_v, causal=causal
             ),
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "attention", "heads", "masks", "large_inputs"}),
+            key_mask="keep_mask",
             output_shape=lambda i, c: (*np.shape(i["q"])[:-1], np.shape(i["v"])[-1]),
         ),
         Component(
-            "mha",
-            "op",
-            "transformer",
-            ("3.3", "3.4", "3.5", "4.2"),
-            (
+            name="mha",
+            level="op",
+            family="transformer",
+            clauses=("3.3", "3.4", "3.5", "4.2"),
+            inputs=(
                 Input("query", "normal", ("B", "Lq", "D")),
                 Input("key", "normal", ("B", "Lk", "D")),
                 Input("value", "normal", ("B", "Lk", "D")),
@@ -522,10 +557,10 @@ def _records() -> tuple[Component, ...]:
                 _ATTN_MASK,
                 _CAUSAL,
             ),
-            "[B, Lq, D]",
-            _mha,
-            params.mha_layout,
-            lambda c, conv, d: _model().MultiHeadAttention(c, conv),
+            output="[B, Lq, D]",
+            oracle=_mha,
+            layout=params.mha_layout,
+            module=lambda c, conv, d: _model().MultiHeadAttention(c, conv),
             fields=("fully_masked_rows", "causal_alignment"),
             area="attention",
             gradients=(
@@ -535,229 +570,253 @@ def _records() -> tuple[Component, ...]:
             gradient_default="query",
             quantities=("softmax",),
             cost=lambda c, b, n, t, causal: costs.mha_flops(c, b, n, causal=causal),
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "attention", "qkv", "masks", "large_inputs"}),
+            key_mask="key_padding",
         ),
         Component(
-            "layer_norm",
-            "op",
-            "transformer",
-            ("5.1",),
-            (_X,),
-            "[B, L, D]",
-            _layer_norm,
-            params.layer_norm_layout,
-            lambda c, conv, d: _model().LayerNorm(
+            name="layer_norm",
+            level="op",
+            family="transformer",
+            clauses=("5.1",),
+            inputs=(_X,),
+            output="[B, L, D]",
+            oracle=_layer_norm,
+            layout=params.layer_norm_layout,
+            module=lambda c, conv, d: _model().LayerNorm(
                 c.d_model, conv.eps, conv.eps_placement, conv.variance, c.norm_bias
             ),
             fields=_NORM,
             area="layer_norm",
             gradients=_ELEMENTWISE,
             quantities=("norm_statistics",),
+            tags=frozenset({"norm", "centres", "large_inputs"}),
         ),
         Component(
-            "rms_norm",
-            "op",
-            "transformer",
-            ("5.3",),
-            (_X,),
-            "[B, L, D]",
-            lambda i, p, c, conv: oracle.rms_norm(i["x"], p["weight"], eps=conv.eps),
-            params.rms_norm_layout,
-            lambda c, conv, d: _model().RMSNorm(c.d_model, conv.eps),
+            name="rms_norm",
+            level="op",
+            family="transformer",
+            clauses=("5.3",),
+            inputs=(_X,),
+            output="[B, L, D]",
+            oracle=lambda i, p, c, conv: oracle.rms_norm(i["x"], p["weight"], eps=conv.eps),
+            layout=params.rms_norm_layout,
+            module=lambda c, conv, d: _model().RMSNorm(c.d_model, conv.eps),
             fields=("eps",),
             area="layer_norm",
             gradients=_ELEMENTWISE,
             quantities=("norm_statistics",),
+            tags=frozenset({"norm", "large_inputs"}),
         ),
         Component(
-            "ffn",
-            "op",
-            "transformer",
-            ("6.1",),
-            (_X,),
-            "[B, L, D]",
-            lambda i, p, c, conv: oracle.feed_forward(i["x"], p, activation=conv.activation),
-            params.ffn_layout,
-            lambda c, conv, d: _model().FeedForward(c, conv),
+            name="ffn",
+            level="op",
+            family="transformer",
+            clauses=("6.1",),
+            inputs=(_X,),
+            output="[B, L, D]",
+            oracle=lambda i, p, c, conv: oracle.feed_forward(i["x"], p, activation=conv.activation),
+            layout=params.ffn_layout,
+            module=lambda c, conv, d: _model().FeedForward(c, conv),
             fields=("activation",),
             area="ffn",
             cost=lambda c, b, n, t, causal: costs.ffn_flops(c, b, n),
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "large_inputs"}),
         ),
         Component(
-            "activation",
-            "op",
-            "transformer",
-            ("6.3",),
-            (_X,),
-            "[B, L, D]",
-            lambda i, p, c, conv: oracle.activation(i["x"], name=conv.activation),
-            params.no_params,
-            lambda c, conv, d: _model().Activation(conv),
+            name="activation",
+            level="op",
+            family="transformer",
+            clauses=("6.3",),
+            inputs=(_X,),
+            output="[B, L, D]",
+            oracle=lambda i, p, c, conv: oracle.activation(i["x"], name=conv.activation),
+            layout=params.no_params,
+            module=lambda c, conv, d: _model().Activation(conv),
             fields=("activation",),
             area="ffn",
         ),
         Component(
-            "encoder_layer",
-            "layer",
-            "transformer",
-            ("7.1",),
-            _SELF,
-            "[B, L, D]",
-            _encoder_layer,
-            params.encoder_layer_layout,
-            lambda c, conv, d: _model().EncoderLayer(c, conv, d),
+            name="encoder_layer",
+            level="layer",
+            family="transformer",
+            clauses=("7.1",),
+            inputs=_SELF,
+            output="[B, L, D]",
+            oracle=_encoder_layer,
+            layout=params.encoder_layer_layout,
+            module=lambda c, conv, d: _model().EncoderLayer(c, conv, d),
             fields=(*_LAYER, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: _enc_layer_flops(c, b, n, causal),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {"bench", "batched", "norm_first", "self_attention", "masks", "large_inputs"}
+            ),
+            key_mask="key_padding",
         ),
         Component(
-            "decoder_layer",
-            "layer",
-            "transformer",
-            ("7.2",),
-            _CROSS,
-            "[B, Lt, D]",
-            _decoder_layer,
-            params.decoder_layer_layout,
-            lambda c, conv, d: _model().DecoderLayer(c, conv, d),
+            name="decoder_layer",
+            level="layer",
+            family="transformer",
+            clauses=("7.2",),
+            inputs=_CROSS,
+            output="[B, Lt, D]",
+            oracle=_decoder_layer,
+            layout=params.decoder_layer_layout,
+            module=lambda c, conv, d: _model().DecoderLayer(c, conv, d),
             fields=(*_LAYER, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: _dec_layer_flops(c, b, n, t),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {
+                    "bench",
+                    "batched",
+                    "norm_first",
+                    "cross_attention",
+                    "masks",
+                    "causal_target",
+                    "large_inputs",
+                }
+            ),
+            key_mask="memory_key_padding",
         ),
         Component(
-            "encoder",
-            "stack",
-            "transformer",
-            ("7.3",),
-            _SELF,
-            "[B, L, D]",
-            _encoder,
-            params.encoder_layout,
-            lambda c, conv, d: _model().Encoder(c, conv, d),
+            name="encoder",
+            level="stack",
+            family="transformer",
+            clauses=("7.3",),
+            inputs=_SELF,
+            output="[B, L, D]",
+            oracle=_encoder,
+            layout=params.encoder_layout,
+            module=lambda c, conv, d: _model().Encoder(c, conv, d),
             fields=(*_STACK, "fully_masked_rows", "padded_query_rows"),
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: c.n_layers * _enc_layer_flops(c, b, n, causal),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {"bench", "batched", "norm_first", "self_attention", "masks", "large_inputs"}
+            ),
+            key_mask="key_padding",
         ),
         Component(
-            "decoder",
-            "stack",
-            "transformer",
-            ("7.3",),
-            _CROSS,
-            "[B, Lt, D]",
-            _decoder,
-            params.decoder_layout,
-            lambda c, conv, d: _model().Decoder(c, conv, d),
+            name="decoder",
+            level="stack",
+            family="transformer",
+            clauses=("7.3",),
+            inputs=_CROSS,
+            output="[B, Lt, D]",
+            oracle=_decoder,
+            layout=params.decoder_layout,
+            module=lambda c, conv, d: _model().Decoder(c, conv, d),
             fields=(*_STACK, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
             cost=lambda c, b, n, t, causal: c.n_decoder_layers * _dec_layer_flops(c, b, n, t),
-            tags=frozenset({"bench", "batched", "norm_first"}),
+            tags=frozenset(
+                {"bench", "batched", "norm_first", "cross_attention", "masks", "causal_target"}
+            ),
+            key_mask="memory_key_padding",
         ),
         Component(
-            "seq2seq",
-            "model",
-            "transformer",
-            ("8.1", "8.3"),
-            (
+            name="seq2seq",
+            level="model",
+            family="transformer",
+            clauses=("8.1", "8.3"),
+            inputs=(
                 Input("src_ids", "tokens", ("B", "Lk")),
                 Input("tgt_ids", "tokens", ("B", "Lq"), lengths="target"),
             ),
-            "[B, Lt, V] logits",
-            lambda i, p, c, conv: oracle.seq2seq(
+            output="[B, Lt, V] logits",
+            oracle=lambda i, p, c, conv: oracle.seq2seq(
                 i["src_ids"], i["tgt_ids"], p, c, conventions=conv
             ),
-            params.seq2seq_layout,
-            lambda c, conv, d: _model().Seq2Seq(c, conv, d),
+            layout=params.seq2seq_layout,
+            module=lambda c, conv, d: _model().Seq2Seq(c, conv, d),
             fields=("embedding_scale", "pe_layout", *_STACK),
             area="model",
             tolerance="composite",
             quantities=_NORMED,
             cost=_seq2seq_flops,
-            tags=frozenset({"bench", "batched"}),
+            tags=frozenset({"bench", "batched", "causal_target", "token_ids", "max_len", "logits"}),
             output_shape=lambda i, c: (*np.shape(i["tgt_ids"]), c.vocab_size),
         ),
         Component(
-            "patch_embed",
-            "op",
-            "vit",
-            ("9.1",),
-            (_IMAGES,),
-            "[B, N_p, D]",
-            lambda i, p, c, conv: oracle.patch_embed(
+            name="patch_embed",
+            level="op",
+            family="vit",
+            clauses=("9.1",),
+            inputs=(_IMAGES,),
+            output="[B, N_p, D]",
+            oracle=lambda i, p, c, conv: oracle.patch_embed(
                 i["images"], p["weight"], p["bias"], patch_size=c.patch_size
             ),
-            params.patch_embed_layout,
-            lambda c, conv, d: _model().PatchEmbedding(c.channels, c.d_model, c.patch_size),
+            layout=params.patch_embed_layout,
+            module=lambda c, conv, d: _model().PatchEmbedding(c.channels, c.d_model, c.patch_size),
             area="vit",
             tolerance="composite",
             output_shape=_patches_shape,
+            tags=frozenset({"images", "fixed_magnitude"}),
         ),
         Component(
-            "vit",
-            "model",
-            "vit",
-            ("9.2", "9.3", "9.4", "9.5"),
-            (_IMAGES,),
-            "[B, n_classes] logits",
-            lambda i, p, c, conv: oracle.vit(i["images"], p, c, conventions=conv),
-            params.vit_layout,
-            lambda c, conv, d: _model().ViT(c, conv, d),
+            name="vit",
+            level="model",
+            family="vit",
+            clauses=("9.2", "9.3", "9.4", "9.5"),
+            inputs=(_IMAGES,),
+            output="[B, n_classes] logits",
+            oracle=lambda i, p, c, conv: oracle.vit(i["images"], p, c, conventions=conv),
+            layout=params.vit_layout,
+            module=lambda c, conv, d: _model().ViT(c, conv, d),
             fields=("pooling", *_STACK),
             area="vit",
             tolerance="composite",
             quantities=_NORMED,
             cost=_vit_flops,
-            tags=frozenset({"batched"}),
+            tags=frozenset({"batched", "images", "fixed_magnitude", "logits"}),
             output_shape=lambda i, c: (np.shape(i["images"])[0], c.n_classes),
         ),
         # §11 decoder-only models
         Component(
-            "causal_self_attention",
-            "op",
-            "decoder-only",
-            ("11.1",),
-            (_X, *_DECODER_ONLY_TAIL),
-            "[B, L, D]",
-            _decoder_only("causal_self_attention"),
-            params.causal_self_attention_layout,
-            lambda c, conv, d: _model().CausalSelfAttention(c, conv),
+            name="causal_self_attention",
+            level="op",
+            family="decoder-only",
+            clauses=("11.1",),
+            inputs=(_X, *_DECODER_ONLY_TAIL),
+            output="[B, L, D]",
+            oracle=_decoder_only("causal_self_attention"),
+            layout=params.causal_self_attention_layout,
+            module=lambda c, conv, d: _model().CausalSelfAttention(c, conv),
             fields=(*_DECODER_ATTENTION, "fully_masked_rows"),
             area="attention",
             tags=frozenset({"kv_cache"}),
         ),
         Component(
-            "gated_ffn",
-            "op",
-            "decoder-only",
-            ("11.3",),
-            (_X,),
-            "[B, L, D]",
-            lambda i, p, c, conv: oracle.gated_feed_forward(
+            name="gated_ffn",
+            level="op",
+            family="decoder-only",
+            clauses=("11.3",),
+            inputs=(_X,),
+            output="[B, L, D]",
+            oracle=lambda i, p, c, conv: oracle.gated_feed_forward(
                 i["x"], p, activation=conv.gate_activation
             ),
-            params.gated_ffn_layout,
-            lambda c, conv, d: _model().GatedFeedForward(c, conv),
+            layout=params.gated_ffn_layout,
+            module=lambda c, conv, d: _model().GatedFeedForward(c, conv),
             fields=("gate_activation",),
             area="ffn",
         ),
         Component(
-            "decoder_block",
-            "layer",
-            "decoder-only",
-            ("11.4",),
-            (_X, *_DECODER_ONLY_TAIL),
-            "[B, L, D]",
-            _decoder_only("decoder_block"),
-            params.decoder_block_layout,
-            lambda c, conv, d: _model().DecoderBlock(c, conv, d),
+            name="decoder_block",
+            level="layer",
+            family="decoder-only",
+            clauses=("11.4",),
+            inputs=(_X, *_DECODER_ONLY_TAIL),
+            output="[B, L, D]",
+            oracle=_decoder_only("decoder_block"),
+            layout=params.decoder_block_layout,
+            module=lambda c, conv, d: _model().DecoderBlock(c, conv, d),
             fields=(
                 "norm_placement",
                 "activation",
@@ -769,15 +828,15 @@ def _records() -> tuple[Component, ...]:
             tags=frozenset({"kv_cache"}),
         ),
         Component(
-            "causal_lm",
-            "model",
-            "decoder-only",
-            ("11.5",),
-            (Input("ids", "ids", ("B", "Lq")), *_DECODER_ONLY_TAIL),
-            "[B, L, V] logits",
-            _decoder_only("causal_lm"),
-            params.causal_lm_layout,
-            lambda c, conv, d: _model().CausalLM(c, conv, d),
+            name="causal_lm",
+            level="model",
+            family="decoder-only",
+            clauses=("11.5",),
+            inputs=(Input("ids", "ids", ("B", "Lq")), *_DECODER_ONLY_TAIL),
+            output="[B, L, V] logits",
+            oracle=_decoder_only("causal_lm"),
+            layout=params.causal_lm_layout,
+            module=lambda c, conv, d: _model().CausalLM(c, conv, d),
             fields=(
                 "norm_placement",
                 "final_norm",
@@ -789,7 +848,7 @@ def _records() -> tuple[Component, ...]:
             ),
             area="model",
             tolerance="composite",
-            tags=frozenset({"kv_cache"}),
+            tags=frozenset({"kv_cache", "logits"}),
             output_shape=lambda i, c: (*np.shape(i["ids"]), c.vocab_size),
         ),
     )
@@ -814,6 +873,16 @@ def tagged(tag: str) -> tuple[str, ...]:
     if tag not in TAGS:
         raise ValueError(f"unknown tag {tag!r}; the tags are: {', '.join(TAGS)}")
     return tuple(name for name, r in RECORDS.items() if tag in r.tags)
+
+
+def select(*tags: str, family: str | None = None, level: str | None = None) -> tuple[str, ...]:
+    """The components that carry every one of ``tags`` and, when given, are of ``family``
+    and at ``level``, in SPEC order."""
+    return tuple(
+        name
+        for name, r in RECORDS.items()
+        if all(r.has(t) for t in tags) and family in (None, r.family) and level in (None, r.level)
+    )
 
 
 def of_family(family: str) -> tuple[str, ...]:

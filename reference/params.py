@@ -280,16 +280,20 @@ def init_params(
     Values are chosen so that bugs show: norm gains are not all one, biases are not zero,
     and linear weights have std 1/sqrt(fan_in) so activations stay O(1) through a stack.
     """
+    from .components import record  # the record reads this module's layouts: import late
+
+    rec = record(component)
+    table_op = rec.has("token_ids") and rec.level == "op"  # the embedding table (§1.1)
     rng = np.random.default_rng(seed)
     params: Params = {}
     for name, shape in param_shapes(component, config, conventions).items():
         *path, leaf = name.split(".")
-        is_norm = component in ("layer_norm", "rms_norm") or any(p.startswith("norm") for p in path)
+        is_norm = rec.has("norm") or any(p.startswith("norm") for p in path)
         # Tables that are looked up or added, not multiplied: unit variance.
         is_table = leaf in ("cls_token", "pos_embed") or (
             leaf == "weight"
             and (
-                component == "embedding"
+                table_op
                 or path[-1:]
                 in (["embedding"], ["src_embedding"], ["tgt_embedding"], ["pos_embedding"])
             )
@@ -305,7 +309,7 @@ def init_params(
         params[name] = value.astype(np.float64)
     if config.padding_idx is not None:
         for name in ("weight", "embedding.weight", "src_embedding.weight", "tgt_embedding.weight"):
-            if component in ("embedding", "seq2seq") and name in params:
+            if rec.has("token_ids") and name in params:
                 params[name][config.padding_idx] = 0.0  # §1.3: the padding row starts at zero
     return params
 

@@ -134,15 +134,15 @@ def test_a_record_added_at_runtime_is_picked_up(monkeypatch):
     'scaled_x' (2x, no parameters) gets inputs, an oracle output, a layout, tolerances and
     a torch reference module."""
     scaled = Component(
-        "scaled_x",
-        "op",
-        "transformer",
-        ("0.1",),
-        (Input("x", "normal", ("B", "Lq", "D")),),
-        "[B, L, D]",
-        lambda i, p, c, conv: 2.0 * np.asarray(i["x"], dtype=np.float64),
-        lambda c, conv: {},
-        lambda c, conv, dropout: _Doubling(),
+        name="scaled_x",
+        level="op",
+        family="transformer",
+        clauses=("0.1",),
+        inputs=(Input("x", "normal", ("B", "Lq", "D")),),
+        output="[B, L, D]",
+        oracle=lambda i, p, c, conv: 2.0 * np.asarray(i["x"], dtype=np.float64),
+        layout=lambda c, conv: {},
+        module=lambda c, conv, dropout: _Doubling(),
         area="ffn",
     )
     monkeypatch.setitem(components_module.RECORDS, "scaled_x", scaled)
