@@ -151,7 +151,10 @@ def _twin(model: nn.Module, implementation: str) -> nn.Module:
         return model
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
     twin = copy.deepcopy(model, shared)
-    twin.set_attn_implementation(implementation)
+    if hasattr(twin, "set_attn_implementation"):
+        twin.set_attn_implementation(implementation)
+    else:  # a shell of parts (copy_parts): its parts read the shell's config
+        twin.config._attn_implementation = implementation
     return twin.eval()
 
 
@@ -244,6 +247,13 @@ class _AsIs:
             # shared the same way (a 135 M-parameter model is 0.5 GB in float32)
             converted = self.__dict__.setdefault("_converted", {})
             key = (subject.name, dtype)
+            stem, _, impl = subject.name.partition("[")
+            twins = [h for (n, d), h in converted.items() if (n.split("[")[0], d) == (stem, dtype)]
+            twin = twins[0] if twins else None
+            if key not in converted and twin is not None and impl:  # its twin's tensors
+                module = _twin(twin.module, impl.rstrip("]"))
+                converted[key] = dataclasses.replace(twin, subject=subject, module=module)
+                converted[key].entry = self._entries[subject.name]
             if key not in converted:
                 converted[key] = super().build(subject, config, seed=seed, dtype=dtype)
             return dataclasses.replace(converted[key], config=config)
@@ -270,15 +280,20 @@ class _AsIs:
     def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
         """The canonical parameters, exported once per shared copy and handed out read-only
         (a new dict each time: a check may replace an entry, never write into one)."""
-        if self.__dict__.get("_shared", {}).get(handle.subject.name) is not handle.module:
+        kept = [self.__dict__.get("_shared", {}).get(handle.subject.name)]
+        kept += [h.module for h in self.__dict__.get("_converted", {}).values()]
+        if not any(module is handle.module for module in kept):
             return super().params(handle)  # type: ignore[misc]
-        exported = self.__dict__.setdefault("_exported", {})  # subject name -> its params
-        if handle.subject.name not in exported:
+        # eager and sdpa twins hold the same tensors (``_twin``): one export serves both
+        first = next(handle.module.parameters(), None)
+        key = (handle.subject.name.partition("[")[0], id(first))
+        exported = self.__dict__.setdefault("_exported", {})  # (subject, tensors) -> params
+        if key not in exported:
             values = super().params(handle)  # type: ignore[misc]
             for value in values.values():
                 value.setflags(write=False)
-            exported[handle.subject.name] = values
-        return dict(exported[handle.subject.name])
+            exported[key] = values
+        return dict(exported[key])
 
 
 # The parts of the model each subject's forward reads (None: the whole model). Each build
