@@ -36,7 +36,7 @@ except Exception as err:  # a broken install fails in many ways, not only Import
         f"'transformer-tck[hf]'), and importing it failed: {type(err).__name__}: {err}"
     ) from err
 
-from tck.reference import DECODER_CANONICAL, Config
+from tck.reference import DECODER_CANONICAL, Config, Conventions
 
 from .base import Subject, Unsupported
 from .config_space import parts_without_bias
@@ -154,10 +154,31 @@ def _gpt2_model_map(config: Config) -> ParamMap:
 # ------------------------------------------------------------------------------- Llama
 
 
-def _llama(config: Config, implementation: str) -> LlamaForCausalLM:
+def rope_parameters(conventions: Conventions) -> dict[str, Any]:
+    """transformers' ``rope_parameters`` for the declared RoPE base and scaling (SPEC.md §2.3,
+    §2.6): ``rope_type`` default, linear or llama3, with the factors each reads."""
+    out: dict[str, Any] = {"rope_theta": conventions.pe_base}
+    if conventions.rope_scaling == "none":
+        return {"rope_type": "default", **out}
+    out.update(rope_type=conventions.rope_scaling, factor=conventions.rope_scaling_factor)
+    if conventions.rope_scaling == "llama3":
+        out.update(
+            low_freq_factor=conventions.rope_low_freq_factor,
+            high_freq_factor=conventions.rope_high_freq_factor,
+            original_max_position_embeddings=conventions.rope_original_max_positions,
+        )
+    return out
+
+
+def _llama(
+    config: Config, implementation: str, conventions: Conventions | None = None
+) -> LlamaForCausalLM:
+    """``conventions``: the declared RoPE base and scaling (SPEC.md §2.6) go to LlamaConfig's
+    ``rope_parameters``; None keeps LlamaConfig's default (base 10000, unscaled)."""
     _require(config, "Llama", gqa=True)
+    rope = {} if conventions is None else {"rope_parameters": rope_parameters(conventions)}
     if config.has_attention_bias != config.has_attention_out_bias:  # SPEC.md §0.5
-        return _qwen2(config, implementation)
+        return _qwen2(config, implementation, rope)
     llama_config = LlamaConfig(
         vocab_size=config.vocab_size,
         hidden_size=config.d_model,
@@ -173,11 +194,12 @@ def _llama(config: Config, implementation: str) -> LlamaForCausalLM:
         hidden_act="silu",
         tie_word_embeddings=config.tie_weights,
         attn_implementation=implementation,
+        **rope,
     )
     return LlamaForCausalLM(llama_config)
 
 
-def _qwen2(config: Config, implementation: str) -> nn.Module:
+def _qwen2(config: Config, implementation: str, rope: dict[str, Any]) -> nn.Module:
     """Qwen2: Llama's block with biases on q, k and v but not on o, and none in the MLP
     (transformers' Qwen2Attention and Qwen2MLP): the one layout with the q/k/v bias apart
     from the output projection's (SPEC.md §0.5) that transformers builds for this family."""
@@ -204,6 +226,7 @@ def _qwen2(config: Config, implementation: str) -> nn.Module:
         use_sliding_window=False,
         tie_word_embeddings=config.tie_weights,
         attn_implementation=implementation,
+        **rope,
     )
     return Qwen2ForCausalLM(qwen2_config)
 
@@ -418,15 +441,19 @@ def _gpt2_entries() -> list[TorchEntry]:
     return entries
 
 
+# The Llama family's declared choices (SPEC.md §11): RMSNorm, RoPE half-split, SwiGLU.
+LLAMA_CONVENTIONS = dataclasses.replace(
+    DECODER_CANONICAL,
+    norm_kind="rms_norm",
+    eps=1e-6,
+    positions="rope",
+    rope_layout="half_split",
+    ffn_kind="gated",
+)
+
+
 def _llama_entries() -> list[TorchEntry]:
-    llama = dataclasses.replace(
-        DECODER_CANONICAL,
-        norm_kind="rms_norm",
-        eps=1e-6,
-        positions="rope",
-        rope_layout="half_split",
-        ffn_kind="gated",
-    )
+    llama = LLAMA_CONVENTIONS
     entries = [
         TorchEntry(
             "gated_ffn",
@@ -491,7 +518,67 @@ def _llama_entries() -> list[TorchEntry]:
                 ),
             ),
         ]
-    return entries
+    return entries + _llama_rope_scaling_entries()
+
+
+# SPEC.md §2.6 on hf.llama: LlamaRotaryEmbedding's scaled frequencies, at sizes where the
+# scaling moves the output (an original context of 32 positions puts most of a head's
+# wavelengths past it).
+LLAMA_LINEAR = {"rope_scaling": "linear", "rope_scaling_factor": 2.0}
+LLAMA3_SCALED = {
+    "pe_base": 500000.0,
+    "rope_scaling": "llama3",
+    "rope_scaling_factor": 8.0,
+    "rope_low_freq_factor": 1.0,
+    "rope_high_freq_factor": 4.0,
+    "rope_original_max_positions": 32,
+}
+
+
+def _llama_rope_scaling_entries() -> list[TorchEntry]:
+    impl = "sdpa"
+    base = dataclasses.replace(LLAMA_CONVENTIONS, fully_masked_rows=ROWS[impl])
+    linear = dataclasses.replace(base, **LLAMA_LINEAR)
+    llama3 = dataclasses.replace(base, **LLAMA3_SCALED)
+    attention_forward, attention_step = _piece(_llama_attention)
+    model_forward, model_step = _model()
+    notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
+    return [
+        TorchEntry(
+            "causal_self_attention",
+            name=f"causal_self_attention[{impl},linear]",
+            dtypes=LOWER_PRECISION,
+            make=lambda c: _llama(dataclasses.replace(c, n_layers=1), impl, linear),
+            forward=attention_forward,
+            step=attention_step,
+            param_map=lambda c: _llama_attention_map(
+                "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
+            ),
+            holds=lambda m: m.model.layers[0].self_attn,
+            conventions=linear,
+            notes=(
+                "LlamaAttention with rope_parameters rope_type='linear', factor 2 (SPEC.md "
+                "§2.6): every RoPE frequency divided by 2.",
+                *notes,
+            ),
+        ),
+        TorchEntry(
+            "causal_lm",
+            name=f"causal_lm[{impl},llama3]",
+            dtypes=LOWER_PRECISION,
+            make=lambda c: _llama(c, impl, llama3),
+            forward=model_forward,
+            step=model_step,
+            param_map=_llama_model_map,
+            conventions=llama3,
+            notes=(
+                "LlamaForCausalLM with rope_parameters rope_type='llama3' (factor 8, "
+                "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, "
+                "rope_theta 500000; SPEC.md §2.6).",
+                *notes,
+            ),
+        ),
+    ]
 
 
 gpt2 = _DecoderAdapter("hf.gpt2", _gpt2_entries())

@@ -292,6 +292,8 @@ def describe(model: Any, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
         "channels": int(model.patch_embed.proj.in_channels),
         "n_classes": int(getattr(model.head, "out_features", 0)),
     }
+    if attn.qkv.bias is None:  # SPEC.md §0.5: qkv_bias=False; proj keeps its bias
+        fixed.update(attention_bias=False, attention_out_bias=True)
     refusals = []
     if model.global_pool != "token" or not model.has_class_token:
         refusals.append(
@@ -337,8 +339,8 @@ def describe(model: Any, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
         )
     if lacking:
         raise ModelError(
-            f"{label} lacks {_few(lacking)} (e.g. qkv_bias=False with a biased output "
-            "projection); timm.vit maps the canonical layout with every bias"
+            f"{label} lacks {_few(lacking)} (a bias the canonical layout has: timm.vit "
+            "drops the q, k, v biases alone, qkv_bias=False, SPEC.md §0.5)"
         )
     conventions = {
         "eps": eps.pop() if eps else 1e-6,

@@ -35,6 +35,7 @@ except Exception as err:  # a torchvision built for another torch fails in many 
 from tck.reference import Config, Conventions
 
 from .base import Unsupported
+from .config_space import parts_without_bias
 from .torch_module import (
     Chunk,
     ParamMap,
@@ -68,10 +69,12 @@ def _vision_transformer(config: Config, fused: bool) -> VisionTransformer:
             f"timm's Attention cuts dim={d} into num_heads={h} heads of one width: it cannot "
             f"express d_k={dk}, d_v={dv}"
         )
-    if not config.bias:
+    without = parts_without_bias(config, ("attention_out", "ffn", "norm"))
+    if without or not config.head_bias:  # SPEC.md §0.5: only qkv_bias is a switch
+        shown = ", ".join([*without, *([] if config.head_bias else ["head_bias"])])
         raise Unsupported(
-            "timm's VisionTransformer keeps its projection, MLP and norm biases: bias=False "
-            "is not offered"
+            "timm's VisionTransformer keeps its output projection, MLP, norm and head biases "
+            f"(only q, k and v can drop theirs, qkv_bias): {shown}=False is not offered"
         )
     model = VisionTransformer(
         img_size=config.image_size,
@@ -82,7 +85,7 @@ def _vision_transformer(config: Config, fused: bool) -> VisionTransformer:
         depth=config.n_layers,
         num_heads=h,
         mlp_ratio=config.d_ff / d,
-        qkv_bias=True,
+        qkv_bias=config.has_attention_bias,  # SPEC.md §0.5: q, k, v; proj keeps its bias
         global_pool="token",
     )
     hidden = {block.mlp.fc1.out_features for block in model.blocks}
@@ -120,18 +123,19 @@ def _mask(
 # ---------------------------------------------------------------------------- param maps
 
 
-def _attention_map(ours: str, theirs: str) -> ParamMap:
-    """q, k and v are the three dim-0 thirds of timm's fused qkv projection, in that order."""
+def _attention_map(ours: str, theirs: str, qkv_bias: bool = True) -> ParamMap:
+    """q, k and v are the three dim-0 thirds of timm's fused qkv projection, in that order
+    (their biases too when qkv_bias, SPEC.md §0.5)."""
     mapping: ParamMap = {}
     for index, name in enumerate("qkv"):
-        for leaf in ("weight", "bias"):
+        for leaf in ("weight", "bias") if qkv_bias else ("weight",):
             mapping[f"{ours}{name}.{leaf}"] = Chunk(f"{theirs}qkv.{leaf}", index, 3)
     return {**mapping, **linear_params(f"{ours}o.", f"{theirs}proj.")}
 
 
-def _block_map(ours: str, theirs: str) -> ParamMap:
+def _block_map(ours: str, theirs: str, qkv_bias: bool = True) -> ParamMap:
     return {
-        **_attention_map(f"{ours}self_attn.", f"{theirs}attn."),
+        **_attention_map(f"{ours}self_attn.", f"{theirs}attn.", qkv_bias),
         **linear_params(f"{ours}norm1.", f"{theirs}norm1."),
         **linear_params(f"{ours}ffn.fc1.", f"{theirs}mlp.fc1."),
         **linear_params(f"{ours}ffn.fc2.", f"{theirs}mlp.fc2."),
@@ -140,7 +144,10 @@ def _block_map(ours: str, theirs: str) -> ParamMap:
 
 
 def _encoder_map(config: Config, ours: str = "") -> ParamMap:
-    return stack_params(_block_map, config.n_layers, ours, "blocks.{i}.", "norm.")
+    def block(ours_i: str, theirs_i: str) -> ParamMap:
+        return _block_map(ours_i, theirs_i, config.has_attention_bias)
+
+    return stack_params(block, config.n_layers, ours, "blocks.{i}.", "norm.")
 
 
 def _model_map(config: Config) -> ParamMap:
@@ -222,7 +229,7 @@ def _entries() -> list[TorchEntry]:
                 make=_one_block(fused),
                 forward=_mha,
                 holds=lambda m: m.blocks[0].attn,
-                param_map=_attention_map("", "blocks.0.attn."),
+                param_map=lambda c: _attention_map("", "blocks.0.attn.", c.has_attention_bias),
                 conventions=Conventions(fully_masked_rows=rows),
                 notes=("timm's Attention (self-attention only).", *notes),
             ),
@@ -232,7 +239,7 @@ def _entries() -> list[TorchEntry]:
                 make=_one_block(fused),
                 forward=_block,
                 holds=lambda m: m.blocks[0],
-                param_map=_block_map("", "blocks.0."),
+                param_map=lambda c: _block_map("", "blocks.0.", c.has_attention_bias),
                 conventions=layer,
                 notes=("timm's Block: pre-LN, nn.GELU, LayerNorm eps 1e-6.", *notes),
             ),

@@ -53,6 +53,7 @@ FIELD_CLAUSES: dict[str, tuple[str, ...]] = {
     "gate_activation": ("11.3",),
     "positions": ("11.1", "11.5"),
     "sliding_window": ("4.5",),
+    "rope_scaling": ("2.6",),
 }
 
 # (field, value) -> (code, plain words). Fields with a continuum of values (eps, pe_base)
@@ -175,6 +176,19 @@ _TABLE: dict[tuple[str, Any], tuple[str, str]] = {
     ("positions", "rope"): (
         "positional.rope_applied",
         "rotates queries and keys by their positions (RoPE) in attention",
+    ),
+    ("rope_scaling", "none"): (
+        "rope.scaling_none",
+        "rotates at the unscaled RoPE frequencies base^(-2i/d) (no frequency scaling)",
+    ),
+    ("rope_scaling", "linear"): (
+        "rope.scaling_linear",
+        "divides every RoPE frequency by the scaling factor (positions / factor)",
+    ),
+    ("rope_scaling", "llama3"): (
+        "rope.scaling_llama3",
+        "scales the RoPE frequencies by Llama 3.1's rule (long wavelengths divided by the "
+        "factor, short ones kept, a smooth blend between)",
     ),
     ("positions", "learned"): (
         "positional.rope_missing",

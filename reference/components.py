@@ -425,7 +425,7 @@ _NORM = ("eps_placement", "variance", "eps")
 _LAYER = ("norm_placement", "activation", *_NORM)  # what every layer's output depends on
 _STACK = ("norm_placement", "final_norm", "activation", *_NORM)  # a layer, and the end
 # §11.1: RoPE or not, and how; the sliding window of its causal mask (§4.5)
-_DECODER_ATTENTION = ("positions", "rope_layout", "pe_base", "sliding_window")
+_DECODER_ATTENTION = ("positions", "rope_layout", "pe_base", "sliding_window", "rope_scaling")
 _NORMED = ("norm_statistics", "softmax")
 _ELEMENTWISE = (("weight", "value"), ("bias", "value"))  # a scale or a lookup per element
 
@@ -472,11 +472,14 @@ def _records() -> tuple[Component, ...]:
             ),
             "[B, H, L, d] x rotated",
             lambda i, p, c, conv: oracle.rope(
-                i["x"], i["positions"], base=conv.pe_base, layout=conv.rope_layout
+                i["x"],
+                i["positions"],
+                layout=conv.rope_layout,
+                frequencies=oracle.rope_frequencies_of(np.shape(i["x"])[-1], conv),  # §2.6
             ),
             params.no_params,
             lambda c, conv, d: _model().RoPE(conv),
-            fields=("rope_layout", "pe_base"),
+            fields=("rope_layout", "pe_base", "rope_scaling"),
             area="rope",
             quantities=("rope_angles",),
         ),

@@ -30,6 +30,7 @@ HalfPrecision = Literal["float32", "input_dtype"]
 Positions = Literal["learned", "rope"]
 FFNKind = Literal["plain", "gated"]
 GateActivation = Literal["silu", "gelu", "gelu_tanh"]
+RopeScaling = Literal["none", "linear", "llama3"]
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "norm_placement": ("post", "pre"),
@@ -49,6 +50,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "positions": ("learned", "rope"),
     "ffn_kind": ("plain", "gated"),
     "gate_activation": ("silu", "gelu", "gelu_tanh"),
+    "rope_scaling": ("none", "linear", "llama3"),
 }
 
 
@@ -86,6 +88,16 @@ class Conventions:
     # i - w < j <= i (Mistral's sliding_window, transformers' sliding_window_overlay): the
     # last w keys, its own included. Read by the causal self-attention of §11.1 only.
     sliding_window: int | None = None
+    # §2.6: RoPE frequency scaling: none (canonical) | linear (every frequency / factor, i.e.
+    # positions / factor) | llama3 (Llama 3.1's rule: wavelengths above
+    # original_max_positions / low_freq_factor divided by factor, below
+    # original_max_positions / high_freq_factor kept, a smooth blend between). The four
+    # numbers are read only when rope_scaling is not none; defaults: Llama 3.1's.
+    rope_scaling: RopeScaling = "none"
+    rope_scaling_factor: float = 8.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_positions: int = 8192
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -99,6 +111,22 @@ class Conventions:
             raise ValueError(f"Conventions.eps must be >= 0, got {self.eps!r}")
         if not (self.pe_base > 1.0):
             raise ValueError(f"Conventions.pe_base must be > 1, got {self.pe_base!r}")
+        if not (self.rope_scaling_factor > 0.0):
+            raise ValueError(
+                f"Conventions.rope_scaling_factor must be > 0, got {self.rope_scaling_factor!r} "
+                "(SPEC.md §2.6)"
+            )
+        if not (0.0 < self.rope_low_freq_factor < self.rope_high_freq_factor):
+            raise ValueError(
+                "Conventions.rope_low_freq_factor and rope_high_freq_factor must satisfy "
+                f"0 < low < high (the llama3 blend divides by high - low), got "
+                f"{self.rope_low_freq_factor!r} and {self.rope_high_freq_factor!r} (SPEC.md §2.6)"
+            )
+        if not (self.rope_original_max_positions >= 1):
+            raise ValueError(
+                "Conventions.rope_original_max_positions must be >= 1, got "
+                f"{self.rope_original_max_positions!r} (SPEC.md §2.6)"
+            )
         window = self.sliding_window
         if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
             raise ValueError(

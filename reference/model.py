@@ -202,12 +202,35 @@ def sinusoidal_pe(
     return torch.cat([angles.sin(), angles.cos()], dim=-1)  # (L, d)
 
 
+def scaled_frequencies(d: int, conventions: Conventions) -> Tensor:
+    """§2.6: base^(-2i/d) (§2.3), scaled as declared: linear divides every frequency by the
+    factor; llama3 divides the long wavelengths (2 pi / w > L / low_freq_factor, L the
+    original context) by it, keeps the short ones (< L / high_freq_factor) and blends between
+    by s = (L / wavelength - low) / (high - low)."""
+    omega = _frequencies(d, conventions.pe_base, "RoPE")  # (d/2,) float64
+    factor = conventions.rope_scaling_factor
+    if conventions.rope_scaling == "none":
+        return omega
+    if conventions.rope_scaling == "linear":
+        return omega / factor
+    low, high = conventions.rope_low_freq_factor, conventions.rope_high_freq_factor
+    context = conventions.rope_original_max_positions
+    wavelength = 2 * math.pi / omega
+    s = ((context / wavelength - low) / (high - low)).clamp(0.0, 1.0)  # 0: long, 1: short
+    return (1 - s) * omega / factor + s * omega
+
+
 def rope(
-    x: Tensor, positions: Tensor | None = None, base: float = 10000.0, layout: str = "interleaved"
+    x: Tensor,
+    positions: Tensor | None = None,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    frequencies: Tensor | None = None,
 ) -> Tensor:
     """§2.3: rotate each pair of x (..., L, d) by theta = pos * base^(-2i/d).
 
     ``interleaved`` pairs (x[2i], x[2i+1]); ``half_split`` pairs (x[i], x[i + d/2]).
+    ``frequencies`` (d/2,) replaces base^(-2i/d) (§2.6's scaled ones).
     """
     if layout not in ("interleaved", "half_split"):
         raise ValueError(f"unknown RoPE layout {layout!r}: 'interleaved' or 'half_split'")
@@ -215,7 +238,9 @@ def rope(
     positions = torch.arange(length) if positions is None else torch.as_tensor(positions)
     if tuple(positions.shape) != (length,):
         raise ValueError(f"positions must have shape ({length},), got {tuple(positions.shape)}")
-    omega = _frequencies(d, base, "RoPE").to(x.device)  # (d/2,)
+    if frequencies is None:
+        frequencies = _frequencies(d, base, "RoPE")
+    omega = frequencies.to(x.device)  # (d/2,)
     if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis: 16-bit angles
         omega = omega.to(x.dtype)
         theta = positions.to(device=x.device, dtype=x.dtype)[:, None] * omega
@@ -641,18 +666,29 @@ class RoPE(nn.Module):
     def __init__(self, conventions: Conventions):
         super().__init__()
         self.base, self.layout = conventions.pe_base, conventions.rope_layout
+        self.conventions = conventions  # §2.6: the frequencies' scaling
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        return rope(x, positions, self.base, self.layout)
+        omega = scaled_frequencies(x.shape[-1], self.conventions)
+        return rope(x, positions, self.base, self.layout, omega)
 
 
 # ------------------------------------------------------------ §11 decoder-only models
 
 
-def rope_at(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved"):
-    """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L)."""
+def rope_at(
+    x: Tensor,
+    positions: Tensor,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    frequencies: Tensor | None = None,
+):
+    """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L); ``frequencies``
+    as in ``rope`` (§2.6)."""
     d = x.shape[-1]
-    omega = _frequencies(d, base, "RoPE").to(x.device)  # (d/2,)
+    if frequencies is None:
+        frequencies = _frequencies(d, base, "RoPE")
+    omega = frequencies.to(x.device)  # (d/2,)
     theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (B, 1, L, d/2)
     if layout == "interleaved":
@@ -706,6 +742,7 @@ class CausalSelfAttention(nn.Module):
         self.base, self.layout = conventions.pe_base, conventions.rope_layout
         self.fully_masked_rows = conventions.fully_masked_rows
         self.window = conventions.sliding_window  # §4.5
+        self.conventions = conventions  # §2.6: the RoPE frequencies' scaling, read in forward
         d, h, g = config.d_model, self.n_heads, self.n_kv
         bias = config.has_attention_bias  # §0.5
         self.q = nn.Linear(d, h * self.d_k, bias=bias)
@@ -729,8 +766,9 @@ class CausalSelfAttention(nn.Module):
         k = self.k(x).view(b, n, g, self.d_k).transpose(1, 2)  # (B, H_kv, n, d_k)
         v = self.v(x).view(b, n, g, self.d_v).transpose(1, 2)  # (B, H_kv, n, d_v)
         if self.rope:
-            q = rope_at(q, positions, self.base, self.layout)
-            k = rope_at(k, positions, self.base, self.layout)
+            omega = scaled_frequencies(self.d_k, self.conventions)  # (d_k/2,) float64
+            q = rope_at(q, positions, self.base, self.layout, omega)
+            k = rope_at(k, positions, self.base, self.layout, omega)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H_kv, T, d)
         t = k.shape[2]

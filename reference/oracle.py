@@ -94,10 +94,73 @@ def sinusoidal_pe(
     return pe
 
 
-def rope(x, positions=None, *, base: float = 10000.0, layout: str = "interleaved") -> Array:
+def rope_frequencies(
+    d: int,
+    *,
+    base: float = 10000.0,
+    scaling: str = "none",
+    factor: float = 8.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_max_positions: int = 8192,
+) -> Array:
+    """§2.3, §2.6: the rotation frequencies omega_i = base^(-2i/d), i = 0 .. d/2 - 1, scaled.
+
+    ``linear``: omega_i / factor (positions divided by factor). ``llama3`` (Llama 3.1,
+    transformers' ``_compute_llama3_parameters``): with wavelength lambda_i = 2 pi / omega_i,
+    lambda_i > L / low_freq_factor -> omega_i / factor; lambda_i < L / high_freq_factor ->
+    omega_i; otherwise (1 - s) omega_i / factor + s omega_i with
+    s = (L / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor), where
+    L = original_max_positions.
+    """
+    _check_even(d, "RoPE")
+    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+    if scaling == "none":
+        return omega
+    if scaling == "linear":
+        return omega / factor
+    if scaling != "llama3":
+        raise ValueError(f"unknown RoPE scaling {scaling!r}: 'none', 'linear' or 'llama3'")
+    wavelength = 2.0 * np.pi / omega
+    low_wavelength = original_max_positions / low_freq_factor  # longer: divided by factor
+    high_wavelength = original_max_positions / high_freq_factor  # shorter: kept
+    smooth = (original_max_positions / wavelength - low_freq_factor) / (
+        high_freq_factor - low_freq_factor
+    )
+    blended = (1.0 - smooth) * omega / factor + smooth * omega
+    return np.where(
+        wavelength > low_wavelength,
+        omega / factor,
+        np.where(wavelength < high_wavelength, omega, blended),
+    )
+
+
+def rope_frequencies_of(d: int, conventions: Conventions) -> Array:
+    """``rope_frequencies`` under the declared pe_base and rope_scaling fields (§2.6)."""
+    return rope_frequencies(
+        d,
+        base=conventions.pe_base,
+        scaling=conventions.rope_scaling,
+        factor=conventions.rope_scaling_factor,
+        low_freq_factor=conventions.rope_low_freq_factor,
+        high_freq_factor=conventions.rope_high_freq_factor,
+        original_max_positions=conventions.rope_original_max_positions,
+    )
+
+
+def rope(
+    x,
+    positions=None,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    frequencies=None,
+) -> Array:
     """§2.3: rotate each pair of x[..., L, d] by theta = pos * base^(-2i/d).
 
     ``interleaved`` pairs (x[2i], x[2i+1]); ``half_split`` pairs (x[i], x[i + d/2]).
+    ``frequencies`` (d/2,) replaces base^(-2i/d): the scaled ones of §2.6
+    (``rope_frequencies``).
     """
     x = _f64(x)
     length, d = x.shape[-2], x.shape[-1]
@@ -105,7 +168,12 @@ def rope(x, positions=None, *, base: float = 10000.0, layout: str = "interleaved
     positions = np.arange(length) if positions is None else np.asarray(positions)
     if positions.shape != (length,):
         raise ValueError(f"positions must have shape ({length},), got {positions.shape}")
-    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+    if frequencies is None:
+        omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+    else:
+        omega = _f64(frequencies)
+        if omega.shape != (d // 2,):
+            raise ValueError(f"RoPE frequencies must have shape ({d // 2},), got {omega.shape}")
     theta = positions.astype(np.float64)[:, None] * omega  # (L, d/2)
     cos, sin = np.cos(theta), np.sin(theta)
     if layout == "interleaved":
@@ -700,10 +768,18 @@ def position_ids(positions, batch: int, length: int) -> Array:
     return positions
 
 
-def rope_rows(x, positions, *, base: float = 10000.0, layout: str = "interleaved") -> Array:
-    """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L)."""
+def rope_rows(
+    x, positions, *, base: float = 10000.0, layout: str = "interleaved", frequencies=None
+) -> Array:
+    """§2.3 with a position per batch row: x (B, H, L, d), positions (B, L); ``frequencies``
+    as in ``rope`` (§2.6)."""
     x = _f64(x)
-    return np.stack([rope(x[b], positions[b], base=base, layout=layout) for b in range(len(x))])
+    return np.stack(
+        [
+            rope(x[b], positions[b], base=base, layout=layout, frequencies=frequencies)
+            for b in range(len(x))
+        ]
+    )
 
 
 def repeat_kv(x, n_rep: int) -> Array:
@@ -742,8 +818,9 @@ def causal_self_attention(
     v = split_heads(linear(x, params, "v."), n_kv_heads)  # (B, H_kv, L, d_v)
     if conventions.positions == "rope":
         pos = position_ids(positions, b, length)
-        q = rope_rows(q, pos, base=conventions.pe_base, layout=conventions.rope_layout)
-        k = rope_rows(k, pos, base=conventions.pe_base, layout=conventions.rope_layout)
+        omega = rope_frequencies_of(q.shape[-1], conventions)  # §2.6: scaled as declared
+        q = rope_rows(q, pos, layout=conventions.rope_layout, frequencies=omega)
+        k = rope_rows(k, pos, layout=conventions.rope_layout, frequencies=omega)
     k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)  # (B,H,L,d)
     if causal_keep is None:  # §4.3, §4.5: the causal triangle, cut to the sliding window
         keep = causal_keep_mask(length, length, window=conventions.sliding_window)

@@ -187,3 +187,41 @@ def test_vit_qkv_bias_off_keeps_the_output_bias(subject_name: str) -> None:
     without_out = dataclasses.replace(config, attention_out_bias=False)
     with pytest.raises(Unsupported, match="attention_out_bias"):
         adapter.build(subject, without_out, seed=0)
+
+
+@needs_transformers
+@pytest.mark.spec("0.5", "0.2")
+def test_vit_checkpoint_with_qkv_bias_off_is_checked(tmp_path: Path) -> None:
+    """A save_pretrained ViT with qkv_bias=False is read, not refused: its subjects fix
+    attention_bias=False and attention_out_bias=True, hold exactly that canonical layout, and
+    compute the oracle's output on the checkpoint's own weights (float64 sdpa: rounding only)."""
+    import torch
+    import transformers
+
+    from tck.adapters.pretrained import vit
+    from tck.conformance import spaces
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(
+        hidden_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=3,
+        intermediate_size=40,
+        image_size=8,
+        patch_size=4,
+        num_labels=3,
+        qkv_bias=False,
+    )
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "model")
+    adapter = vit(tmp_path / "model")
+    subject = _subject(adapter, "encoder_layer[sdpa]")
+    ours = spaces.subject_config(subject, DEFAULT_CONFIG, {})
+    assert (ours.has_attention_bias, ours.has_attention_out_bias) == (False, True)
+    handle = adapter.build(subject, ours, seed=0)
+    params = adapter.params(handle)
+    assert "self_attn.o.bias" in params and "self_attn.q.bias" not in params
+    inputs = make_inputs(subject.component, ours, np.random.default_rng(2), Shape(lq=5, lk=5))
+    gold = expected(subject.component, inputs, params, ours, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)

@@ -265,3 +265,35 @@ def _adapt_with_map(module: nn.Module, mapping: dict) -> object:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"config": {"d_model": 4}, **mapping}, f)
     return adapt(module, "m:l", "ffn", f.name)
+
+
+@pytest.mark.spec("0.5")
+def test_vit_layer_with_qkv_bias_off_is_read() -> None:
+    """transformers' ViTLayer with qkv_bias=False: the subject fixes attention_bias=False and
+    attention_out_bias=True (SPEC.md §0.5), its params() are that layout, and its output is
+    the oracle's on its own weights (float64 sdpa: rounding only)."""
+    transformers = pytest.importorskip("transformers")
+    from tck.adapters.instance import adapt
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(
+        hidden_size=24,
+        num_attention_heads=3,
+        intermediate_size=40,
+        qkv_bias=False,
+        attn_implementation="sdpa",
+    )
+    layer = transformers.models.vit.modeling_vit.ViTLayer(config).eval()
+    adapter = adapt(layer, "vit_layer")
+    subject = next(s for s in adapter.subjects() if s.name == "encoder_layer[sdpa]")
+    assert subject.config["attention_bias"] is False
+    assert subject.config["attention_out_bias"] is True
+    ours = Config(d_model=24, n_heads=3, d_ff=40, attention_bias=False, attention_out_bias=True)
+    handle = adapter.build(subject, ours, seed=0)
+    params = adapter.params(handle)
+    assert "self_attn.o.bias" in params and "self_attn.q.bias" not in params
+    inputs = make_inputs(subject.component, ours, np.random.default_rng(2), Shape(lq=5, lk=5))
+    gold = expected(subject.component, inputs, params, ours, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)

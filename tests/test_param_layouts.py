@@ -197,7 +197,7 @@ def _agrees_per_part(adapter: TorchModuleAdapter, name: str, fields: dict[str, b
 def test_bias_per_part_reaches_user_style_modules(fields: dict[str, bool]) -> None:
     """Adapters build the part without (or with) a bias that the config says: torch.nn's
     MultiheadAttention(bias=...), the tutorial GPT's attention and SwiGLU (SPEC.md §0.5)."""
-    from tck.adapters.mutants.gpt_tutorial import attention_entry, gated_ffn_entry
+    from tck.adapters.mutants.gpt_tutorial import attention_entry, gated_ffn_entry, gpt_entry
     from tck.adapters.torch_nn import adapter as torch_nn
 
     config = dataclasses.replace(BIAS_BASE, **fields)
@@ -207,8 +207,17 @@ def test_bias_per_part_reaches_user_style_modules(fields: dict[str, bool]) -> No
         subject = next(s for s in torch_nn.subjects() if s.name == "mha")
         with pytest.raises(Unsupported, match="one bias switch"):
             torch_nn.build(subject, config, seed=0)
-    tutorial = TorchModuleAdapter("gpt_tutorial", [attention_entry(), gated_ffn_entry()])
+    tutorial = TorchModuleAdapter(
+        "gpt_tutorial", [attention_entry(), gated_ffn_entry(), gpt_entry()]
+    )
     _agrees_per_part(tutorial, "causal_self_attention", fields)
+    if config.has_attention_out_bias and config.has_ffn_bias and config.norm_bias:
+        _agrees_per_part(tutorial, "causal_lm", fields)  # the book GPT's qkv_bias switch
+    else:
+        with pytest.raises(Unsupported, match="always biases"):
+            tutorial.build(
+                next(s for s in tutorial.subjects() if s.name == "causal_lm"), config, seed=0
+            )
     ffn_fields = {k.replace("attention", "ffn"): v for k, v in fields.items() if "out" not in k}
     _agrees_per_part(tutorial, "gated_ffn", ffn_fields)
 

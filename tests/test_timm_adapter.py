@@ -170,3 +170,32 @@ def test_timm_checkpoint_not_canonical_is_one_line(
                str(tmp_path / "out"))  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.spec("0.5")
+def test_timm_qkv_bias_off_keeps_the_output_bias(timm_available: None) -> None:
+    """VisionTransformer(qkv_bias=False): q, k, v without bias, proj with one
+    (Config.attention_bias=False, attention_out_bias=True): the layout loads name for name
+    and the output is the oracle's (float64: rounding only; a bias moves it by ~0.1); an
+    output projection without bias is refused in words."""
+    import dataclasses
+
+    import numpy as np
+
+    from tck.adapters import Unsupported, load_adapter
+    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.reference import init_params
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+
+    adapter = load_adapter("timm.vit")
+    subject = next(s for s in adapter.subjects() if s.name == "encoder_layer[unfused]")
+    config = dataclasses.replace(DEFAULT_CONFIG, attention_bias=False, attention_out_bias=True)
+    handle = adapter.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    adapter.load(handle, params)
+    inputs = make_inputs(subject.component, config, np.random.default_rng(2), Shape(lq=5, lk=5))
+    gold = expected(subject.component, inputs, params, config, subject.conventions)
+    np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
+    with pytest.raises(Unsupported, match="attention_out_bias"):
+        adapter.build(subject, dataclasses.replace(config, attention_out_bias=False), seed=0)

@@ -117,8 +117,10 @@ NAMES: tuple[str, ...] = (
     "decoder_causal_diagonal",
     "vit_patch_grid_column_major",
     "vit_pos_before_cls",
-    # decoder options (SPEC.md §4.5, §2.6): a sliding window one key too wide
+    # decoder options (SPEC.md §4.5, §2.6): a sliding window one key too wide, Llama 3.1's
+    # RoPE scaling declared and not applied
     "sliding_window_off_by_one",
+    "rope_scaling_ignored",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

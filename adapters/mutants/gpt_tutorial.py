@@ -311,7 +311,9 @@ def gpt_map(c: Config) -> dict[str, str]:
     mapping |= {"norm.weight": "ln_f.weight", "norm.bias": "ln_f.bias"}
     for i in range(c.n_layers):
         ours, theirs = f"layers.{i}.", f"h.{i}."
-        mapping |= attention_map(f"{ours}self_attn.", f"{theirs}attn.")
+        mapping |= attention_map(
+            f"{ours}self_attn.", f"{theirs}attn.", c.has_attention_bias, c.has_attention_out_bias
+        )
         mapping |= _linear(f"{ours}norm1.", f"{theirs}ln_1.") | _linear(
             f"{ours}norm2.", f"{theirs}ln_2."
         )
@@ -333,13 +335,16 @@ def _gpt_step(m, caches, ids, key_padding=None, positions=None):
 def gpt_entry(
     cls: type[GPT] = GPT, *, forward=_gpt_forward, step=_gpt_step, **kw: Any
 ) -> TorchEntry:
-    """causal_lm, GPT-2 style (learned positions, tied head)."""
+    """causal_lm, GPT-2 style (learned positions, tied head); q, k and v with or without
+    bias (the book GPT's qkv_bias), every other bias always there."""
 
     def make(c: Config) -> nn.Module:
         _check(c)
-        if c.kv_heads != c.n_heads or not c.tie_weights or parts_without_bias(c):
+        always = ("attention_out", "ffn", "norm")
+        if c.kv_heads != c.n_heads or not c.tie_weights or parts_without_bias(c, always):
             raise Unsupported(
-                "the tutorial GPT has no grouped-query heads, always biases, a tied head"
+                "the tutorial GPT has no grouped-query heads, always biases (but on q, k, v: "
+                "qkv_bias), a tied head"
             )
         return cls(c)
 
