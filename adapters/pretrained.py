@@ -153,8 +153,11 @@ def _twin(model: nn.Module, implementation: str) -> nn.Module:
     twin = copy.deepcopy(model, shared)
     if hasattr(twin, "set_attn_implementation"):
         twin.set_attn_implementation(implementation)
-    else:  # a shell of parts (copy_parts): its parts read the shell's config
-        twin.config._attn_implementation = implementation
+    # A shell of parts (copy_parts) holds the model's config and each part a copy of it; the
+    # mask is built from the one and the attention reads the other: set every one
+    configs = {id(m.config): m.config for m in twin.modules() if hasattr(m, "config")}
+    for config in configs.values():
+        config._attn_implementation = implementation
     return twin.eval()
 
 
@@ -367,6 +370,8 @@ def _entries(
         if entry.param_map is None:  # attention: no parameters, nothing of the checkpoint
             continue
         impl = name.partition("[")[2].rstrip("]") or "eager"
+        if impl not in models:  # a variant the built-in adapter adds (hf.llama's scaled RoPE)
+            continue
         model = models[impl]
         conventions = entry.conventions
         if conventions is not None and entry.component in layered:
@@ -584,6 +589,15 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) ->
         "pe_base": float(rope.get("rope_theta", 10000.0)),
         "gate_activation": checkpoint_config.GATE_ACTIVATIONS[c.hidden_act],
     }
+    kind = rope.get("rope_type", "default")
+    if kind != "default":  # SPEC.md §2.6, the numbers transformers' rope init reads
+        conv.update(rope_scaling=kind, rope_scaling_factor=float(rope["factor"]))
+    if kind == "llama3":
+        conv.update(
+            rope_low_freq_factor=float(rope["low_freq_factor"]),
+            rope_high_freq_factor=float(rope["high_freq_factor"]),
+            rope_original_max_positions=int(rope["original_max_position_embeddings"]),
+        )
     if family == "mistral":
         conv["sliding_window"] = c.sliding_window  # None: every earlier key (SPEC.md §4.5)
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
