@@ -47,6 +47,8 @@ ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck r
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
 LAYERED = ("encoder_layer", "encoder", "vit")  # the subjects eps and activation apply to
+# transformers' attention implementations whose subjects share one copy of the weights
+TWIN_IMPLEMENTATIONS = ("eager", "sdpa")
 # the subjects the oracle comparison also runs at the checkpoint's own length
 REAL_LENGTH_COMPONENTS = ("mha", "encoder_layer", "encoder")
 REAL_LENGTH_COMPONENTS += ("causal_self_attention", "decoder_block", "causal_lm")
@@ -253,8 +255,10 @@ class _AsIs:
             stem, _, impl = subject.name.partition("[")
             twins = [h for (n, d), h in converted.items() if (n.split("[")[0], d) == (stem, dtype)]
             twin = twins[0] if twins else None
-            if key not in converted and twin is not None and impl:  # its twin's tensors
-                module = _twin(twin.module, impl.rstrip("]"))
+            implementation = impl.rstrip("]")
+            twinned = twin is not None and hasattr(twin.module, "config")  # transformers'
+            if key not in converted and twinned and implementation in TWIN_IMPLEMENTATIONS:
+                module = _twin(twin.module, implementation)  # its twin's tensors
                 converted[key] = dataclasses.replace(twin, subject=subject, module=module)
                 converted[key].entry = self._entries[subject.name]
             if key not in converted:
