@@ -452,8 +452,8 @@ def add_parsers(sub: Any) -> None:
         metavar="DIR",
         help="check the save_pretrained folder DIR as it is, at its own sizes with its own "
         "weights (local files and safetensors only); the adapter is the one its config.json "
-        "names (bert, vit, gpt2, llama, mistral, qwen2) unless --adapter says; with --adapter timm.vit: a "
-        "timm checkpoint folder or weights file",
+        "names (bert, vit, gpt2, llama, mistral, qwen2) unless --adapter says; with "
+        "--adapter timm.vit: a timm checkpoint folder or weights file",
     )
     run.add_argument(
         "--component",
