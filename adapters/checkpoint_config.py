@@ -141,25 +141,30 @@ NEUTRAL: dict[str, frozenset[str]] = {
     "qwen2": frozenset({"attention_dropout"}),
 }
 
-_SCALING = "RoPE frequency scaling (rope_scaling) is not modelled by the oracle (SPEC.md §2.3)"
+# SPEC.md §2.3 and §2.6: the RoPE scalings the oracle models, with the keys each reads
+ROPE_TYPES = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
 
 
 def _rope_parameters(value: Any) -> str | None:
+    """Why tck does not model a ``rope_parameters`` (or legacy ``rope_scaling``) mapping."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        return f"rope_parameters={value!r} is not a mapping"
+        return f"{value!r} is not a mapping"
     kind = value.get("rope_type", value.get("type", "default"))
-    if kind != "default":
-        return f"rope_type={kind!r}: {_SCALING}"
-    extra = sorted(set(value) - {"rope_type", "type", "rope_theta"})
+    if kind not in ROPE_TYPES:
+        return (
+            f"rope_type={kind!r}: the oracle models RoPE scaling {', '.join(ROPE_TYPES)} "
+            "(SPEC.md §2.6)"
+        )
+    extra = sorted(set(value) - {"rope_type", "type", "rope_theta", *ROPE_TYPES[kind]})
     if extra:
-        return f"rope_parameters keys {extra} are not modelled (SPEC.md §2.3)"
+        return f"rope_type={kind!r} with {extra}: not modelled (SPEC.md §2.6)"
     return None
-
-
-def _rope_scaling(value: Any) -> str | None:
-    return None if value is None else _SCALING
 
 
 _LLAMA = {
@@ -179,9 +184,14 @@ _LLAMA = {
     "attention_bias": Key("attention_bias: q, k, v, o carry a bias (SPEC.md §0.5)"),
     "mlp_bias": Key("ffn_bias: gate, up, down carry a bias (SPEC.md §0.5)"),
     "tie_word_embeddings": Key("tie_weights: lm_head is the token table (SPEC.md §11.5)"),
-    "rope_parameters": Key("pe_base, the RoPE base (SPEC.md §2.3)", models=_rope_parameters),
+    "rope_parameters": Key(
+        "pe_base, the RoPE base (SPEC.md §2.3), and rope_scaling (SPEC.md §2.6)",
+        models=_rope_parameters,
+    ),
     "rope_theta": Key("pe_base, the RoPE base (SPEC.md §2.3)", legacy=True),
-    "rope_scaling": Key("RoPE frequency scaling (SPEC.md §2.3)", models=_rope_scaling, legacy=True),
+    "rope_scaling": Key(
+        "RoPE frequency scaling (SPEC.md §2.6)", models=_rope_parameters, legacy=True
+    ),
 }
 
 

@@ -49,6 +49,8 @@ ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck r
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
 LAYERED = ("encoder_layer", "encoder", "vit")  # the subjects eps and activation apply to
+# transformers' attention implementations whose subjects share one copy of the weights
+TWIN_IMPLEMENTATIONS = ("eager", "sdpa")
 # the subjects the oracle comparison also runs at the checkpoint's own length
 REAL_LENGTH_COMPONENTS = ("mha", "encoder_layer", "encoder")
 REAL_LENGTH_COMPONENTS += ("causal_self_attention", "decoder_block", "causal_lm")
@@ -166,7 +168,13 @@ def _twin(model: nn.Module, implementation: str) -> nn.Module:
         return model
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
     twin = copy.deepcopy(model, shared)
-    twin.set_attn_implementation(implementation)
+    if hasattr(twin, "set_attn_implementation"):
+        twin.set_attn_implementation(implementation)
+    # A shell of parts (copy_parts) holds the model's config and each part a copy of it; the
+    # mask is built from the one and the attention reads the other: set every one
+    configs = {id(m.config): m.config for m in twin.modules() if hasattr(m, "config")}
+    for config in configs.values():
+        config._attn_implementation = implementation
     return twin.eval()
 
 
@@ -259,6 +267,15 @@ class _AsIs:
             # shared the same way (a 135 M-parameter model is 0.5 GB in float32)
             converted = self.__dict__.setdefault("_converted", {})
             key = (subject.name, dtype)
+            stem, _, impl = subject.name.partition("[")
+            twins = [h for (n, d), h in converted.items() if (n.split("[")[0], d) == (stem, dtype)]
+            twin = twins[0] if twins else None
+            implementation = impl.rstrip("]")
+            twinned = twin is not None and hasattr(twin.module, "config")  # transformers'
+            if key not in converted and twinned and implementation in TWIN_IMPLEMENTATIONS:
+                module = _twin(twin.module, implementation)  # its twin's tensors
+                converted[key] = dataclasses.replace(twin, subject=subject, module=module)
+                converted[key].entry = self._entries[subject.name]
             if key not in converted:
                 converted[key] = super().build(subject, config, seed=seed, dtype=dtype)
             return dataclasses.replace(converted[key], config=config)
@@ -285,15 +302,20 @@ class _AsIs:
     def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
         """The canonical parameters, exported once per shared copy and handed out read-only
         (a new dict each time: a check may replace an entry, never write into one)."""
-        if self.__dict__.get("_shared", {}).get(handle.subject.name) is not handle.module:
+        kept = [self.__dict__.get("_shared", {}).get(handle.subject.name)]
+        kept += [h.module for h in self.__dict__.get("_converted", {}).values()]
+        if not any(module is handle.module for module in kept):
             return super().params(handle)  # type: ignore[misc]
-        exported = self.__dict__.setdefault("_exported", {})  # subject name -> its params
-        if handle.subject.name not in exported:
+        # eager and sdpa twins hold the same tensors (``_twin``): one export serves both
+        first = next(handle.module.parameters(), None)
+        key = (handle.subject.name.partition("[")[0], id(first))
+        exported = self.__dict__.setdefault("_exported", {})  # (subject, tensors) -> params
+        if key not in exported:
             values = super().params(handle)  # type: ignore[misc]
             for value in values.values():
                 value.setflags(write=False)
-            exported[handle.subject.name] = values
-        return dict(exported[handle.subject.name])
+            exported[key] = values
+        return dict(exported[key])
 
 
 # The parts of the model each subject's forward reads (None: the whole model). Each build
@@ -367,6 +389,8 @@ def _entries(
         if entry.param_map is None:  # attention: no parameters, nothing of the checkpoint
             continue
         impl = name.partition("[")[2].rstrip("]") or "eager"
+        if impl not in models:  # a variant the built-in adapter adds (hf.llama's scaled RoPE)
+            continue
         model = models[impl]
         conventions = entry.conventions
         if conventions is not None and entry.component in layered:
@@ -584,6 +608,15 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) ->
         "pe_base": float(rope.get("rope_theta", 10000.0)),
         "gate_activation": checkpoint_config.GATE_ACTIVATIONS[c.hidden_act],
     }
+    kind = rope.get("rope_type", "default")
+    if kind != "default":  # SPEC.md §2.6, the numbers transformers' rope init reads
+        conv.update(rope_scaling=kind, rope_scaling_factor=float(rope["factor"]))
+    if kind == "llama3":
+        conv.update(
+            rope_low_freq_factor=float(rope["low_freq_factor"]),
+            rope_high_freq_factor=float(rope["high_freq_factor"]),
+            rope_original_max_positions=int(rope["original_max_position_embeddings"]),
+        )
     if family == "mistral":
         conv["sliding_window"] = c.sliding_window  # None: every earlier key (SPEC.md §4.5)
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}

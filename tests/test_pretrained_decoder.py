@@ -346,3 +346,30 @@ def test_qwen2_bias_on_qkv_not_o(tmp_path) -> None:
     handle = adapter.build(subject_, config, seed=0, dtype="float32")
     names = set(adapter.params(handle))
     assert {"q.bias", "k.bias", "v.bias"} <= names and "o.bias" not in names, names
+
+
+def test_llama3_rope_scaling_read_and_named(tmp_path) -> None:
+    """Llama 3's RoPE frequency scaling (SPEC.md §2.6) with its four numbers, read from the
+    file and checked at the checkpoint's context (32 positions, past the original 8); the
+    same weights unscaled declare rope_scaling='none'."""
+    scaled = {
+        "rope_type": "llama3",
+        "rope_theta": 5e5,
+        "factor": 4.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8,
+    }
+    model = _llama(tmp_path / "llama3", rope_parameters=scaled, rope_theta=None)
+    document = _run(model, tmp_path / "out", "causal_self_attention")
+    subject = "causal_self_attention[sdpa]"
+    declared = document["adapter"]["conventions"][subject]
+    assert declared["rope_scaling"] == "llama3" and declared["rope_scaling_factor"] == 4.0
+    assert declared["rope_original_max_positions"] == 8 and declared["pe_base"] == 5e5
+    assert "'rope_type': 'llama3'" in _strict_note(document, subject)
+
+    other = tmp_path / "unscaled"
+    shutil.copytree(model, other)
+    _edit_config(other, rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    changed = _run(other, tmp_path / "out_unscaled", "causal_self_attention")
+    assert changed["adapter"]["conventions"][subject]["rope_scaling"] == "none"
