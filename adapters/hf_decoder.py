@@ -13,8 +13,11 @@ with their ``layer_idx`` and the models through ``cache=`` / ``use_cache=True``.
 GPT-2 stores its linear layers as ``Conv1D`` ([in, out]) and fuses q, k and v into
 ``c_attn``: the parameter map slices and transposes (``Chunk(dim=1, transposed=True)``).
 Llama computes RMSNorm and the RoPE angles in float32 whatever the model's dtype, and its
-eager softmax in float32: its attention, block and model subjects are offered in float32 and
-below (the checks of SPEC.md §11 then run in float32), its MLP in every dtype.
+eager softmax in float32: in float64 its subjects declare those steps as
+``Conventions.float32_steps`` (SPEC.md §10.12), and their float64 checks take the island
+bound. The eager model alone is offered in float32 and below: in float64 its float32 softmax
+turns the mask's ``finfo(float64).min`` into -inf, NaN at a left pad's fully masked rows that
+the next layer carries to real tokens (``LLAMA_EAGER_FLOAT64_NOTE``).
 """
 
 from __future__ import annotations
@@ -64,11 +67,34 @@ ROWS_NOTE = (
     "undefined: eager adds torch.finfo(dtype).min and gives the mean of V (NaN in float16)."
 )
 LLAMA_FLOAT32_NOTE = (
-    "LlamaRMSNorm computes in float32 (hidden_states.to(torch.float32)) and "
-    "LlamaRotaryEmbedding computes its angles in float32, whatever the model's dtype, and eager "
-    "attention its softmax in float32: in float64 the outputs are off the oracle by ~1e-7, a "
-    "float32 rounding, not a convention. Offered in float32 and below."
+    "LlamaRMSNorm normalises in float32 (hidden_states.to(torch.float32)), "
+    "LlamaRotaryEmbedding computes its angles position_ids.float() * inv_freq in float32, and "
+    "eager attention its softmax (softmax(..., dtype=torch.float32)), whatever the model's "
+    "dtype: in float64 these steps are declared Conventions.float32_steps (SPEC.md §10.12) and "
+    "the float64 checks take the island bound (16 float32 unit roundoffs at the output's scale)."
 )
+LLAMA_EAGER_FLOAT64_NOTE = (
+    "transformers' eager Llama masks with torch.finfo(dtype).min: in float64 (-1.8e308) its "
+    "float32 softmax turns that into -inf, so the fully masked query rows of a left pad are "
+    "NaN after layer 0 and, as masked keys of layer 1, make its real tokens NaN (its sdpa "
+    "subjects and the one-layer eager pieces are unaffected). The eager model is offered in "
+    "float32 and below."
+)
+# SPEC.md §10.12: the steps transformers' Llama family computes in float32 in a float64
+# model, by subject (read in modeling_llama.py: LlamaRMSNorm.forward, LlamaRotaryEmbedding
+# .forward, eager_attention_forward; sdpa's softmax runs in the query's dtype).
+LLAMA_ATTENTION_STEPS = {"eager": ("rope_angles", "softmax"), "sdpa": ("rope_angles",)}
+
+
+def llama_float32_steps(component: str, implementation: str) -> tuple[str, ...]:
+    """``Conventions.float32_steps`` of a Llama-family ``component`` (causal_self_attention,
+    decoder_block, causal_lm, gated_ffn) run with ``implementation`` (eager, sdpa, ...)."""
+    if component == "gated_ffn":
+        return ()
+    steps = LLAMA_ATTENTION_STEPS.get(implementation, LLAMA_ATTENTION_STEPS["eager"])
+    if component == "causal_self_attention":
+        return steps
+    return ("norm_statistics", *steps)
 
 
 def _require(config: Config, model: str, *, gqa: bool) -> None:
@@ -457,6 +483,11 @@ LLAMA_CONVENTIONS = dataclasses.replace(
 )
 
 
+def _islands(conventions: Conventions, component: str, implementation: str) -> Conventions:
+    steps = llama_float32_steps(component, implementation)
+    return dataclasses.replace(conventions, float32_steps=steps)
+
+
 def _llama_entries() -> list[TorchEntry]:
     llama = LLAMA_CONVENTIONS
     entries = [
@@ -480,7 +511,6 @@ def _llama_entries() -> list[TorchEntry]:
             TorchEntry(
                 "causal_self_attention",
                 name=f"causal_self_attention[{impl}]",
-                dtypes=LOWER_PRECISION,
                 make=_one_layer(_llama, impl),
                 forward=attention_forward,
                 step=attention_step,
@@ -489,7 +519,7 @@ def _llama_entries() -> list[TorchEntry]:
                     "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
                 ),
                 holds=lambda m: m.model.layers[0].self_attn,
-                conventions=conv,
+                conventions=_islands(conv, "causal_self_attention", impl),
                 notes=(
                     "LlamaAttention of layer 0, with the model's LlamaRotaryEmbedding (RoPE "
                     "rotate_half: half-split pairs) and repeat_kv (grouped-query).",
@@ -499,26 +529,26 @@ def _llama_entries() -> list[TorchEntry]:
             TorchEntry(
                 "decoder_block",
                 name=f"decoder_block[{impl}]",
-                dtypes=LOWER_PRECISION,
                 make=_one_layer(_llama, impl),
                 forward=block_forward,
                 step=block_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=lambda c: _llama_block_map("", "model.layers.0.", c),
                 holds=lambda m: m.model.layers[0],
-                conventions=conv,
+                conventions=_islands(conv, "decoder_block", impl),
                 notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *notes),
             ),
             TorchEntry(
                 "causal_lm",
                 name=f"causal_lm[{impl}]",
-                dtypes=LOWER_PRECISION,
+                # SPEC.md §11.7: NaN at real tokens of a left-padded float64 batch
+                dtypes=LOWER_PRECISION if impl == "eager" else None,
                 make=lambda c, impl=impl: _llama(c, impl),
                 forward=model_forward,
                 step=model_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=_llama_model_map,
-                conventions=conv,
+                conventions=_islands(conv, "causal_lm", impl),
                 notes=(
                     "LlamaForCausalLM: embed_tokens, RoPE in every attention, blocks, final "
                     "RMSNorm, lm_head (tied to embed_tokens when Config.tie_weights).",
@@ -555,7 +585,6 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
         TorchEntry(
             "causal_self_attention",
             name=f"causal_self_attention[{impl},linear]",
-            dtypes=LOWER_PRECISION,
             make=lambda c: _llama(dataclasses.replace(c, n_layers=1), impl, linear),
             forward=attention_forward,
             step=attention_step,
@@ -563,7 +592,7 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
                 "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
             ),
             holds=lambda m: m.model.layers[0].self_attn,
-            conventions=linear,
+            conventions=_islands(linear, "causal_self_attention", impl),
             notes=(
                 "LlamaAttention with rope_parameters rope_type='linear', factor 2 (SPEC.md "
                 "§2.6): every RoPE frequency divided by 2.",
@@ -573,12 +602,11 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
         TorchEntry(
             "causal_lm",
             name=f"causal_lm[{impl},llama3]",
-            dtypes=LOWER_PRECISION,
             make=lambda c: _llama(c, impl, llama3),
             forward=model_forward,
             step=model_step,
             param_map=_llama_model_map,
-            conventions=llama3,
+            conventions=_islands(llama3, "causal_lm", impl),
             notes=(
                 "LlamaForCausalLM with rope_parameters rope_type='llama3' (factor 8, "
                 "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, "
@@ -590,4 +618,4 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
 
 
 gpt2 = _DecoderAdapter("hf.gpt2", _gpt2_entries())
-llama = _DecoderAdapter("hf.llama", _llama_entries(), LLAMA_FLOAT32_NOTE)
+llama = _DecoderAdapter("hf.llama", _llama_entries(), LLAMA_EAGER_FLOAT64_NOTE)

@@ -85,8 +85,8 @@ def test_gpt2_conv1d_map_round_trips() -> None:
 def test_llama_bias_per_part(subject: str) -> None:
     """attention_bias and ffn_bias reach LlamaConfig's attention_bias and mlp_bias (q, k, v,
     o biases without MLP biases, and the reverse): the layout loads, and the output is the
-    oracle's (float64 where offered; else float32, whose rounding is ~1e-6 here and a
-    dropped bias ~0.1)."""
+    oracle's (float64 where offered, at the island bound where float32 steps are declared;
+    else float32, whose rounding is ~1e-6 here and a dropped bias ~0.1)."""
     import dataclasses
 
     from tck.adapters.hf_decoder import llama
@@ -115,7 +115,10 @@ def test_llama_bias_per_part(subject: str) -> None:
         inputs = make_inputs(chosen.component, config, np.random.default_rng(2), Shape())
         inputs = {k: round_to(v, dtype) for k, v in inputs.items()}
         gold = expected(chosen.component, inputs, params, config, chosen.conventions)
-        tolerance = 1e-9 if dtype == "float64" else 1e-4
+        # float64 with float32 steps declared (SPEC.md §10.12): 16 float32 unit roundoffs
+        # (9.5e-7) at outputs of a few units
+        islands = bool(chosen.conventions.float32_steps)
+        tolerance = 1e-4 if dtype != "float64" else 1e-5 if islands else 1e-9
         np.testing.assert_allclose(llama.run(handle, inputs), gold, rtol=tolerance, atol=tolerance)
 
 
