@@ -50,6 +50,7 @@ from tck.reference import COMPONENTS, Config, Conventions, canonical_conventions
 from tck.usage import read_user_json
 
 from .base import INPUTS, Unsupported
+from .config_space import ConfigSpace
 from .pretrained import _activation, _AsIs
 from .torch_module import ABSENT, Param, ParamRef, TorchEntry, TorchHandle, TorchModuleAdapter
 
@@ -434,13 +435,18 @@ def _hf_decoder(m: nn.Module, label: str, family: str, whole: bool) -> list[Torc
             f"{', '.join(hf_decoder.IMPLEMENTATIONS)}: build it with attn_implementation='eager'"
         )
     fixed, conv = _hf_decoder_reading(config, family, label)
+    # the longest sequence its position table (GPT-2) or config takes (SPEC.md §0.6)
+    space = ConfigSpace(fixed=fixed, max_len=fixed.pop("max_len"))
     base = hf_decoder.gpt2 if family == "gpt2" else hf_decoder.llama
 
     def shell(c: Config) -> nn.Module:
         """A model of the layer's config whose layer 0 is a copy of the layer."""
         outer, inner = nn.Module(), nn.Module()
         outer.config = config
-        layers = nn.ModuleList([copy.deepcopy(m)])
+        layer = copy.deepcopy(m)
+        # the shell's layer 0: its cache slot is the one DynamicCache.get_seq_length() reads
+        (layer.attn if family == "gpt2" else layer.self_attn).layer_idx = 0
+        layers = nn.ModuleList([layer])
         if family == "gpt2":
             outer.transformer, inner.h = inner, layers
         else:
@@ -466,6 +472,7 @@ def _hf_decoder(m: nn.Module, label: str, family: str, whole: bool) -> list[Torc
                 make=(lambda c: copy.deepcopy(m)) if whole else shell,
                 conventions=conventions,
                 config=fixed,
+                supports=space,
                 notes=(
                     f"{label}: {type(m).__name__} with its own config and weights",
                     *entry.notes,
