@@ -15,9 +15,9 @@ GPT-2 stores its linear layers as ``Conv1D`` ([in, out]) and fuses q, k and v in
 Llama computes RMSNorm and the RoPE angles in float32 whatever the model's dtype, and its
 eager softmax in float32: in float64 its subjects declare those steps as
 ``Conventions.float32_steps`` (SPEC.md §10.12), and their float64 checks take the island
-bound. The eager model alone is offered in float32 and below: in float64 its float32 softmax
-turns the mask's ``finfo(float64).min`` into -inf, NaN at a left pad's fully masked rows that
-the next layer carries to real tokens (``LLAMA_EAGER_FLOAT64_NOTE``).
+bound. The eager model in float64 takes no left pad: its float32 softmax turns the mask's
+``finfo(float64).min`` into -inf, NaN at a left pad's fully masked rows that the next layer
+carries to real tokens (``LLAMA_EAGER_FLOAT64_NOTE``); those calls are Unsupported.
 """
 
 from __future__ import annotations
@@ -76,9 +76,8 @@ LLAMA_FLOAT32_NOTE = (
 LLAMA_EAGER_FLOAT64_NOTE = (
     "transformers' eager Llama masks with torch.finfo(dtype).min: in float64 (-1.8e308) its "
     "float32 softmax turns that into -inf, so the fully masked query rows of a left pad are "
-    "NaN after layer 0 and, as masked keys of layer 1, make its real tokens NaN (its sdpa "
-    "subjects and the one-layer eager pieces are unaffected). The eager model is offered in "
-    "float32 and below."
+    "NaN after layer 0 and, as masked keys of layer 1, make its real tokens NaN (sdpa and the "
+    "one-layer pieces are unaffected): a float64 eager model of 2+ layers takes no left pad"
 )
 # SPEC.md §10.12: the steps transformers' Llama family computes in float32 in a float64
 # model, by subject (read in modeling_llama.py: LlamaRMSNorm.forward, LlamaRotaryEmbedding
@@ -361,12 +360,33 @@ def _piece(call: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], Callable
     return forward, step
 
 
-def _model() -> tuple[Callable[..., Tensor], Callable[..., Any]]:
+def _refuse_nan_padding(m: nn.Module, key_padding: Tensor | None) -> None:
+    """Unsupported: a left pad in a float64 eager Llama-family model of two layers or more
+    (``LLAMA_EAGER_FLOAT64_NOTE``: transformers returns NaN at its real tokens there)."""
+    if (
+        key_padding is not None
+        and m.dtype == torch.float64
+        and m.config._attn_implementation == "eager"
+        and m.config.num_hidden_layers > 1
+        and not bool(key_padding[:, 0].all())  # a row whose first key is a pad
+    ):
+        raise Unsupported(LLAMA_EAGER_FLOAT64_NOTE)
+
+
+def _model(
+    guard: Callable[[nn.Module, Tensor | None], None] | None = None,
+) -> tuple[Callable[..., Tensor], Callable[..., Any]]:
+    """forward and step of a whole model; ``guard(m, key_padding)`` refuses inputs first."""
+
     def forward(m, ids, key_padding=None, positions=None):
+        if guard is not None:
+            guard(m, key_padding)
         mask = None if key_padding is None else key_padding.long()
         return m(input_ids=ids, attention_mask=mask, position_ids=positions).logits
 
     def step(m, cache, ids, key_padding=None, positions=None):
+        if guard is not None:
+            guard(m, key_padding)
         mask = None if key_padding is None else key_padding.long()
         out = m(
             input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
@@ -506,7 +526,7 @@ def _llama_entries() -> list[TorchEntry]:
         notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
         attention_forward, attention_step = _piece(_llama_attention)
         block_forward, block_step = _piece(_llama_block)
-        model_forward, model_step = _model()
+        model_forward, model_step = _model(_refuse_nan_padding)
         entries += [
             TorchEntry(
                 "causal_self_attention",
@@ -541,8 +561,6 @@ def _llama_entries() -> list[TorchEntry]:
             TorchEntry(
                 "causal_lm",
                 name=f"causal_lm[{impl}]",
-                # SPEC.md §11.7: NaN at real tokens of a left-padded float64 batch
-                dtypes=LOWER_PRECISION if impl == "eager" else None,
                 make=lambda c, impl=impl: _llama(c, impl),
                 forward=model_forward,
                 step=model_step,
@@ -579,7 +597,7 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
     linear = dataclasses.replace(base, **LLAMA_LINEAR)
     llama3 = dataclasses.replace(base, **LLAMA3_SCALED)
     attention_forward, attention_step = _piece(_llama_attention)
-    model_forward, model_step = _model()
+    model_forward, model_step = _model(_refuse_nan_padding)
     notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
     return [
         TorchEntry(

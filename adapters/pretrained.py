@@ -598,7 +598,7 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) ->
         **conv,
     )
     adapter = _PretrainedDecoder(f"hf.{family}:{path.name}", entries)
-    adapter.float32_note = hf_decoder.LLAMA_EAGER_FLOAT64_NOTE
+    adapter.float32_note = hf_decoder.LLAMA_FLOAT32_NOTE
     adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
     adapter.positions = min(int(c.max_position_embeddings), MAX_REAL_LENGTH)
@@ -606,8 +606,8 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) ->
 
 
 class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
-    """A decoder checkpoint; the Llama family's eager model runs in float32 and below (NaN at
-    left-padded real tokens in float64), and says so when asked for float64."""
+    """A decoder checkpoint; hf.llama's attention, block and model run in float32 and below
+    (its RMSNorm and RoPE angles compute in float32), and say so when asked for float64."""
 
     float32_note = ""
 
