@@ -12,7 +12,12 @@ need other parameters skip and say so). Recognised without a map:
   where it can run, on; its ``self_attn`` as ``mha``), ``torch.nn.MultiheadAttention``
   (``mha``), ``torch.nn.LayerNorm`` (``layer_norm``);
 - transformers' ``BertLayer`` and ``ViTLayer`` (``encoder_layer`` and their ``mha``), with the
-  attention implementation their config names.
+  attention implementation their config names;
+- transformers' decoder models ``LlamaForCausalLM``, ``MistralForCausalLM``,
+  ``Qwen2ForCausalLM``, ``GPT2LMHeadModel`` (hf_decoder's subjects: ``causal_lm`` and the
+  pieces of layer 0) and their layers (``decoder_block``, ``causal_self_attention``,
+  ``gated_ffn``), a layer in a shell model of its config that computes the rotary position
+  embeddings the layer takes from its model.
 
 Any other module needs ``--component C`` (the component it computes) and, for the checks
 that compare with the oracle, ``--map MAP.json`` naming its parameters. The map is the one

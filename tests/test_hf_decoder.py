@@ -151,3 +151,47 @@ def test_llama_refuses_output_bias_it_cannot_build() -> None:
     config = dataclasses.replace(DEFAULT_CONFIG, attention_bias=False, attention_out_bias=True)
     with pytest.raises(Unsupported, match="attention_out_bias=True"):
         llama.build(subject, config, seed=0, dtype="float32")
+
+
+@pytest.mark.spec("10.12", "11.7")
+def test_llama_float64_declares_its_float32_steps() -> None:
+    """hf.llama runs in float64 with the steps transformers computes in float32 declared
+    (RMSNorm statistics, RoPE angles, and the eager softmax; sdpa's softmax is float64): the
+    block's output is off the oracle by more than float64's rounding and within the island
+    bound (16 float32 unit roundoffs at the output's scale). The eager model refuses a left
+    pad in float64 (transformers gives NaN at its real tokens there) and takes a right pad."""
+    from tck.adapters import Unsupported
+    from tck.adapters.hf_decoder import llama
+    from tck.reference.expected import expected
+    from tck.reference.inputs import Shape, make_inputs
+    from tck.reference.tolerance import ISLAND_FLOOR
+
+    subjects = {s.name: s for s in llama.subjects()}
+    steps = {name: s.conventions.float32_steps for name, s in subjects.items()}
+    assert steps["gated_ffn"] == ()
+    assert steps["causal_self_attention[sdpa]"] == ("rope_angles",)
+    assert steps["causal_self_attention[eager]"] == ("rope_angles", "softmax")
+    assert steps["decoder_block[sdpa]"] == ("norm_statistics", "rope_angles")
+    assert steps["causal_lm[eager]"] == ("norm_statistics", "rope_angles", "softmax")
+    assert all("float64" in llama.dtypes(s) for s in subjects.values())
+
+    block = subjects["decoder_block[eager]"]
+    handle = llama.build(block, DEFAULT_CONFIG, seed=0)
+    params = init_params("decoder_block", DEFAULT_CONFIG, block.conventions, seed=1)
+    llama.load(handle, params)
+    inputs = make_inputs("decoder_block", DEFAULT_CONFIG, np.random.default_rng(2), Shape())
+    gold = expected("decoder_block", inputs, params, DEFAULT_CONFIG, block.conventions)
+    error = np.max(np.abs(llama.run(handle, inputs) - gold))
+    scale = max(1.0, float(np.max(np.abs(gold))))
+    assert 1e-10 * scale < error < ISLAND_FLOOR * scale, error
+
+    model = subjects["causal_lm[eager]"]
+    handle = llama.build(model, DEFAULT_CONFIG, seed=0)
+    ids = np.random.default_rng(3).integers(1, DEFAULT_CONFIG.vocab_size, (2, 6))
+    right = np.ones((2, 6), dtype=bool)
+    right[1, 4:] = False
+    out = llama.run(handle, {"ids": ids, "key_padding": right})
+    assert np.isfinite(out[right]).all()
+    left = right[:, ::-1].copy()
+    with pytest.raises(Unsupported, match="finfo"):
+        llama.run(handle, {"ids": ids, "key_padding": left})
