@@ -606,6 +606,7 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
             make=lambda c: _llama(dataclasses.replace(c, n_layers=1), impl, linear),
             forward=attention_forward,
             step=attention_step,
+            derives_positions=True,  # from the cache length: SPEC.md §11.9
             param_map=lambda c: _llama_attention_map(
                 "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
             ),
@@ -623,6 +624,7 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
             make=lambda c: _llama(c, impl, llama3),
             forward=model_forward,
             step=model_step,
+            derives_positions=True,  # from the cache length: SPEC.md §11.9
             param_map=_llama_model_map,
             conventions=_islands(llama3, "causal_lm", impl),
             notes=(

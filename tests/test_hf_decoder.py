@@ -36,6 +36,21 @@ MUST_PASS = (
 )
 
 
+LEFT_PADDED = ("decoder.kv_cache_left_padded", "decoder.left_padding")
+
+
+def _skipped(document: dict, check: str, subject: str) -> str:
+    """The skip reason of ``check`` on ``subject`` ("" when it did not skip)."""
+    return next(
+        (
+            str(r["diagnosis"])
+            for r in document["results"]
+            if (r["check"], r["subject"], r["status"]) == (check, subject, "skip")
+        ),
+        "",
+    )
+
+
 @pytest.mark.parametrize("adapter", ["hf.gpt2", "hf.llama"])
 def test_whole_run_has_no_failure(adapter: str, tmp_path) -> None:
     command = ["-m", "tck", "run", "--adapter", adapter, "-n", "0", "--out", str(tmp_path)]
@@ -52,6 +67,13 @@ def test_whole_run_has_no_failure(adapter: str, tmp_path) -> None:
             if r["check"] == check and r["status"] == "pass"
         }
         causal = {s for s in subjects if not s.startswith("gated_ffn")}
+        if adapter == "hf.llama" and check in LEFT_PADDED:
+            # float64 eager Llama of 2 layers: transformers gives NaN at a left-padded row's
+            # real tokens, so the adapter refuses the left pad (the one-layer eager block
+            # and the sdpa model still take it)
+            refused = _skipped(document, check, "causal_lm[eager]")
+            assert "finfo" in refused, refused
+            causal -= {"causal_lm[eager]"}
         assert passed == causal, (check, sorted(causal - passed))
     if adapter == "hf.llama":  # GQA and MQA against the oracle
         gqa = [
