@@ -367,6 +367,8 @@ def _entries(
         if entry.param_map is None:  # attention: no parameters, nothing of the checkpoint
             continue
         impl = name.partition("[")[2].rstrip("]") or "eager"
+        if impl not in models:  # a variant built from other settings (hf.llama's scaled RoPE)
+            continue
         model = models[impl]
         conventions = entry.conventions
         if conventions is not None and entry.component in layered:
