@@ -13,8 +13,11 @@ with their ``layer_idx`` and the models through ``cache=`` / ``use_cache=True``.
 GPT-2 stores its linear layers as ``Conv1D`` ([in, out]) and fuses q, k and v into
 ``c_attn``: the parameter map slices and transposes (``Chunk(dim=1, transposed=True)``).
 Llama computes RMSNorm and the RoPE angles in float32 whatever the model's dtype, and its
-eager softmax in float32: its attention, block and model subjects are offered in float32 and
-below (the checks of SPEC.md §11 then run in float32), its MLP in every dtype.
+eager softmax in float32: in float64 its subjects declare those steps as
+``Conventions.float32_steps`` (SPEC.md §10.12), and their float64 checks take the island
+bound. The eager model in float64 takes no left pad: its float32 softmax turns the mask's
+``finfo(float64).min`` into -inf, NaN at a left pad's fully masked rows that the next layer
+carries to real tokens (``LLAMA_EAGER_FLOAT64_NOTE``); those calls are Unsupported.
 """
 
 from __future__ import annotations
@@ -64,11 +67,33 @@ ROWS_NOTE = (
     "undefined: eager adds torch.finfo(dtype).min and gives the mean of V (NaN in float16)."
 )
 LLAMA_FLOAT32_NOTE = (
-    "LlamaRMSNorm computes in float32 (hidden_states.to(torch.float32)) and "
-    "LlamaRotaryEmbedding computes its angles in float32, whatever the model's dtype, and eager "
-    "attention its softmax in float32: in float64 the outputs are off the oracle by ~1e-7, a "
-    "float32 rounding, not a convention. Offered in float32 and below."
+    "LlamaRMSNorm normalises in float32 (hidden_states.to(torch.float32)), "
+    "LlamaRotaryEmbedding computes its angles position_ids.float() * inv_freq in float32, and "
+    "eager attention its softmax (softmax(..., dtype=torch.float32)), whatever the model's "
+    "dtype: in float64 these steps are declared Conventions.float32_steps (SPEC.md §10.12) and "
+    "the float64 checks take the island bound (16 float32 unit roundoffs at the output's scale)."
 )
+LLAMA_EAGER_FLOAT64_NOTE = (
+    "transformers' eager Llama masks with torch.finfo(dtype).min: in float64 (-1.8e308) its "
+    "float32 softmax turns that into -inf, so the fully masked query rows of a left pad are "
+    "NaN after layer 0 and, as masked keys of layer 1, make its real tokens NaN (sdpa and the "
+    "one-layer pieces are unaffected): a float64 eager model of 2+ layers takes no left pad"
+)
+# SPEC.md §10.12: the steps transformers' Llama family computes in float32 in a float64
+# model, by subject (read in modeling_llama.py: LlamaRMSNorm.forward, LlamaRotaryEmbedding
+# .forward, eager_attention_forward; sdpa's softmax runs in the query's dtype).
+LLAMA_ATTENTION_STEPS = {"eager": ("rope_angles", "softmax"), "sdpa": ("rope_angles",)}
+
+
+def llama_float32_steps(component: str, implementation: str) -> tuple[str, ...]:
+    """``Conventions.float32_steps`` of a Llama-family ``component`` (causal_self_attention,
+    decoder_block, causal_lm, gated_ffn) run with ``implementation`` (eager, sdpa, ...)."""
+    if component == "gated_ffn":
+        return ()
+    steps = LLAMA_ATTENTION_STEPS.get(implementation, LLAMA_ATTENTION_STEPS["eager"])
+    if component == "causal_self_attention":
+        return steps
+    return ("norm_statistics", *steps)
 
 
 def _require(config: Config, model: str, *, gqa: bool) -> None:
@@ -335,12 +360,33 @@ def _piece(call: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], Callable
     return forward, step
 
 
-def _model() -> tuple[Callable[..., Tensor], Callable[..., Any]]:
+def _refuse_nan_padding(m: nn.Module, key_padding: Tensor | None) -> None:
+    """Unsupported: a left pad in a float64 eager Llama-family model of two layers or more
+    (``LLAMA_EAGER_FLOAT64_NOTE``: transformers returns NaN at its real tokens there)."""
+    if (
+        key_padding is not None
+        and m.dtype == torch.float64
+        and m.config._attn_implementation == "eager"
+        and m.config.num_hidden_layers > 1
+        and not bool(key_padding[:, 0].all())  # a row whose first key is a pad
+    ):
+        raise Unsupported(LLAMA_EAGER_FLOAT64_NOTE)
+
+
+def _model(
+    guard: Callable[[nn.Module, Tensor | None], None] | None = None,
+) -> tuple[Callable[..., Tensor], Callable[..., Any]]:
+    """forward and step of a whole model; ``guard(m, key_padding)`` refuses inputs first."""
+
     def forward(m, ids, key_padding=None, positions=None):
+        if guard is not None:
+            guard(m, key_padding)
         mask = None if key_padding is None else key_padding.long()
         return m(input_ids=ids, attention_mask=mask, position_ids=positions).logits
 
     def step(m, cache, ids, key_padding=None, positions=None):
+        if guard is not None:
+            guard(m, key_padding)
         mask = None if key_padding is None else key_padding.long()
         out = m(
             input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True
@@ -457,6 +503,11 @@ LLAMA_CONVENTIONS = dataclasses.replace(
 )
 
 
+def _islands(conventions: Conventions, component: str, implementation: str) -> Conventions:
+    steps = llama_float32_steps(component, implementation)
+    return dataclasses.replace(conventions, float32_steps=steps)
+
+
 def _llama_entries() -> list[TorchEntry]:
     llama = LLAMA_CONVENTIONS
     entries = [
@@ -475,12 +526,11 @@ def _llama_entries() -> list[TorchEntry]:
         notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
         attention_forward, attention_step = _piece(_llama_attention)
         block_forward, block_step = _piece(_llama_block)
-        model_forward, model_step = _model()
+        model_forward, model_step = _model(_refuse_nan_padding)
         entries += [
             TorchEntry(
                 "causal_self_attention",
                 name=f"causal_self_attention[{impl}]",
-                dtypes=LOWER_PRECISION,
                 make=_one_layer(_llama, impl),
                 forward=attention_forward,
                 step=attention_step,
@@ -489,7 +539,7 @@ def _llama_entries() -> list[TorchEntry]:
                     "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
                 ),
                 holds=lambda m: m.model.layers[0].self_attn,
-                conventions=conv,
+                conventions=_islands(conv, "causal_self_attention", impl),
                 notes=(
                     "LlamaAttention of layer 0, with the model's LlamaRotaryEmbedding (RoPE "
                     "rotate_half: half-split pairs) and repeat_kv (grouped-query).",
@@ -499,26 +549,24 @@ def _llama_entries() -> list[TorchEntry]:
             TorchEntry(
                 "decoder_block",
                 name=f"decoder_block[{impl}]",
-                dtypes=LOWER_PRECISION,
                 make=_one_layer(_llama, impl),
                 forward=block_forward,
                 step=block_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=lambda c: _llama_block_map("", "model.layers.0.", c),
                 holds=lambda m: m.model.layers[0],
-                conventions=conv,
+                conventions=_islands(conv, "decoder_block", impl),
                 notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *notes),
             ),
             TorchEntry(
                 "causal_lm",
                 name=f"causal_lm[{impl}]",
-                dtypes=LOWER_PRECISION,
                 make=lambda c, impl=impl: _llama(c, impl),
                 forward=model_forward,
                 step=model_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
                 param_map=_llama_model_map,
-                conventions=conv,
+                conventions=_islands(conv, "causal_lm", impl),
                 notes=(
                     "LlamaForCausalLM: embed_tokens, RoPE in every attention, blocks, final "
                     "RMSNorm, lm_head (tied to embed_tokens when Config.tie_weights).",
@@ -549,21 +597,21 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
     linear = dataclasses.replace(base, **LLAMA_LINEAR)
     llama3 = dataclasses.replace(base, **LLAMA3_SCALED)
     attention_forward, attention_step = _piece(_llama_attention)
-    model_forward, model_step = _model()
+    model_forward, model_step = _model(_refuse_nan_padding)
     notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
     return [
         TorchEntry(
             "causal_self_attention",
             name=f"causal_self_attention[{impl},linear]",
-            dtypes=LOWER_PRECISION,
             make=lambda c: _llama(dataclasses.replace(c, n_layers=1), impl, linear),
             forward=attention_forward,
             step=attention_step,
+            derives_positions=True,  # from the cache length: SPEC.md §11.9
             param_map=lambda c: _llama_attention_map(
                 "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
             ),
             holds=lambda m: m.model.layers[0].self_attn,
-            conventions=linear,
+            conventions=_islands(linear, "causal_self_attention", impl),
             notes=(
                 "LlamaAttention with rope_parameters rope_type='linear', factor 2 (SPEC.md "
                 "§2.6): every RoPE frequency divided by 2.",
@@ -573,12 +621,12 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
         TorchEntry(
             "causal_lm",
             name=f"causal_lm[{impl},llama3]",
-            dtypes=LOWER_PRECISION,
             make=lambda c: _llama(c, impl, llama3),
             forward=model_forward,
             step=model_step,
+            derives_positions=True,  # from the cache length: SPEC.md §11.9
             param_map=_llama_model_map,
-            conventions=llama3,
+            conventions=_islands(llama3, "causal_lm", impl),
             notes=(
                 "LlamaForCausalLM with rope_parameters rope_type='llama3' (factor 8, "
                 "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, "
@@ -590,4 +638,4 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
 
 
 gpt2 = _DecoderAdapter("hf.gpt2", _gpt2_entries())
-llama = _DecoderAdapter("hf.llama", _llama_entries(), LLAMA_FLOAT32_NOTE)
+llama = _DecoderAdapter("hf.llama", _llama_entries(), LLAMA_EAGER_FLOAT64_NOTE)

@@ -12,7 +12,12 @@ need other parameters skip and say so). Recognised without a map:
   where it can run, on; its ``self_attn`` as ``mha``), ``torch.nn.MultiheadAttention``
   (``mha``), ``torch.nn.LayerNorm`` (``layer_norm``);
 - transformers' ``BertLayer`` and ``ViTLayer`` (``encoder_layer`` and their ``mha``), with the
-  attention implementation their config names.
+  attention implementation their config names;
+- transformers' decoder models ``LlamaForCausalLM``, ``MistralForCausalLM``,
+  ``Qwen2ForCausalLM``, ``GPT2LMHeadModel`` (hf_decoder's subjects: ``causal_lm`` and the
+  pieces of layer 0) and their layers (``decoder_block``, ``causal_self_attention``,
+  ``gated_ffn``), a layer in a shell model of its config that computes the rotary position
+  embeddings the layer takes from its model.
 
 Any other module needs ``--component C`` (the component it computes) and, for the checks
 that compare with the oracle, ``--map MAP.json`` naming its parameters. The map is the one
@@ -58,6 +63,7 @@ from tck.reference import (
 )
 
 from .base import INPUTS, Unsupported
+from .config_space import ConfigSpace
 from .param_map import Ref, masks_ignore, read_map, refs
 from .pretrained import _activation, _AsIs
 from .torch_module import ABSENT, Param, ParamRef, TorchEntry, TorchHandle, TorchModuleAdapter
@@ -302,6 +308,184 @@ def _hf_layer(m: nn.Module, label: str, kind: str) -> list[TorchEntry]:
     return entries
 
 
+# transformers' decoder-only families: the module defining them, the model class and the
+# layer class; recognised by class, from modules already imported (m is one of them).
+HF_DECODERS = {
+    "llama": ("transformers.models.llama.modeling_llama", "LlamaForCausalLM", "LlamaDecoderLayer"),
+    "mistral": (
+        "transformers.models.mistral.modeling_mistral",
+        "MistralForCausalLM",
+        "MistralDecoderLayer",
+    ),
+    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2ForCausalLM", "Qwen2DecoderLayer"),
+    "gpt2": ("transformers.models.gpt2.modeling_gpt2", "GPT2LMHeadModel", "GPT2Block"),
+}
+# hf_decoder's subjects a model offers (the pieces of its layer 0 and itself), and a layer
+LAYER_COMPONENTS = ("gated_ffn", "causal_self_attention", "decoder_block")
+
+
+def _hf_decoder_kind(m: nn.Module) -> tuple[str, bool] | None:
+    """(family, whether ``m`` is the whole model) for transformers' decoder models and layers."""
+    for family, (module, model_class, layer_class) in HF_DECODERS.items():
+        loaded = sys.modules.get(module)
+        if loaded is None:
+            continue
+        if isinstance(m, getattr(loaded, model_class)):
+            return family, True
+        if isinstance(m, getattr(loaded, layer_class)):
+            return family, False
+    return None
+
+
+def _hf_decoder_reading(
+    config: Any, family: str, label: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Config fields and Conventions a transformers decoder config declares, read as
+    ``tck run --model`` reads a checkpoint's config.json (SPEC.md §0.5, §2.6, §4.5, §11)."""
+    if family == "gpt2":
+        fixed = {
+            "d_model": config.n_embd,
+            "n_heads": config.n_head,
+            "d_ff": config.n_inner or 4 * config.n_embd,  # GPT2MLP: n_inner, or 4 * n_embd
+            "n_layers": config.n_layer,
+            "vocab_size": config.vocab_size,
+            "max_len": config.n_positions,
+            "n_kv_heads": config.n_head,  # no grouped-query attention (SPEC.md §11.2)
+        }
+        try:
+            act = _activation(config.activation_function, Path(label))
+        except Exception as err:  # pretrained.ModelError
+            raise InstanceError(str(err)) from None
+        return fixed, {"eps": float(config.layer_norm_epsilon), "activation": act}
+    from .checkpoint_config import GATE_ACTIVATIONS
+
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    fixed = {
+        "d_model": config.hidden_size,
+        "n_heads": heads,
+        "d_ff": config.intermediate_size,
+        "n_layers": config.num_hidden_layers,
+        "vocab_size": config.vocab_size,
+        "max_len": config.max_position_embeddings,
+        "n_kv_heads": config.num_key_value_heads or heads,
+        "tie_weights": bool(config.tie_word_embeddings),
+    }
+    if head_dim * heads != config.hidden_size:  # heads wider or narrower than D/H
+        fixed.update(d_k=head_dim, d_v=head_dim)
+    if family == "qwen2":  # Qwen2Attention and Qwen2MLP: q, k, v biased; o and the MLP not
+        fixed.update(attention_bias=True, attention_out_bias=False, ffn_bias=False)
+    else:
+        fixed.update(
+            attention_bias=bool(getattr(config, "attention_bias", False)),
+            ffn_bias=bool(getattr(config, "mlp_bias", False)),
+        )
+    if config.hidden_act not in GATE_ACTIVATIONS:
+        raise InstanceError(
+            f"{label}: hidden_act={config.hidden_act!r}; tck checks the gate activations "
+            f"{', '.join(GATE_ACTIVATIONS)}"
+        )
+    conv: dict[str, Any] = {
+        "eps": float(config.rms_norm_eps),
+        "gate_activation": GATE_ACTIVATIONS[config.hidden_act],
+        **_rope_conventions(dict(config.rope_parameters or {}), label),
+    }
+    if family == "mistral":
+        conv["sliding_window"] = config.sliding_window  # None: every earlier key (SPEC.md §4.5)
+    return fixed, conv
+
+
+def _rope_conventions(rope: dict[str, Any], label: str) -> dict[str, Any]:
+    """transformers' ``rope_parameters`` as Conventions (SPEC.md §2.3, §2.6): the inverse of
+    ``hf_decoder.rope_parameters``."""
+    kind = rope.get("rope_type", "default")
+    conv: dict[str, Any] = {"pe_base": float(rope.get("rope_theta", 10000.0))}
+    if kind == "default":
+        return conv
+    if kind not in ("linear", "llama3"):
+        raise InstanceError(
+            f"{label}: rope_type={kind!r}; tck checks RoPE unscaled, linear or llama3 "
+            "(SPEC.md §2.6)"
+        )
+    conv.update(rope_scaling=kind, rope_scaling_factor=float(rope["factor"]))
+    if kind == "llama3":
+        conv.update(
+            rope_low_freq_factor=float(rope["low_freq_factor"]),
+            rope_high_freq_factor=float(rope["high_freq_factor"]),
+            rope_original_max_positions=int(rope["original_max_position_embeddings"]),
+        )
+    return conv
+
+
+def _hf_decoder(m: nn.Module, label: str, family: str, whole: bool) -> list[TorchEntry]:
+    """A transformers decoder model (all of hf_decoder's subjects: the pieces of its layer 0
+    and the model) or one of its layers (the pieces of that layer), with its own config and
+    weights. A layer is copied into a shell model of its config, with the rotary embedding
+    that model computes for it (``model.rotary_emb``): the position embeddings transformers'
+    decoder layers take from their model instead of computing them."""
+    from . import hf_decoder
+
+    attention = None if whole else (m.attn if family == "gpt2" else m.self_attn)
+    config = m.config if whole else attention.config
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl not in hf_decoder.IMPLEMENTATIONS:
+        raise InstanceError(
+            f"{label}: attn_implementation={impl!r}; tck checks "
+            f"{', '.join(hf_decoder.IMPLEMENTATIONS)}: build it with attn_implementation='eager'"
+        )
+    fixed, conv = _hf_decoder_reading(config, family, label)
+    # the longest sequence its position table (GPT-2) or config takes (SPEC.md §0.6)
+    space = ConfigSpace(fixed=fixed, max_len=fixed.pop("max_len"))
+    base = hf_decoder.gpt2 if family == "gpt2" else hf_decoder.llama
+
+    def shell(c: Config) -> nn.Module:
+        """A model of the layer's config whose layer 0 is a copy of the layer."""
+        outer, inner = nn.Module(), nn.Module()
+        outer.config = config
+        layer = copy.deepcopy(m)
+        # the shell's layer 0: its cache slot is the one DynamicCache.get_seq_length() reads
+        (layer.attn if family == "gpt2" else layer.self_attn).layer_idx = 0
+        layers = nn.ModuleList([layer])
+        if family == "gpt2":
+            outer.transformer, inner.h = inner, layers
+        else:
+            defining = sys.modules[type(m).__module__]
+            prefix = type(m).__name__.removesuffix("DecoderLayer")
+            outer.model, inner.layers = inner, layers
+            inner.rotary_emb = getattr(defining, f"{prefix}RotaryEmbedding")(config)
+        return outer
+
+    components = hf_decoder_components(whole)
+    entries = []
+    for entry in base._entries.values():
+        if entry.name != f"{entry.component}[{impl}]" and entry.name is not None:
+            continue
+        if entry.component not in components:
+            continue
+        conventions = entry.conventions
+        if conventions is not None:
+            conventions = dataclasses.replace(conventions, **conv)
+        entries.append(
+            dataclasses.replace(
+                entry,
+                make=(lambda c: copy.deepcopy(m)) if whole else shell,
+                conventions=conventions,
+                config=fixed,
+                supports=space,
+                notes=(
+                    f"{label}: {type(m).__name__} with its own config and weights",
+                    *entry.notes,
+                ),
+            )
+        )
+    return entries
+
+
+def hf_decoder_components(whole: bool) -> tuple[str, ...]:
+    """The components a transformers decoder model (``whole``) or layer is checked as."""
+    return (*LAYER_COMPONENTS, "causal_lm") if whole else LAYER_COMPONENTS
+
+
 def _recognise(m: nn.Module, label: str) -> list[TorchEntry] | None:
     if isinstance(m, nn.TransformerEncoderLayer):
         return _torch_encoder_layer(m, label)
@@ -316,6 +500,9 @@ def _recognise(m: nn.Module, label: str) -> list[TorchEntry] | None:
         loaded = sys.modules.get(module)  # imported already if m is one
         if loaded is not None and isinstance(m, getattr(loaded, cls)):
             return _hf_layer(m, label, kind)
+    decoder = _hf_decoder_kind(m)
+    if decoder is not None:
+        return _hf_decoder(m, label, *decoder)
     return None
 
 

@@ -563,7 +563,10 @@ def two_key_weights(
         targets["k"][rows, 0] = u
         query = u
         if conv.positions == "rope":  # R(1) R(-1) u = u
-            query = oracle.rope(u[None], [-1], base=conv.pe_base, layout=conv.rope_layout)[0]
+            omega = oracle.rope_frequencies_of(dk, conv)  # §2.6: scaled as declared
+            query = oracle.rope(
+                u[None], [-1], base=conv.pe_base, layout=conv.rope_layout, frequencies=omega
+            )[0]
         targets["q"][rows, 1] = scores * query
         targets["v"][head * dk, 0] = targets["v"][head * dk + 1, 1] = 1.0
     out = {f"{name}.weight": target @ inverse for name, target in targets.items()}

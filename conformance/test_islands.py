@@ -27,6 +27,8 @@ def test_float32_islands(tck: Harness) -> None:
     if isinstance(found, str):
         pytest.skip(f"float32 islands not measured: {found}")
     if declared:
+        # the summary's convention line names the field and the steps declared
+        tck.note({"field": "float32_steps", "declared": list(declared), "canonical": []})
         tck.convention(
             islands.DECLARED,
             f"Declared float32_steps={declared!r}: these steps are computed in float32 in a "

@@ -332,3 +332,134 @@ def test_vit_layer_with_qkv_bias_off_is_read() -> None:
     inputs = make_inputs(subject.component, ours, np.random.default_rng(2), Shape(lq=5, lk=5))
     gold = expected(subject.component, inputs, params, ours, subject.conventions)
     np.testing.assert_allclose(adapter.run(handle, inputs), gold, rtol=1e-9, atol=1e-9)
+
+
+# transformers' decoder models and layers as instances (SPEC.md §11): their own configs (not
+# hf_decoder's defaults: grouped-query heads, RoPE base 500, RMSNorm eps 1e-5, an untied head
+# for Llama; eager attention and 2 layers for GPT-2) and trained weights.
+HF_DECODER_MODELS = textwrap.dedent(
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+
+
+    def trained(module):
+        with torch.no_grad():
+            for p in module.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        return module.eval()
+
+
+    llama = trained(LlamaForCausalLM(LlamaConfig(
+        vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        rms_norm_eps=1e-5, rope_theta=500.0, tie_word_embeddings=False,
+    )))
+    gpt2 = trained(GPT2LMHeadModel(GPT2Config(
+        vocab_size=40, n_positions=64, n_embd=32, n_layer=2, n_head=4, n_inner=48,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+        eos_token_id=None, attn_implementation="eager",
+    )))
+    """
+)
+
+
+@pytest.fixture()
+def hf_models(models: Path) -> Path:
+    pytest.importorskip("transformers")
+    (models / "hf_decoders.py").write_text(HF_DECODER_MODELS)
+    sys.modules.pop("hf_decoders", None)
+    return models
+
+
+@pytest.mark.spec("10.12", "11.1", "11.4", "11.5")
+@pytest.mark.parametrize(
+    "attr,component,subject",
+    [
+        ("llama", "causal_lm", "causal_lm[sdpa]"),
+        ("llama.model.layers[0]", "decoder_block", "decoder_block[sdpa]"),
+        ("gpt2", "causal_lm", "causal_lm[eager]"),
+        ("gpt2.transformer.h[1]", "decoder_block", "decoder_block[eager]"),
+    ],
+)
+def test_transformers_decoder_instances(
+    hf_models: Path, attr: str, component: str, subject: str
+) -> None:
+    """A transformers decoder model, or one of its layers (given the rotary embeddings its
+    model computes), checked as causal_lm / decoder_block with its own config and weights:
+    the oracle checks run and pass; Llama's float32 steps are declared (SPEC.md §10.12)."""
+    if "[" in attr:  # a layer: a module attribute naming it
+        name = attr.split(".")[0] + "_layer"
+        with (hf_models / "hf_decoders.py").open("a") as f:
+            f.write(f"\n{name} = {attr}\n")
+        attr = name
+    out = hf_models / "out"
+    args = ["--adapter", f"hf_decoders:{attr}", "--component", component, "-n", "0"]
+    done = _tck([*args, "--only", component, "--out", str(out)], hf_models)
+    document = _verdict(done, out)
+    assert document["summary"]["unverified"] == 0, document["summary"]
+    for check in ("equality.oracle", "gradients.gradients", "decoder.kv_cache"):
+        assert _passed(document, check, subject), check
+    declared = [
+        r["metrics"].get("declared")
+        for r in document["results"]
+        if r["check"] == "numerics.float32_islands" and r["status"] == "convention"
+    ]
+    expected_steps = ["norm_statistics", "rope_angles"] if "llama" in attr else None
+    assert declared == ([expected_steps] if expected_steps else []), declared
+
+
+def test_transformers_decoder_config_is_read_and_refusals() -> None:
+    """The instance's own sizes and conventions reach the subjects; a RoPE scaling tck does
+    not check and an attention implementation it does not run are refused in one line."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        rope_theta=500.0,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    adapter = adapt(model, "m:llama")
+    subjects = {s.name: s for s in adapter.subjects()}
+    assert set(subjects) == {
+        "gated_ffn",
+        "causal_self_attention[sdpa]",
+        "decoder_block[sdpa]",
+        "causal_lm[sdpa]",
+    }
+    lm = subjects["causal_lm[sdpa]"]
+    assert lm.config["n_kv_heads"] == 2 and lm.config["tie_weights"] is False
+    assert lm.conventions.eps == 1e-5 and lm.conventions.pe_base == 500.0
+    assert lm.conventions.float32_steps == ("norm_statistics", "rope_angles")
+    layer = adapt(model.model.layers[1], "m:layer")
+    assert {s.component for s in layer.subjects()} == {
+        "gated_ffn",
+        "causal_self_attention",
+        "decoder_block",
+    }
+    with pytest.raises(InstanceError, match="not causal_lm"):
+        adapt(model.model.layers[1], "m:layer", component="causal_lm")
+    scaled = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=40,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+        )
+    )
+    with pytest.raises(InstanceError, match=r"rope_type='dynamic'.*SPEC.md §2.6"):
+        adapt(scaled, "m:scaled")
+    model.config._attn_implementation = "flex_attention"
+    with pytest.raises(InstanceError, match="attn_implementation='flex_attention'"):
+        adapt(model, "m:llama")
