@@ -198,7 +198,7 @@ def run_checks(
         # an example), the native one does not. Nobody reads these: the results carry the
         # diagnosis, and pytest's report goes to a buffer.
         pytest_args += ["-q", "--tb=native"]
-        plugins = [ProgressPlugin(Console(stderr=True))]
+        plugins = [ProgressPlugin(Console(stderr=True, emoji=False))]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
     if export:
@@ -418,7 +418,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         reports = write_reports(document, folder)
         if not document.get("interrupted"):  # an earlier run's partial results: superseded
             remove_reports(results_path(out, True).parent)
-    print_summary(Console(soft_wrap=True), document, folder, reports)
+    print_summary(Console(soft_wrap=True, emoji=False), document, folder, reports)
     if document.get("interrupted"):
         print(
             f"tck: interrupted; partial results in {folder} (the last complete run's, if "

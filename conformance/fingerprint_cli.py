@@ -92,7 +92,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
     fingerprint = build_fingerprint(document)
     path = out / "fingerprint.json"
     path.write_text(json.dumps(fingerprint, indent=2, default=str) + "\n", encoding="utf-8")
-    print_fingerprint(Console(soft_wrap=True), fingerprint)
+    print_fingerprint(Console(soft_wrap=True, emoji=False), fingerprint)
     print(f"fingerprint: {path}")
     return 1 if failed(fingerprint) else 0
 
