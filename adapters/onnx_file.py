@@ -40,6 +40,7 @@ from tck.reference import (
     param_shapes,
     record,
 )
+from tck.usage import read_user_file
 
 from .base import INPUTS, Adapter, Arrays, Subject, Unsupported
 from .param_map import Ref, check_map, masks_ignore, refs
@@ -49,6 +50,9 @@ ENV_FILE, ENV_COMPONENT, ENV_MAP = "TCK_ONNX_FILE", "TCK_ONNX_COMPONENT", "TCK_O
 KEEP_MASKS = ("key_padding", "keep_mask", "memory_key_padding")
 _FLOAT = {1: "float32", 11: "float64", 10: "float16"}  # onnx TensorProto elem types
 _NUMPY = {1: np.float32, 11: np.float64, 10: np.float16, 9: np.bool_, 7: np.int64, 6: np.int32}
+
+
+MAX_ONNX_BYTES = 2**31  # protobuf's limit on one serialized message
 
 
 class OnnxFileError(Exception):
@@ -72,10 +76,26 @@ class OnnxFileAdapter(Adapter):
                 f"--component {component!r} is not a component; choose one of "
                 f"{', '.join(COMPONENTS)}"
             )
-        if not self.path.is_file():
+        if not self.path.exists():
             raise OnnxFileError(f"no ONNX file {str(self.path)!r}")
+        # a regular file read with protobuf's own bound (2 GiB); larger models keep their
+        # weights in external data files beside it, which onnx reads by the graph's names
+        data = read_user_file(
+            self.path,
+            what=f"--adapter onnx:{str(self.path)!r}",
+            hint="name an .onnx file",
+            limit=MAX_ONNX_BYTES,
+            error=OnnxFileError,
+        )
         try:
-            self.model = onnx.load(str(self.path))
+            self.model = onnx.load_from_string(data)
+            if any(
+                init.data_location == onnx.TensorProto.EXTERNAL
+                for init in self.model.graph.initializer
+            ):
+                from onnx.external_data_helper import load_external_data_for_model
+
+                load_external_data_for_model(self.model, str(self.path.parent))
         except Exception as err:  # onnx raises DecodeError and others for a bad file
             raise OnnxFileError(f"{str(self.path)!r} is not an ONNX model: {err}") from None
         self.component = component

@@ -103,7 +103,10 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
         raise ReportError(
             f"--baseline {str(path)!r}: name a results.json written by 'tck run' (or its folder)"
         )
-    return load_results(folder)
+    try:
+        return load_results(folder)
+    except ReportError as err:
+        raise ReportError(f"--baseline: {err}") from None
 
 
 def apply_baseline(

@@ -849,6 +849,8 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
         or os.environ.get("HYPOTHESIS_PROFILE")
         or "dev"
     )
+    # the adapter as named, as tck run --baseline sees it (under --export, the unwrapped one)
+    named = getattr(adapter, "base", adapter) if config.getoption("--tck-export") else adapter
     document = {
         "schema": SCHEMA,
         "adapter": {
@@ -869,8 +871,8 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
         "seed": config.getoption("--tck-seed"),
         "run": provenance(
             _adapter_spec(config),
-            adapter,
-            subjects,
+            named,
+            named.subjects() if named else [],
             only=_only(config),
             **_export(config),
         ),

@@ -304,7 +304,7 @@ def test_a_link_or_special_file_is_refused_with_one_line(data_copy, target, caps
 def test_a_huge_file_is_refused_unread(data_copy, monkeypatch, capsys):
     monkeypatch.setattr(fixtures.store, "MAX_FILE_BYTES", 1000)
     assert main(["fixtures", "verify", "--dir", str(data_copy), "--sha-only"]) == 1
-    assert "more than a fixture file may hold" in capsys.readouterr().err
+    assert "over the 1000-byte limit" in capsys.readouterr().err
 
 
 def test_build_into_a_file_is_a_usage_error(tmp_path, capsys):

@@ -290,7 +290,8 @@ def layer_norm_module(tmp_path, monkeypatch):
 
 def test_every_file_option_refuses_hostile_files_in_one_line(layer_norm_module, capsys):
     """results (tck report), baseline (--baseline), map (--map), checkpoint config
-    (--model): each hostile kind is one line and exit status 2."""
+    (--model), ONNX graph (--adapter onnx:FILE): each hostile kind is one line and exit
+    status 2."""
     tmp = layer_norm_module
     files = _hostile_files(tmp / "hostile")
     for kind, path in files.items():
@@ -309,6 +310,9 @@ def test_every_file_option_refuses_hostile_files_in_one_line(layer_norm_module, 
             ["run", *USER_FFN, "--map", str(path), "--out", str(tmp / "o")],
             ["run", "--adapter", "hf.bert", "--model", str(model), "--out", str(tmp / "o")],
         ]
+        if kind in ("device", "pipe", "huge"):  # a graph file is no JSON: these apply
+            onnx = ["run", "--adapter", f"onnx:{path}", "--component", "layer_norm"]
+            commands.append([*onnx, "--out", str(tmp / "o")])
         for command in commands:
             if kind == "missing" and "--model" in command:
                 continue  # a folder without config.json: its own message
@@ -318,8 +322,8 @@ def test_every_file_option_refuses_hostile_files_in_one_line(layer_norm_module, 
 
 
 def test_a_huge_fixture_file_is_never_read_whole(tmp_path):
+    from tck.fixtures import DATA_DIR
     from tck.fixtures.cli import verify
-    from tck.fixtures.store import DATA_DIR
 
     folder = tmp_path / "fixtures"
     shutil.copytree(DATA_DIR, folder)

@@ -163,7 +163,7 @@ def test_report_rerenders_and_builds_a_scoreboard(mutant_run, tmp_path, capsys):
     ("make", "message"),
     [
         (lambda tmp: tmp / "nothing_here", "does not exist"),
-        (lambda tmp: _write(tmp / "r", "{not json"), "not readable JSON"),
+        (lambda tmp: _write(tmp / "r", "{not json"), "not valid JSON"),
         (lambda tmp: _write(tmp / "r", '{"schema": 1}'), "not a tck results file"),
         (lambda tmp: _write(tmp / "r", _doc(schema=99)), "schema 99"),
     ],
