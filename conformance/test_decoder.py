@@ -341,6 +341,28 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "(SPEC.md §11.6, §11.9)",
         decoder_only(component, {**inputs, "positions": restarted}, p, c, conv),
     )
+    if conv.positions == "rope":  # one of the two rotated at the right position, not both
+        yield (
+            code,
+            "RoPE rotates each decoded token's key at its index within its own call (from 0) "
+            "and its query at its place after the cached tokens: the cache's offset reaches "
+            "the queries but not the keys (SPEC.md §11.6, §2.3)",
+            decoder_only(component, inputs, p, c, conv, key_positions=restarted),
+        )
+        yield (
+            code,
+            "RoPE rotates each decoded token's query at its index within its own call (from 0) "
+            "and its key at its place after the cached tokens: the cache's offset reaches the "
+            "keys but not the queries (SPEC.md §11.6, §2.3)",
+            decoder_only(
+                component,
+                {**inputs, "positions": restarted},
+                p,
+                c,
+                conv,
+                key_positions=np.asarray(positions),
+            ),
+        )
     strict = np.tril(np.ones((length, length), bool))
     rows = np.arange(prefill, length)
     strict[rows, rows] = False  # decoded tokens do not see their own key

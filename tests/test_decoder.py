@@ -363,3 +363,34 @@ def test_cache_hypothesis_reproduces_its_mutant(name, prefill, chunk, how) -> No
     real[:, :prefill] = False
     assert np.abs(decoded - gold)[real].max() < TOL
     assert np.abs(decoded - spec_out)[real].max() > 1e-3
+
+
+@spec("11.6", "2.3")
+def test_keys_rotated_within_the_call_reproduce_their_mutant() -> None:
+    """Keys of each cached call rotated from 0 and queries at their positions: the oracle
+    given those key positions gives the mutant's decoded rows, the spec does not; with the
+    key positions equal to the positions it is the spec."""
+    mutant = importlib.import_module("tck.adapters.mutants.cache_rope_keys_offset").adapter
+    subject = mutant.subjects()[0]
+    config = Config(d_model=16, n_heads=2, d_ff=24, vocab_size=23, max_len=64)
+    handle = mutant.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    mutant.load(handle, params)
+    inputs = make_inputs(subject.component, config, np.random.default_rng(0), Shape(lq=9))
+    x = {"x": inputs["x"], "positions": np.broadcast_to(np.arange(9), (inputs["x"].shape[0], 9))}
+    conv = subject.conventions
+    for prefill, chunk in ((4, 1), (1, 3)):
+        decoded = _decoded(mutant, subject, handle, x, prefill, chunk)[:, prefill:]
+        key_positions = np.array(x["positions"])
+        for start, stop in schedule(9, prefill, chunk)[1:]:
+            key_positions[:, start:stop] = np.arange(stop - start)
+        gold = decoder_only(
+            subject.component, x, params, config, conv, key_positions=key_positions
+        )[:, prefill:]
+        spec_out = decoder_only(subject.component, x, params, config, conv)
+        same_positions = decoder_only(
+            subject.component, x, params, config, conv, key_positions=x["positions"]
+        )
+        assert np.abs(decoded - gold).max() < TOL
+        assert np.abs(decoded - spec_out[:, prefill:]).max() > 1e-3
+        assert np.array_equal(same_positions, spec_out)

@@ -144,6 +144,7 @@ NAMES: tuple[str, ...] = (
     # dropped in cached steps (SPEC.md §11.6, §11.7)
     "cache_keys_prepended",
     "cache_padding_dropped",
+    "cache_rope_keys_offset",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
