@@ -87,6 +87,7 @@ def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., n
         key_padding: Any = None,
         positions: Any = None,
         causal_keep: Any = None,
+        key_positions: Any = None,
         conventions: Any = None,
     ) -> np.ndarray:
         x = oracle._f64(x)
@@ -100,9 +101,17 @@ def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., n
             "v": oracle.split_heads(oracle.linear(x, params, "v."), n_kv_heads),
         }
         pos = oracle.position_ids(positions, b, length)
+        at = (
+            {"k": oracle.position_ids(key_positions, b, length)}
+            if key_positions is not None
+            else {}
+        )
         for name in targets:
             heads[name] = oracle.rope_rows(
-                heads[name], pos, base=conventions.pe_base, layout=conventions.rope_layout
+                heads[name],
+                at.get(name, pos),
+                base=conventions.pe_base,
+                layout=conventions.rope_layout,
             )
         rep = n_heads // n_kv_heads
         k, v = oracle.repeat_kv(heads["k"], rep), oracle.repeat_kv(heads["v"], rep)

@@ -287,6 +287,37 @@ def step_outputs(
     return np.concatenate(outs, axis=1), ranges
 
 
+def cached_keys_seen(
+    batch: int,
+    length: int,
+    ranges: list[tuple[int, int]],
+    key_padding: np.ndarray | None,
+    *,
+    prepend: bool = False,
+    pad_in_steps: bool = True,
+) -> np.ndarray:
+    """(B, 1, L, L): which tokens' keys each query sees when the calls take the token ranges
+    ``ranges`` and attend their cache as an implementation lays the masks over it: query i of
+    a call of n tokens on a cache of T keys (this call's included) sees cache slots 0..T-n+i
+    (bottom-right, §11.6) whose padding entry, read at the slot's index, is True (§11.7).
+    ``prepend``: each call after the first puts its keys before the cached ones (so slot j
+    no longer holds token j); ``pad_in_steps=False``: the padding mask is applied in the
+    first call only. Both False/True give the spec's causal AND padding mask."""
+    keep = np.zeros((batch, length, length), bool)
+    order: list[int] = []  # token held by each cache slot
+    for call, (start, stop) in enumerate(ranges):
+        new = list(range(start, stop))
+        order = new + order if prepend and call else order + new
+        slots, n = np.asarray(order), stop - start
+        for i in range(n):
+            seen = slots[: len(order) - n + i + 1]
+            if key_padding is None or (call and not pad_in_steps):
+                keep[:, start + i, seen] = True
+            else:
+                keep[:, start + i, seen] = np.asarray(key_padding, bool)[:, : len(seen)]
+    return keep[:, None]
+
+
 def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):
     """(code, message, gold over the whole sequence) for the bugs of cached decoding, the
     calls having taken the token ranges ``ranges`` (the first one the prefill)."""
@@ -310,6 +341,28 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "(SPEC.md §11.6, §11.9)",
         decoder_only(component, {**inputs, "positions": restarted}, p, c, conv),
     )
+    if conv.positions == "rope":  # one of the two rotated at the right position, not both
+        yield (
+            code,
+            "RoPE rotates each decoded token's key at its index within its own call (from 0) "
+            "and its query at its place after the cached tokens: the cache's offset reaches "
+            "the queries but not the keys (SPEC.md §11.6, §2.3)",
+            decoder_only(component, inputs, p, c, conv, key_positions=restarted),
+        )
+        yield (
+            code,
+            "RoPE rotates each decoded token's query at its index within its own call (from 0) "
+            "and its key at its place after the cached tokens: the cache's offset reaches the "
+            "keys but not the queries (SPEC.md §11.6, §2.3)",
+            decoder_only(
+                component,
+                {**inputs, "positions": restarted},
+                p,
+                c,
+                conv,
+                key_positions=np.asarray(positions),
+            ),
+        )
     strict = np.tril(np.ones((length, length), bool))
     rows = np.arange(prefill, length)
     strict[rows, rows] = False  # decoded tokens do not see their own key
@@ -327,6 +380,36 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "keys up to T - n + i; SPEC.md §11.6, §4.3)",
         decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
     )
+    key_padding = inputs.get("key_padding")
+    unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
+    yield (
+        "cache.keys_prepended",
+        "each call's keys and values are put before the cached ones instead of after them: "
+        "the causal and padding masks, laid over the cache by index, fall on the wrong keys "
+        "(SPEC.md §11.6)",
+        decoder_only(
+            component,
+            unpadded_inputs,
+            p,
+            c,
+            conv,
+            causal_keep=cached_keys_seen(b, length, ranges, key_padding, prepend=True),
+        ),
+    )
+    if key_padding is not None:
+        yield (
+            "cache.padding_dropped_in_steps",
+            "the decoded tokens attend the padded keys: the key-padding mask is applied in "
+            "the full forward and the prefill but not in cached steps (SPEC.md §11.6, §11.7)",
+            decoder_only(
+                component,
+                unpadded_inputs,
+                p,
+                c,
+                conv,
+                causal_keep=cached_keys_seen(b, length, ranges, key_padding, pad_in_steps=False),
+            ),
+        )
     diagonal = np.eye(length, dtype=bool)
     diagonal[:prefill, :prefill] = np.tril(np.ones((prefill, prefill), bool))
     for start, stop in ranges[1:]:  # a call's tokens see each other, not the cache

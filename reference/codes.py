@@ -386,6 +386,18 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("cache.wrong_axis", "cause", "11.6", "the cache grows along the wrong axis"),
     (
+        "cache.keys_prepended",
+        "cause",
+        "11.6",
+        "a step's keys and values are put before the cached ones instead of after them",
+    ),
+    (
+        "cache.padding_dropped_in_steps",
+        "cause",
+        "11.6 11.7",
+        "the key-padding mask is applied in the full forward but not in cached steps",
+    ),
+    (
         "cache.leaks_into_forward",
         "cause",
         "11.9 10.1",

@@ -360,13 +360,16 @@ def decoder_only(
     config: Config,
     conventions: Conventions,
     causal_keep: np.ndarray | None = None,
+    key_positions: np.ndarray | None = None,
 ) -> np.ndarray:
     """§11: the decoder-only components; ``causal_keep`` (L, L) replaces the causal triangle
-    (only the diagnosis of cached decoding passes one)."""
+    and ``key_positions`` (B, L) the keys' position ids under RoPE (only the diagnosis of
+    cached decoding passes them)."""
     common = {
         "key_padding": inputs.get("key_padding"),
         "positions": inputs.get("positions"),
         "causal_keep": causal_keep,
+        "key_positions": key_positions,
         "conventions": conventions,
     }
     if component == "causal_lm":

@@ -804,6 +804,7 @@ def causal_self_attention(
     key_padding=None,
     positions=None,
     causal_keep=None,
+    key_positions=None,
     conventions: Conventions = DECODER_CANONICAL,
 ) -> Array:
     """§11.1: (B, L, D) -> (B, L, D). Q = x Wq^T, K = x Wk^T, V = x Wv^T; under
@@ -813,7 +814,8 @@ def causal_self_attention(
     §11.2: K and V have n_kv_heads heads, repeated to n_heads (``repeat_kv``).
 
     ``causal_keep`` (L, L) replaces the causal triangle (the diagnosis of cached decoding
-    tries shifted ones); leave it None for the spec's.
+    tries shifted ones); ``key_positions`` (B, L) rotates the keys at other position ids than
+    the queries (the diagnosis of cached decoding); leave both None for the spec's.
     """
     x = _f64(x)
     b, length, _ = x.shape
@@ -827,7 +829,8 @@ def causal_self_attention(
         pos = position_ids(positions, b, length)
         omega = rope_frequencies_of(q.shape[-1], conventions)  # §2.6: scaled as declared
         q = rope_rows(q, pos, layout=conventions.rope_layout, frequencies=omega)
-        k = rope_rows(k, pos, layout=conventions.rope_layout, frequencies=omega)
+        k_pos = pos if key_positions is None else position_ids(key_positions, b, length)
+        k = rope_rows(k, k_pos, layout=conventions.rope_layout, frequencies=omega)
     k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)  # (B,H,L,d)
     if causal_keep is None:  # §4.3, §4.5: the causal triangle, cut to the sliding window
         keep = causal_keep_mask(length, length)
@@ -881,6 +884,7 @@ def decoder_block(
     key_padding=None,
     positions=None,
     causal_keep=None,
+    key_positions=None,
     conventions: Conventions = DECODER_CANONICAL,
 ) -> Array:
     """§11.4: causal self-attention sublayer (norm1), then FFN sublayer (norm2), pre- or
@@ -896,6 +900,7 @@ def decoder_block(
             key_padding=key_padding,
             positions=positions,
             causal_keep=causal_keep,
+            key_positions=key_positions,
             conventions=conventions,
         )
 
@@ -911,6 +916,7 @@ def causal_lm(
     key_padding=None,
     positions=None,
     causal_keep=None,
+    key_positions=None,
     conventions: Conventions = DECODER_CANONICAL,
 ) -> Array:
     """§11.5: logits (B, L, V) = Norm(blocks(E[id] + P[pos])) W^T; P only under
@@ -938,6 +944,7 @@ def causal_lm(
             key_padding=key_padding,
             positions=pos,
             causal_keep=causal_keep,
+            key_positions=key_positions,
             conventions=conventions,
         )
     x = _final_norm(_f64(x), params, conventions)

@@ -13,9 +13,10 @@ import torch
 
 from tck.adapters.reference import LLAMA, adapter
 from tck.conformance.decoding import decode, gate_up_swapped, schedule, tiled_kv_heads
-from tck.conformance.test_decoder import probe_tokens, two_key_weights
+from tck.conformance.test_decoder import cached_keys_seen, probe_tokens, two_key_weights
 from tck.reference import DECODER_CANONICAL, Config, init_params, oracle
 from tck.reference import model as ref
+from tck.reference.components import decoder_only
 from tck.reference.expected import expected
 from tck.reference.inputs import Shape, make_inputs
 
@@ -292,3 +293,104 @@ def test_rope_at_follows_the_rope_angle_hypothesis() -> None:
         assert torch.equal(rounded, ref.rope(x[0], positions[0], layout="half_split")[None])
     assert torch.equal(careful, ref.rope(x[0], positions[0], layout="half_split")[None])
     assert (careful.double() - rounded.double()).abs().max() > 0.1
+
+
+def _causal_and_padding(keep_pad: np.ndarray) -> np.ndarray:
+    length = keep_pad.shape[1]
+    return np.tril(np.ones((length, length), bool))[None] & keep_pad[:, None, :]
+
+
+@spec("11.6", "11.7")
+@pytest.mark.parametrize("prefill, chunk", [(1, 1), (4, 1), (1, 2), (3, 4)])
+def test_cached_keys_seen_by_the_spec_are_causal_and_padding(prefill: int, chunk: int) -> None:
+    keep_pad = np.random.default_rng(prefill * 10 + chunk).random((3, 11)) > 0.3
+    seen = cached_keys_seen(3, 11, schedule(11, prefill, chunk), keep_pad)
+    assert np.array_equal(seen[:, 0], _causal_and_padding(keep_pad))
+    unpadded = cached_keys_seen(3, 11, schedule(11, prefill, chunk), None)
+    assert np.array_equal(
+        unpadded[:, 0], np.broadcast_to(np.tril(np.ones((11, 11), bool)), (3, 11, 11))
+    )
+
+
+@spec("11.6")
+def test_prepended_keys_show_only_under_a_chunk_or_padding() -> None:
+    causal = np.tril(np.ones((11, 11), bool))
+    one_token = cached_keys_seen(2, 11, schedule(11, 4, 1), None, prepend=True)
+    assert np.array_equal(one_token[0, 0], causal)  # one query over every key: order unseen
+    assert not np.array_equal(
+        cached_keys_seen(2, 11, schedule(11, 1, 2), None, prepend=True)[0, 0], causal
+    )
+    keep_pad = np.arange(11)[None, :] >= np.array([[0], [4]])  # a left-padded second row
+    padded = cached_keys_seen(2, 11, schedule(11, 4, 1), keep_pad, prepend=True)[:, 0]
+    assert not np.array_equal(padded, _causal_and_padding(keep_pad))
+
+
+def _left_padded_mutant(name: str):
+    mutant = importlib.import_module(f"tck.adapters.mutants.{name}").adapter
+    subject = mutant.subjects()[0]
+    config = Config(d_model=16, n_heads=2, d_ff=24, vocab_size=23, max_len=64)
+    handle = mutant.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    mutant.load(handle, params)
+    inputs = make_inputs(subject.component, config, np.random.default_rng(0), Shape(lq=9))
+    keep_pad = np.arange(9)[None, :] >= np.array([[0], [3]])
+    x = {"x": inputs["x"][:2], "key_padding": keep_pad}
+    return mutant, subject, handle, params, config, x
+
+
+@spec("11.6", "11.7")
+@pytest.mark.parametrize(
+    "name, prefill, chunk, how",
+    [
+        ("cache_keys_prepended", 1, 2, {"prepend": True}),
+        ("cache_keys_prepended", 4, 1, {"prepend": True}),
+        ("cache_padding_dropped", 1, 1, {"pad_in_steps": False}),
+        ("cache_padding_dropped", 3, 4, {"pad_in_steps": False}),
+    ],
+)
+def test_cache_hypothesis_reproduces_its_mutant(name, prefill, chunk, how) -> None:
+    """The per-query key sets of a hypothesis, fed to the oracle, give the mutant's cached
+    rows of real tokens (float64: a few ulps), and differ from the spec's there."""
+    mutant, subject, handle, params, config, x = _left_padded_mutant(name)
+    decoded = _decoded(mutant, subject, handle, x, prefill, chunk)
+    ranges = schedule(9, prefill, chunk)
+    keep = cached_keys_seen(2, 9, ranges, x["key_padding"], **how)
+    gold = decoder_only(
+        subject.component, {"x": x["x"]}, params, config, subject.conventions, causal_keep=keep
+    )
+    spec_out = decoder_only(subject.component, x, params, config, subject.conventions)
+    real = np.broadcast_to(x["key_padding"][:, :, None], decoded.shape).copy()
+    real[:, :prefill] = False
+    assert np.abs(decoded - gold)[real].max() < TOL
+    assert np.abs(decoded - spec_out)[real].max() > 1e-3
+
+
+@spec("11.6", "2.3")
+def test_keys_rotated_within_the_call_reproduce_their_mutant() -> None:
+    """Keys of each cached call rotated from 0 and queries at their positions: the oracle
+    given those key positions gives the mutant's decoded rows, the spec does not; with the
+    key positions equal to the positions it is the spec."""
+    mutant = importlib.import_module("tck.adapters.mutants.cache_rope_keys_offset").adapter
+    subject = mutant.subjects()[0]
+    config = Config(d_model=16, n_heads=2, d_ff=24, vocab_size=23, max_len=64)
+    handle = mutant.build(subject, config, seed=0)
+    params = init_params(subject.component, config, subject.conventions, seed=1)
+    mutant.load(handle, params)
+    inputs = make_inputs(subject.component, config, np.random.default_rng(0), Shape(lq=9))
+    x = {"x": inputs["x"], "positions": np.broadcast_to(np.arange(9), (inputs["x"].shape[0], 9))}
+    conv = subject.conventions
+    for prefill, chunk in ((4, 1), (1, 3)):
+        decoded = _decoded(mutant, subject, handle, x, prefill, chunk)[:, prefill:]
+        key_positions = np.array(x["positions"])
+        for start, stop in schedule(9, prefill, chunk)[1:]:
+            key_positions[:, start:stop] = np.arange(stop - start)
+        gold = decoder_only(
+            subject.component, x, params, config, conv, key_positions=key_positions
+        )[:, prefill:]
+        spec_out = decoder_only(subject.component, x, params, config, conv)
+        same_positions = decoder_only(
+            subject.component, x, params, config, conv, key_positions=x["positions"]
+        )
+        assert np.abs(decoded - gold).max() < TOL
+        assert np.abs(decoded - spec_out[:, prefill:]).max() > 1e-3
+        assert np.array_equal(same_positions, spec_out)

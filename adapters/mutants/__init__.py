@@ -140,6 +140,11 @@ NAMES: tuple[str, ...] = (
     "decoder_norm_over_batch",
     "lm_rms_norm_low_precision",
     "lm_rope_low_precision",
+    # cached decoding by class: the step's keys put before the cache, the padding mask
+    # dropped in cached steps (SPEC.md §11.6, §11.7)
+    "cache_keys_prepended",
+    "cache_padding_dropped",
+    "cache_rope_keys_offset",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
