@@ -8,8 +8,8 @@ input the graph lacks, makes that call ``Unsupported``.
 
 Without a map the checks that need no parameters still run, in the graph's own dtype
 (padding invariance, batching, causal no-leak where the graph takes ``causal``, determinism,
-shape contracts: ``Harness.own_dtype``); the oracle checks skip. A map JSON names the initializers of the canonical parameters and the sizes
-and conventions the oracle needs::
+shape contracts: ``Harness.own_dtype``); the oracle checks skip. A map JSON names the
+initializers of the canonical parameters and the sizes and conventions the oracle needs::
 
     {"params": {"self_attn.q.weight": {"name": "val_30", "permute": [1, 0]},
                 "self_attn.q.bias": "module.self_attn.q.bias", ...},
