@@ -227,7 +227,8 @@ class ConfigSpace:
     def admits(self, config: Config) -> str | None:
         """None when ``config`` lies in this space, else the constraint it breaks. Its
         ``max_len`` is not compared: what matters is that no call is longer than the
-        subject's (the suite checks each call, ``tck.conformance.spaces.require_length``)."""
+        subject's (the suite checks each call,
+        ``tck.conformance.toolkit.spaces.require_length``)."""
         for name, value in self.fixed_values().items():
             if name == "max_len":  # checked on each call (a longer one is never made)
                 continue

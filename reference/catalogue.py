@@ -3,8 +3,8 @@ clause, the plain words a report says and the diagnosis code a check gives.
 
 One place answers "what does ``eps_placement = outside_sqrt`` mean, where does SPEC.md say
 so, and which code names an implementation that does it": the probes
-(``tck.conformance.test_fingerprint``), the explanations of a failed comparison
-(``tck.conformance.explain``), the root causes of the reports and ``tck fingerprint``
+(``tck.conformance.checks.test_fingerprint``), the explanations of a failed comparison
+(``tck.conformance.diagnosis.explain``), the root causes of the reports and ``tck fingerprint``
 read it. The canonical value is the Transformer family's default (``Conventions()``); a
 component family may have its own (``tck.reference.params.canonical_conventions``).
 
@@ -212,7 +212,7 @@ NUMERIC_UNSET: dict[str, str] = {
     "sliding_window": "lets each query see every earlier key (no sliding window)",
 }
 
-# The fields a probe measures (tck.conformance.test_fingerprint), in the order it probes.
+# The fields a probe measures (tck.conformance.checks.test_fingerprint), in the order it probes.
 PROBED = tuple(FIELD_CLAUSES)
 
 CHOICES_BY_FIELD: dict[str, tuple[Choice, ...]] = {

@@ -86,7 +86,7 @@ FLOOR = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
 ISLAND_GROWTH = 16.0
 ISLAND_FLOOR = ISLAND_GROWTH * UNIT_ROUNDOFF["float32"]
 # The float64 floor in force: FLOOR["float64"], or ISLAND_FLOOR while a subject with float32
-# islands (declared, or detected: tck.conformance.islands) is checked. A module global, as
+# islands (declared, or detected: tck.conformance.diagnosis.islands) is checked. A module global, as
 # tck.reference.model's precision switch: the suite checks one subject at a time per process.
 _float64_floor: float = FLOOR["float64"]
 

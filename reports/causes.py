@@ -41,7 +41,8 @@ def specificity(code: str) -> int:
 
 
 def reproduced(result: Mapping[str, Any]) -> bool:
-    """Did an explanation reproduce the result's output (``tck.conformance.explain`` records
+    """Did an explanation reproduce the result's output
+    (``tck.conformance.diagnosis.explain`` records
     the code of the hypothesis under which the oracle gives the implementation's output)?
     Such a finding is stronger evidence than a property's: a leak across the causal diagonal
     follows from a mask added to the scores, not the reverse."""
@@ -66,7 +67,8 @@ def weak(result: Mapping[str, Any]) -> bool:
 
 
 def known(result: Mapping[str, Any]) -> bool:
-    """Did the ``--baseline`` run already have this failure (``tck.conformance.baseline``)?"""
+    """Did the ``--baseline`` run already have this failure
+    (``tck.conformance.runner.baseline``)?"""
     return result.get("baseline") == "known"
 
 

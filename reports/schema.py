@@ -14,7 +14,7 @@ _NUMBER = {"type": "number"}
 
 RESULT: dict[str, Any] = {
     "type": "object",
-    "required": [  # every field of tck.conformance.results.Result
+    "required": [  # every field of tck.conformance.toolkit.results.Result
         "check",
         "clause",
         "component",
@@ -32,7 +32,7 @@ RESULT: dict[str, Any] = {
         "clause": {"type": "array", "items": _TEXT},
         "component": _TEXT,
         "subject": _TEXT,
-        # tck.conformance.results.STATUSES (tests/test_unverified.py keeps the two equal)
+        # tck.conformance.toolkit.results.STATUSES (tests/test_unverified.py keeps the two equal)
         "status": {"enum": ["pass", "fail", "skip", "error", "convention", "unverified"]},
         "diagnosis": {
             "type": "object",

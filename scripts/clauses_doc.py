@@ -99,7 +99,7 @@ def resolve(name: str) -> Any | None:
     """The object a name on an Oracle line denotes, or None if it names none."""
     name = name.split("(", 1)[0]
     if name.startswith("Harness."):
-        from tck.conformance.harness import Harness
+        from tck.conformance.toolkit.harness import Harness
 
         attr = name.partition(".")[2]
         if hasattr(Harness, attr):
@@ -146,14 +146,14 @@ def code_clauses() -> dict[str, list[str]]:
 
 def check_ids() -> dict[str, list[str]]:
     """{check id: the clauses its @spec marker cites}; a probe once per field."""
-    import tck.conformance
+    import tck.conformance.checks
     from tck.reference.catalogue import FIELD_CLAUSES
 
     checks: dict[str, list[str]] = {}
-    for info in sorted(pkgutil.iter_modules(tck.conformance.__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(tck.conformance.checks.__path__), key=lambda i: i.name):
         if not info.name.startswith("test_"):
             continue
-        module = importlib.import_module(f"tck.conformance.{info.name}")
+        module = importlib.import_module(f"tck.conformance.checks.{info.name}")
         for name, function in vars(module).items():
             if not name.startswith("test_") or not callable(function):
                 continue

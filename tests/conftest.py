@@ -3,7 +3,7 @@
 
 import pytest
 
-from tck.conformance.profiles import load_profile
+from tck.conformance.runner.profiles import load_profile
 
 load_profile()
 

@@ -1,4 +1,5 @@
-"""Alternative oracles (conformance/alternatives.py, reference/variants.py): a hypothesis is
+"""Alternative oracles (conformance/diagnosis/alternatives.py, reference/variants.py): a
+hypothesis is
 passed to the comparison, never patched into the oracle module, and is evidence only where
 the input can tell it from the spec (SPEC.md §0.3)."""
 
@@ -9,10 +10,10 @@ import threading
 import numpy as np
 
 from tck.adapters import load_adapter
-from tck.conformance.alternatives import Alternative, fits, output_of
-from tck.conformance.explain import explain
-from tck.conformance.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.hypotheses_more import head_split_hypotheses
+from tck.conformance.diagnosis.alternatives import Alternative, fits, output_of
+from tck.conformance.diagnosis.explain import explain
+from tck.conformance.diagnosis.hypotheses_more import head_split_hypotheses
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG, Harness
 from tck.reference import Conventions, init_params, oracle
 from tck.reference.expected import expected
 from tck.reference.inputs import Shape, make_inputs
@@ -83,7 +84,7 @@ def test_an_alternative_equal_to_the_spec_is_never_evidence() -> None:
 def test_a_failure_at_a_padded_position_says_so() -> None:
     """NaN at padded query rows is located: the message says the worst index is padding and
     counts the non-finite positions that are padded and real."""
-    from tck.conformance.explain import padded_positions
+    from tck.conformance.diagnosis.explain import padded_positions
     from tck.reference.tolerance import compare
 
     keep = np.array([[True, True, False], [True, True, True]])

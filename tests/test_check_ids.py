@@ -9,16 +9,16 @@ import pkgutil
 
 import pytest
 
-import tck.conformance
-from tck.conformance.plugin import declared_id
+import tck.conformance.checks
+from tck.conformance.runner.plugin import declared_id
 
 
 def checks() -> dict[str, object]:
     """Every check function of tck.conformance: 'module.function' -> function."""
     out = {}
-    for info in pkgutil.iter_modules(tck.conformance.__path__):
+    for info in pkgutil.iter_modules(tck.conformance.checks.__path__):
         if info.name.startswith("test_"):
-            module = importlib.import_module(f"tck.conformance.{info.name}")
+            module = importlib.import_module(f"tck.conformance.checks.{info.name}")
             for name, function in vars(module).items():
                 if name.startswith("test_") and callable(function):
                     out[f"{info.name}.{name}"] = function

@@ -173,7 +173,7 @@ def test_the_progress_bar_counts_the_rows_a_run_reports():
 
     from rich.console import Console
 
-    from tck.conformance.console import ProgressPlugin
+    from tck.conformance.runner.console import ProgressPlugin
 
     bar = ProgressPlugin(Console(file=io.StringIO()))
     ids = ["m.py::test_a[reference:mha]", "m.py::test_b[NOTSET]", "m.py::test_c[reference:ffn]"]

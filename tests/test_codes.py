@@ -12,7 +12,7 @@ import pytest
 from test_check_ids import declared_ids
 
 from tck.adapters import mutants
-from tck.conformance.harness import FIELDS
+from tck.conformance.toolkit.harness import FIELDS
 from tck.reference import catalogue, codes
 from tck.reference.conventions import CHOICES
 from tck.reports.causes import is_generic, specificity

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tck.adapters import INPUTS, OUTPUTS
-from tck.conformance.harness import DEFAULT_CONFIG, FIELDS
-from tck.conformance.test_equality import CALLS
+from tck.conformance.checks.test_equality import CALLS
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG, FIELDS
 from tck.reference import COMPONENTS, RECORDS, init_params, param_shapes, record
 from tck.reference import components as components_module
 from tck.reference.components import (

@@ -1,6 +1,6 @@
 """Subjects declare what they can be (issue 17, item 1; SPEC.md §0.6): ``ConfigSpace``.
 
-Unit tests of ``resolve`` / ``admits`` and of the suite's side (``tck.conformance.spaces``),
+Unit tests of ``resolve`` / ``admits`` and of the suite's side (``tck.conformance.toolkit.spaces``),
 then whole runs of user-style modules (tests/support/user_models.py): an MLP hard-coded at
 4 x d_model, a positional table of 5000 rows, heads 64 wide, attention without bias with an
 FFN with one, and subjects that take at most 16 positions. Each runs with no failure and is
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from tck.adapters import ConfigSpace, Subject, Times, Unsupported
-from tck.conformance import spaces
-from tck.conformance.harness import DEFAULT_CONFIG
+from tck.conformance.toolkit import spaces
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG
 from tck.reference import Config
 from tck.reference.inputs import Shape, make_inputs
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tck.adapters.reference import LLAMA, adapter
-from tck.conformance.decoding import decode, gate_up_swapped, schedule, tiled_kv_heads
-from tck.conformance.test_decoder import cached_keys_seen, probe_tokens, two_key_weights
+from tck.conformance.checks.test_decoder import cached_keys_seen, probe_tokens, two_key_weights
+from tck.conformance.diagnosis.decoding import decode, gate_up_swapped, schedule, tiled_kv_heads
 from tck.reference import DECODER_CANONICAL, Config, init_params, oracle
 from tck.reference import model as ref
 from tck.reference.components import decoder_only

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tck.adapters.reference import LLAMA, adapter
-from tck.conformance.decoding import decode
+from tck.conformance.diagnosis.decoding import decode
 from tck.reference import Config, Conventions, init_params, oracle
 from tck.reference import model as ref
 from tck.reference.expected import expected
@@ -346,7 +346,7 @@ def test_scaling_oracle_matches_transformers_llama(conventions: Conventions) -> 
 def test_diagnosis_tries_the_neighbouring_windows_and_every_scaling() -> None:
     """The explanations of a failed comparison try a window one key wider, one narrower and
     none (never a width below 1); every other rope_scaling; the catalogue names each value."""
-    from tck.conformance.explain import alternatives
+    from tck.conformance.diagnosis.explain import alternatives
     from tck.reference.catalogue import convention_code, plain_words
 
     assert alternatives("sliding_window", 4) == [5, 3, None]

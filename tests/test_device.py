@@ -29,9 +29,9 @@ from tck.adapters.devices import (
 from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
 from tck.cli import main
-from tck.conformance import careful
-from tck.conformance.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.results import CheckFailure
+from tck.conformance.toolkit import careful
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG, Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import Config
 from tck.reference.inputs import Shape, make_inputs
 
@@ -114,7 +114,7 @@ def test_the_pytest_plugin_refuses_an_unknown_device(tmp_path):
 
 def test_export_and_a_gpu_device_do_not_mix():
     adapter = load_adapter("reference")
-    from tck.conformance.cli import UsageError, require_device
+    from tck.conformance.runner.cli import UsageError, require_device
 
     assert require_device(adapter, "cpu", export="onnx") == "cpu"
     if CUDA:

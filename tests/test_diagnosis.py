@@ -17,11 +17,11 @@ from _pytest.outcomes import Skipped
 
 from tck.adapters import Adapter, load_adapter
 from tck.adapters.mutants import matrix
-from tck.conformance import test_attention, test_gradients, test_positional
-from tck.conformance.diagnosis import named_exception
-from tck.conformance.fingerprint_cli import build_fingerprint, failed
-from tck.conformance.harness import Harness
-from tck.conformance.results import CheckFailure
+from tck.conformance.checks import test_attention, test_gradients, test_positional
+from tck.conformance.diagnosis.diagnosis import named_exception
+from tck.conformance.runner.fingerprint_cli import build_fingerprint, failed
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference.inputs import Shape, padding
 from tck.reports.causes import root_causes, top_cause
 
@@ -339,7 +339,7 @@ def test_a_patch_flattened_channels_last_is_named():
 
 @pytest.mark.spec("3.1", "10.7")
 def test_a_softmax_without_its_max_overflows_in_float32_by_name():
-    from tck.conformance import test_numerics
+    from tck.conformance.checks import test_numerics
 
     tck = harness("mutants.softmax_no_max")
     with pytest.raises(CheckFailure) as failure:

@@ -15,7 +15,7 @@ import pytest
 
 from tck.adapters import load_adapter
 from tck.cli import main
-from tck.conformance.fingerprint_cli import build_fingerprint
+from tck.conformance.runner.fingerprint_cli import build_fingerprint
 from tck.reference.catalogue import KEEP
 
 MEASURED = ("agrees", "convention")

@@ -23,10 +23,10 @@ from tck import fixtures
 from tck.adapters import TorchModuleAdapter, Unsupported, load_adapter
 from tck.adapters import reference as reference_adapter
 from tck.cli import main
-from tck.conformance import test_fixtures as fixture_checks
-from tck.conformance.harness import Harness
-from tck.conformance.results import CheckFailure
-from tck.conformance.test_fixtures import run_fixture
+from tck.conformance.checks import test_fixtures as fixture_checks
+from tck.conformance.checks.test_fixtures import run_fixture
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.fixtures import cli as fixtures_cli
 from tck.fixtures import generate
 from tck.reference import COMPONENTS, Config, Conventions, oracle

@@ -9,10 +9,10 @@ import torch
 
 from tck.adapters import Adapter, Subject, load_adapter
 from tck.adapters.mutants import layer_norm_low_precision, tutorial
-from tck.conformance import precision
-from tck.conformance import test_numerics as checks
-from tck.conformance.harness import Harness
-from tck.conformance.results import CheckFailure
+from tck.conformance.checks import test_numerics as checks
+from tck.conformance.diagnosis import precision
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import Conventions
 from tck.reference.model import LayerNorm, RMSNorm, computed_in_input_dtype, rope
 from tck.reference.tolerance import compare

@@ -7,7 +7,7 @@ on one module in a forked child (support/forked_run.py, as tests/test_detection.
 writes ``OUT/<name>/results.json``; a buggy module must have at least one failure or error, a
 correct one none. ``test_heldout_diagnosis_benchmark`` scores those files: the detection rate
 (buggy modules with a failure or error), the top-cause accuracy (the run's first root cause,
-``tck.conformance.diagnosis.top_cause``, equal to the label) and the false failures of the
+``tck.conformance.diagnosis.diagnosis.top_cause``, equal to the label) and the false failures of the
 correct modules; it prints a table and the rates and writes ``OUT/heldout_scores.json``. OUT is
 ``$TCK_HELDOUT_OUT`` or ``reports/out/heldout``. Both run under ``-m detection`` (``tox -e
 detection``), the scoring in the second pytest call, after every run.

@@ -16,8 +16,8 @@ import pytest
 from test_fingerprint_cli import assert_agrees
 
 from tck.adapters import Unsupported, load_adapter
-from tck.conformance.fingerprint_cli import build_fingerprint
-from tck.conformance.harness import DEFAULT_CONFIG
+from tck.conformance.runner.fingerprint_cli import build_fingerprint
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG
 from tck.reference import Config
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
@@ -199,7 +199,7 @@ def test_vit_checkpoint_with_qkv_bias_off_is_checked(tmp_path: Path) -> None:
     import transformers
 
     from tck.adapters.pretrained import vit
-    from tck.conformance import spaces
+    from tck.conformance.toolkit import spaces
     from tck.reference.expected import expected
     from tck.reference.inputs import Shape, make_inputs
 

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tck.conformance.harness import DEFAULT_CONFIG
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG
 from tck.reference import init_params
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

@@ -94,7 +94,7 @@ def test_a_baseline_of_another_run_is_refused_unless_intended(tmp_path):
 
 
 def test_every_field_of_provenance_is_compared():
-    from tck.conformance.baseline import mismatches
+    from tck.conformance.runner.baseline import mismatches
 
     now = {
         "adapter": "m:a",
@@ -162,8 +162,8 @@ def test_side_effects_of_every_entry_point_are_named_and_change_no_verdict(
 
 
 def test_the_guard_copies_step_outputs_and_inputs():
-    from tck.conformance.calling import GuardedAdapter
-    from tck.conformance.recorder import Recorder
+    from tck.conformance.toolkit.calling import GuardedAdapter
+    from tck.conformance.toolkit.recorder import Recorder
 
     class OneBuffer:
         name = "one-buffer"
@@ -202,7 +202,7 @@ def test_an_adapter_that_changes_numpy_and_torch_settings_changes_no_verdict(tmp
 def test_the_adapter_keeps_its_own_settings_and_the_checks_theirs():
     import torch
 
-    from tck.conformance.globalstate import AdapterWorld, kit_state
+    from tck.conformance.toolkit.globalstate import AdapterWorld, kit_state
 
     world = AdapterWorld(kit_state(threads=torch.get_num_threads()))
     with world.checks():
@@ -374,7 +374,7 @@ def test_a_weight_over_the_matrix_bound_is_refused_before_anything_is_built():
 
 
 def test_captured_output_is_bounded_while_it_is_captured():
-    from tck.conformance.capture import BoundedSink, bounded_capture
+    from tck.conformance.runner.capture import BoundedSink, bounded_capture
 
     sink = BoundedSink(1000)
     for i in range(10_000):

@@ -1,5 +1,6 @@
 """Explanations by the attention core and the ViT token layout (issue 19,
-conformance/hypotheses_layout.py) and the root-cause ranking they feed (reports/causes.py):
+conformance/diagnosis/hypotheses_layout.py) and the root-cause ranking they feed
+(reports/causes.py):
 a softmax over any axis but the keys, a bool mask added to the scores, a causal mask without
 its diagonal (NaN rows included), the patch grid read in another order, the position table
 added before the class token; a reproduced explanation leads a property's finding, a forward
@@ -13,14 +14,14 @@ import numpy as np
 import pytest
 
 from tck.adapters import load_adapter
-from tck.conformance.harness import Harness
-from tck.conformance.hypotheses_layout import (
+from tck.conformance.diagnosis.hypotheses_layout import (
     cls_position_hypotheses,
     mask_added_hypotheses,
     patch_layout_hypotheses,
     softmax_axis_hypotheses,
 )
-from tck.conformance.results import CheckFailure
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import oracle
 from tck.reference.inputs import Shape
 from tck.reference.variants import oracle_variant
@@ -110,7 +111,7 @@ def test_patch_layouts_cover_every_grid_order_and_exclude_the_spec() -> None:
 def test_a_one_token_call_that_is_all_nan_is_the_hidden_diagonal() -> None:
     """triu(diagonal=0) with a -inf fill: a one-token call has no key at all, so the whole
     output is NaN where the spec's is finite; the hypothesis names that, not an overflow."""
-    from tck.conformance.explain import explain
+    from tck.conformance.diagnosis.explain import explain
 
     adapter = load_adapter("reference")
     subject = next(s for s in adapter.subjects() if s.component == "causal_self_attention")

@@ -1,4 +1,4 @@
-"""More explanations for an oracle mismatch (issue 19, conformance/hypotheses_more.py): each
+"""More explanations for an oracle mismatch (conformance/diagnosis/hypotheses_more.py): each
 new hypothesis names its mutant's bug on one oracle comparison, and none of them is
 degenerate (each changes the oracle's output, so it cannot explain a correct one)."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tck.adapters import load_adapter
-from tck.conformance.alternatives import fits, output_of
-from tck.conformance.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.hypotheses_more import more_hypotheses
-from tck.conformance.results import CheckFailure
+from tck.conformance.diagnosis.alternatives import fits, output_of
+from tck.conformance.diagnosis.hypotheses_more import more_hypotheses
+from tck.conformance.toolkit.harness import DEFAULT_CONFIG, Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import DECODER_CANONICAL, Conventions, init_params
 from tck.reference.expected import expected
 from tck.reference.inputs import Shape, make_inputs

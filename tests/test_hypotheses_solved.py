@@ -1,4 +1,4 @@
-"""Hypotheses by class (conformance/hypotheses_solved.py): where RoPE is applied, and the
+"""Hypotheses by class (conformance/diagnosis/hypotheses_solved.py): where RoPE is applied, and the
 parameterised families solved numerically rather than drawn from a list (a positional base,
 an eps, the attention scale), each named on one oracle comparison of its mutant and on
 values of our own."""
@@ -12,14 +12,14 @@ import re
 import pytest
 
 from tck.adapters import load_adapter
-from tck.conformance.alternatives import Alternative, output_of
-from tck.conformance.explain import explain
-from tck.conformance.harness import Harness
-from tck.conformance.hypotheses_solved import (
+from tck.conformance.diagnosis.alternatives import Alternative, output_of
+from tck.conformance.diagnosis.explain import explain
+from tck.conformance.diagnosis.hypotheses_solved import (
     _sdpa_scaled_by,
     rope_target_hypotheses,
 )
-from tck.conformance.results import CheckFailure
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import DECODER_CANONICAL
 from tck.reference.inputs import Shape
 
@@ -105,7 +105,7 @@ def test_rope_targets_only_where_the_component_rotates() -> None:
 
 @pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v")])
 def test_rope_targets_are_named_in_a_block(targets: tuple[str, ...]) -> None:
-    from tck.conformance.hypotheses_solved import _causal_self_attention_rotating
+    from tck.conformance.diagnosis.hypotheses_solved import _causal_self_attention_rotating
 
     rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
     moved = Alternative(
@@ -120,7 +120,7 @@ def test_bfloat16_rounding_is_torchs() -> None:
     import numpy as np
     import torch
 
-    from tck.conformance.hypotheses_solved import rounded_to
+    from tck.conformance.diagnosis.hypotheses_solved import rounded_to
 
     x = np.random.default_rng(0).standard_normal(1000) * 10.0 ** np.arange(-5, 5).repeat(100)
     want = torch.from_numpy(x).to(torch.bfloat16).double().numpy()
@@ -131,7 +131,7 @@ def test_bfloat16_rounding_is_torchs() -> None:
 @pytest.mark.parametrize("component", ["sinusoidal_pe", "rope"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> None:
-    from tck.conformance.hypotheses_solved import table_dtype_hypotheses
+    from tck.conformance.diagnosis.hypotheses_solved import table_dtype_hypotheses
 
     found = [
         a
@@ -147,7 +147,7 @@ def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> No
 
 @pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "encoder_layer", "decoder_block"])
 def test_a_norm_over_the_sequence_too_is_named(component: str) -> None:
-    from tck.conformance.hypotheses_solved import norm_axes_hypotheses
+    from tck.conformance.diagnosis.hypotheses_solved import norm_axes_hypotheses
 
     piece = "rms_norm" if component == "rms_norm" else "layer_norm"  # the norm it runs
     (alternative,) = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]

@@ -27,9 +27,14 @@ FLOORS: list[tuple[str, ...]] = [
     ("tck.reports",),  # 2: renderings of results.json (reads reference for names)
     ("tck.adapters",),  # 3: the adapter contract, built-in adapters, mutants
     ("tck.fixtures",),  # 4: golden fixtures (built from reference, read through adapters)
-    ("tck.conformance",),  # 5: the checks, the pytest plugin, tck run/report/list
-    ("tck.bench",),  # 6: tck bench
-    ("tck.cli", "tck.__main__"),  # 7: the tck command, which imports every area
+    # 5: the checks' toolbox (the harness, what a check records, private copies, the careful
+    #    run, inputs and strategies) and diagnosis (why a check failed): one floor, since the
+    #    harness explains a failed comparison and a hypothesis runs the subject through it
+    ("tck.conformance", "tck.conformance.toolkit", "tck.conformance.diagnosis"),
+    ("tck.conformance.checks",),  # 6: the checks, one module per SPEC chapter
+    ("tck.conformance.runner",),  # 7: the pytest plugin, tck run/report/list, reports
+    ("tck.bench",),  # 8: tck bench
+    ("tck.cli", "tck.__main__"),  # 9: the tck command, which imports every area
 ]
 
 # Upward imports allowed, as (importing module, imported module): none. Code a lower floor
@@ -176,11 +181,11 @@ def test_the_layering_test_sees_an_upward_import(tmp_path):
     module.write_text(
         "from . import tutorial\n"
         "def f():\n"
-        "    from tck.conformance.cli import run_checks\n"
+        "    from tck.conformance.runner.cli import run_checks\n"
         "    __import__('tck.bench.cli')\n"
     )
     found = list(imports("tck.adapters.mutants.mod", module))
     assert (1, "tck.adapters.mutants") in found
-    assert (3, "tck.conformance.cli") in found
+    assert (3, "tck.conformance.runner.cli") in found
     assert (4, "tck.bench.cli") in found
-    assert floor_of("tck.conformance.cli") > floor_of("tck.adapters.mutants.mod")
+    assert floor_of("tck.conformance.runner.cli") > floor_of("tck.adapters.mutants.mod")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tck.adapters import Adapter, Subject, Unsupported, load_adapter
-from tck.conformance import careful
-from tck.conformance.harness import Harness
+from tck.conformance.toolkit import careful
+from tck.conformance.toolkit.harness import Harness
 from tck.reference import Config
 from tck.reference.inputs import Shape
 from tck.reference.tolerance import (
@@ -162,8 +162,8 @@ def numerics_run(tmp_path_factory) -> dict:
         "-m",
         "pytest",
         "--pyargs",
-        "tck.conformance.test_numerics",
-        "tck.conformance.test_gradients",
+        "tck.conformance.checks.test_numerics",
+        "tck.conformance.checks.test_gradients",
         "-p",
         "no:cacheprovider",
         "-q",
@@ -218,8 +218,8 @@ def _float32_only_wrong_pe() -> Adapter:
 def test_float32_only_subject_still_fails_on_a_wrong_float32_result():
     """_dtype_specific asks for a float64 instance to tell a precision bug from a plain one;
     a subject that cannot be built in float64 must keep its float32 failure, not skip."""
-    from tck.conformance import test_numerics as checks
-    from tck.conformance.results import CheckFailure
+    from tck.conformance.checks import test_numerics as checks
+    from tck.conformance.toolkit.results import CheckFailure
 
     adapter = _float32_only_wrong_pe()
     tck = Harness(adapter, adapter.subjects()[0])

@@ -289,7 +289,7 @@ def test_repro_of_an_exported_subject_replays_the_failure(sdpa, tmp_path):
 
 def _built(adapter, name: str, seed: int):
     """``name`` of ``adapter`` built and given canonical parameters of ``seed``, and inputs."""
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference import init_params
     from tck.reference.inputs import Shape, make_inputs
 
@@ -354,7 +354,7 @@ def test_a_template_serves_other_sizes_where_the_program_keeps_them_symbolic(ada
     onnx.axis_not_dynamic)."""
     from tck.adapters import load_adapter
     from tck.adapters.onnx_runtime import Exported, clear_caches, export, run_graph, with_onnx
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference.inputs import Shape, make_inputs
 
     ort = with_onnx(load_adapter(adapter), reuse=True)
@@ -487,7 +487,7 @@ def test_a_template_serves_calls_of_its_own_sizes():
     finally:
         sys.path.remove(str(HERE))
     from tck.adapters.onnx_runtime import clear_caches, with_onnx
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference.inputs import Shape, make_inputs
 
     ort = with_onnx(fixed_batch, reuse=True)

@@ -28,7 +28,7 @@ def _export(folder: Path) -> tuple[Path, dict]:
 
     from tck.adapters.onnx_runtime import export
     from tck.adapters.reference import adapter
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference import init_params
 
     # d_k = 16: the exporter stores the scale 1/sqrt(d_k) as a float32 constant (SPEC.md

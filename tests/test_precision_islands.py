@@ -26,10 +26,10 @@ import pytest
 from support import island_models
 from support.forked_run import tck_run
 
-from tck.conformance import islands
-from tck.conformance.harness import Harness
-from tck.conformance.recorder import Recorder
-from tck.conformance.results import CheckFailure
+from tck.conformance.diagnosis import islands
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.recorder import Recorder
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import Conventions
 from tck.reference.inputs import Shape
 from tck.reference.tolerance import (

@@ -337,8 +337,8 @@ def test_qwen2_bias_on_qkv_not_o(tmp_path) -> None:
     assert document["adapter"]["conventions"][subject]["pe_base"] == 1e6
     # the canonical parameters read off the checkpoint: q, k, v biases, none on o
     from tck.adapters import pretrained
-    from tck.conformance.harness import DEFAULT_CONFIG
-    from tck.conformance.spaces import subject_config
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.spaces import subject_config
 
     adapter = pretrained.auto(model)
     subject_ = next(s for s in adapter.subjects() if s.name == subject)

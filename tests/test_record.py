@@ -38,12 +38,19 @@ ALLOWED_MODULES: dict[str, str] = {
     "adapters/timm_pretrained.py": "the subjects a timm checkpoint offers, and their parts",
     "adapters/real_size.py": "the subjects the real-size plan runs at full size",
     "adapters/reference.py": "the reference adapter's forward for each subject it offers",
+    "adapters/hf_decoder.py": (
+        "hf.gpt2 and hf.llama's subjects, and the steps transformers' module behind each "
+        "computes in float32 (SPEC.md §10.12)"
+    ),
 }
 # Single nodes that may name components: (file, the node's source as ast.unparse writes
 # it) -> the reason.
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("reference/conventions.py", "('layer_norm', 'rms_norm')"): (
         "the values of the convention field norm_kind (SPEC.md §5) are named like the norms"
+    ),
+    ("adapters/instance.py", "('gated_ffn', 'causal_self_attention', 'decoder_block')"): (
+        "the subjects of hf_decoder's table that a transformers decoder layer instance offers"
     ),
     ("adapters/instance.py", "entry.component == 'encoder_layer'"): (
         "the torch.nn-instance adapter's subject table: its layer takes the instance's "

@@ -1,5 +1,5 @@
 """The Recorder: what one check finds besides its verdict, owned by the plugin, written by
-the harness and the check (tck.conformance.recorder)."""
+the harness and the check (tck.conformance.toolkit.recorder)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from tck.adapters import load_adapter
-from tck.conformance.calling import guarded_run
-from tck.conformance.harness import Harness
-from tck.conformance.recorder import Recorder
-from tck.conformance.results import CheckFailure
+from tck.conformance.toolkit.calling import guarded_run
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.recorder import Recorder
+from tck.conformance.toolkit.results import CheckFailure
 
 
 def test_note_keeps_the_worst_of_each_metric_and_its_index():

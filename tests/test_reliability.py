@@ -243,10 +243,10 @@ def test_a_hang_in_native_code_ends_its_worker_and_is_a_timeout_row(tmp_path):
 
 
 def test_the_watchdog_rearms_once_per_slack_and_names_the_check_it_ended(tmp_path, monkeypatch):
-    """One watchdog per process (conformance/watchdog.py): its marker names the current
+    """One watchdog per process (conformance/runner/watchdog.py): its marker names the current
     check, faulthandler is armed once per SLACK of the limit (not per check), and a marker
     counts as a timeout only with faulthandler's words and only for the check it names."""
-    from tck.conformance import watchdog
+    from tck.conformance.runner import watchdog
 
     calls = []
     monkeypatch.setattr(
@@ -409,8 +409,8 @@ def test_hostile_text_is_inert_in_every_report_and_the_terminal(fault, tmp_path)
 
 
 def test_repro_snippets_are_built_from_literals_only():
-    from tck.conformance import repro
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.runner import repro
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
 
     evil = 'x\nimport os; os.system("echo PWNED")\n#'
     snippets = [
@@ -666,7 +666,7 @@ def test_a_baseline_turns_known_failures_green_and_new_ones_red(tmp_path):
 
 
 def test_the_baseline_lists_fixed_rows_in_every_report(tmp_path):
-    from tck.conformance.baseline import apply_baseline, red
+    from tck.conformance.runner.baseline import apply_baseline, red
     from tck.reports import junit_xml
     from tck.reports.html import render_report
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import tck.conformance
+import tck.conformance.checks
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAUSE_HEADING = re.compile(r"^### §(\d+\.\d+) (.+)$", re.MULTILINE)
@@ -42,10 +42,10 @@ def self_test_citations() -> dict[str, set[str]]:
 def check_citations() -> dict[str, set[str]]:
     """Clauses named by the spec markers of every check in tck.conformance."""
     cited: dict[str, set[str]] = {}
-    for info in pkgutil.iter_modules(tck.conformance.__path__):
+    for info in pkgutil.iter_modules(tck.conformance.checks.__path__):
         if not info.name.startswith("test_"):
             continue
-        module = importlib.import_module(f"tck.conformance.{info.name}")
+        module = importlib.import_module(f"tck.conformance.checks.{info.name}")
         for name, function in vars(module).items():
             if not name.startswith("test_") or not callable(function):
                 continue

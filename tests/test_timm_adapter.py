@@ -20,7 +20,7 @@ import pytest
 from test_fingerprint_cli import assert_agrees
 
 from tck.cli import main
-from tck.conformance.fingerprint_cli import build_fingerprint
+from tck.conformance.runner.fingerprint_cli import build_fingerprint
 
 
 def tck(*args: str) -> subprocess.CompletedProcess:
@@ -183,7 +183,7 @@ def test_timm_qkv_bias_off_keeps_the_output_bias(timm_available: None) -> None:
     import numpy as np
 
     from tck.adapters import Unsupported, load_adapter
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference import init_params
     from tck.reference.expected import expected
     from tck.reference.inputs import Shape, make_inputs

@@ -14,7 +14,7 @@ from torch import nn
 from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported
 from tck.adapters.mutants import tutorial
 from tck.adapters.reference import entry
-from tck.conformance.verified import call_facts, unverified_reason
+from tck.conformance.toolkit.verified import call_facts, unverified_reason
 from tck.reference import Config, canonical_conventions
 from tck.reports import write_reports
 
@@ -69,13 +69,13 @@ short = TorchModuleAdapter(
 
 
 def test_length_one_pass_is_reported_unverified(tmp_path: Path, monkeypatch) -> None:
-    from tck.conformance.cli import run_checks
+    from tck.conformance.runner.cli import run_checks
     from tck.reports import load_results
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     out = tmp_path / "out"
     results = run_checks(
-        ["--pyargs", "tck.conformance.test_equality", "-k", "test_oracle"],
+        ["--pyargs", "tck.conformance.checks.test_equality", "-k", "test_oracle"],
         adapter_spec="test_unverified:short",
         out=out,
         workers="0",
@@ -116,7 +116,7 @@ def test_count_is_what_the_module_holds() -> None:
 
 
 def test_the_results_schema_knows_every_status():
-    from tck.conformance.results import STATUSES
+    from tck.conformance.toolkit.results import STATUSES
     from tck.reports.schema import RESULT
 
     assert set(RESULT["properties"]["status"]["enum"]) == set(STATUSES)

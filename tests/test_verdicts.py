@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported, load_adapter
-from tck.conformance import test_blocks, test_decoder
-from tck.conformance.deltas import delta, real_positions
-from tck.conformance.harness import Harness
-from tck.conformance.results import CheckFailure
+from tck.conformance.checks import test_blocks, test_decoder
+from tck.conformance.toolkit.deltas import delta, real_positions
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
 from tck.reference.inputs import Shape
 from tck.reference.tolerance import compare
 
@@ -263,7 +263,7 @@ def test_a_run_that_verified_nothing_exits_non_zero(tmp_path) -> None:
 
 @pytest.mark.spec("10.11")
 def test_unverified_subjects_leave_out_nothing_that_verified() -> None:
-    from tck.conformance.plugin import unverified_subjects
+    from tck.conformance.runner.plugin import unverified_subjects
 
     rows = [
         {"subject": "a", "status": "skip"},
@@ -288,7 +288,7 @@ def test_float32_onnx_file_runs_the_parameter_free_checks_in_float32(tmp_path) -
 
     from tck.adapters.onnx_runtime import export
     from tck.adapters.reference import adapter
-    from tck.conformance.harness import DEFAULT_CONFIG
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference import init_params
 
     config = dataclasses.replace(DEFAULT_CONFIG, d_model=16, n_heads=2, d_ff=24)
@@ -322,7 +322,7 @@ class ReadsItsOwn(NoParams):
 @pytest.mark.spec("0.2", "0.5")
 def test_round_trip_skips_when_nothing_could_be_loaded() -> None:
     """It used to compare params() with itself and pass, wrong shapes and all."""
-    from tck.conformance import test_params
+    from tck.conformance.checks import test_params
 
     adapter = ReadsItsOwn(
         "verdicts.reads_its_own",
@@ -346,8 +346,8 @@ def test_round_trip_skips_when_nothing_could_be_loaded() -> None:
 
 @pytest.mark.spec("10.9")
 def test_an_export_failure_is_one_failing_row_per_subject() -> None:
-    from tck.conformance.plugin import one_export_failure
-    from tck.conformance.results import Result
+    from tck.conformance.runner.plugin import one_export_failure
+    from tck.conformance.toolkit.results import Result
 
     def row(check: str, subject: str, code: str = "onnx.export_failed", status: str = "error"):
         return Result(check, ["10.9"], "mha", subject, status, {"code": code, "message": "boom\nx"})
@@ -493,7 +493,7 @@ def test_float64_gradient_bound_scales_with_the_values(magnitude: float) -> None
     oracle used to fail by up to 2.4e5x a floor scaled by the gradient alone), while a
     gradient off by 1e-3 relative still fails at every magnitude (at 1e5 the floor is
     8e-5 against gradients of ~2: the price of inputs that large)."""
-    from tck.conformance import careful
+    from tck.conformance.toolkit import careful
     from tck.reference.tolerance import gradient_scale
 
     adapter = load_adapter("torch.nn")
@@ -518,7 +518,7 @@ def test_subjects_of_another_device_are_not_unverified_under_export() -> None:
     the subject an exported one comes from decides)."""
     pytest.importorskip("onnxruntime")
     from tck.adapters.onnx_runtime import with_onnx
-    from tck.conformance.plugin import _runs_here
+    from tck.conformance.runner.plugin import _runs_here
 
     base = load_adapter("torch.nn")
     wrapped = with_onnx(base)

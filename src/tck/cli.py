@@ -1,11 +1,11 @@
 """The ``tck`` command.
 
     tck run --adapter reference [--profile ci] [--out DIR] [--only mha,layer_norm] [--seed N]
-    tck report DIR [DIR ...] [--out DIR]          (tck.conformance.cli)
-    tck list                                      (tck.conformance.cli)
+    tck report DIR [DIR ...] [--out DIR]          (tck.conformance.runner.cli)
+    tck list                                      (tck.conformance.runner.cli)
     tck fixtures verify|build                     (tck.fixtures.cli)
-    tck fingerprint --adapter NAME                (tck.conformance.fingerprint_cli)
-    tck export-onnx --adapter NAME --subject S    (tck.conformance.onnx_cli)
+    tck fingerprint --adapter NAME                (tck.conformance.runner.fingerprint_cli)
+    tck export-onnx --adapter NAME --subject S    (tck.conformance.runner.onnx_cli)
     tck bench --adapter torch.nn --device cpu     (tck.bench.cli)
 
 The top floor: it imports each area's subcommand module and nothing imports it. Each
@@ -29,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     # imported here, not at the top: importing them (torch) takes seconds, and a Ctrl-C
     # meanwhile is main's to turn into exit status 130
     from tck.bench import cli as bench_cli
-    from tck.conformance import cli as conformance_cli
-    from tck.conformance import fingerprint_cli, onnx_cli
+    from tck.conformance.runner import cli as conformance_cli
+    from tck.conformance.runner import fingerprint_cli, onnx_cli
     from tck.fixtures import cli as fixtures_cli
 
     parser = OneLineParser(prog="tck", description=__doc__.split("\n\n")[0])

@@ -41,7 +41,7 @@ import jsonschema  # noqa: F401
 import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 from tck.cli import main  # loaded once here, before any fork
-from tck.conformance import cli
+from tck.conformance.runner import cli
 from tck.reports import html as _html  # noqa: F401  (loaded once: jinja2 and the templates)
 from tck.reports import junit_xml
 from tck.reports.files import atomic_write
@@ -57,13 +57,13 @@ def _preload_checks() -> list[str]:
     import importlib
     import pkgutil
 
-    from tck import conformance
+    from tck.conformance import checks
 
     loaded = []
-    for info in pkgutil.iter_modules(conformance.__path__):
+    for info in pkgutil.iter_modules(checks.__path__):
         if not info.name.startswith("test_"):
             continue
-        name = f"{conformance.__name__}.{info.name}"
+        name = f"{checks.__name__}.{info.name}"
         fresh = name not in sys.modules
         module = importlib.import_module(name)
         if "@pytest_ar" in vars(module):

@@ -1,0 +1,777 @@
+"""§11 Decoder-only models: the properties that decide whether a language model is correct.
+
+Every causal subject (``causal_self_attention``, ``decoder_block``, ``causal_lm``) is checked
+on unpadded calls of several lengths against the oracle (a subject that takes no padding mask
+still gets oracle equality), for causal no-leak, for batching rows of different lengths, for
+grouped-query attention, and, through ``Adapter.step``, for KV-cache equivalence and for
+left-padding invariance.
+
+A subject offered only in float32 and below (transformers' Llama computes RMSNorm, RoPE and
+its eager softmax in float32 whatever the model's dtype) is checked in float32: oracle
+comparisons bound it by the careful run's float32 error (SPEC.md §10.7), and the
+comparisons of the implementation with itself use float32's floor of the tolerance rule.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.adapters import AdapterFailure, Unsupported
+from tck.conformance.diagnosis.decoding import decode, token_input
+from tck.conformance.toolkit.harness import Harness, Instance
+from tck.conformance.toolkit.input_edits import batch_slice
+from tck.conformance.toolkit.instances import zero_params
+from tck.conformance.toolkit.results import CheckFailure
+from tck.reference import Config, Conventions, oracle
+from tck.reference.components import record, tagged
+from tck.reference.expected import decoder_only
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import Comparison, compare
+
+spec = pytest.mark.spec
+components = pytest.mark.components
+
+CAUSAL = tagged("kv_cache")
+LENGTHS = (1, 3, 7, 13, 29)  # a prefix of 1, and lengths that are not multiples of 8
+CLAUSE = {name: record(name).clauses[0] for name in CAUSAL}
+
+# What torch.cat, torch broadcasting and numpy say when a cache is concatenated along the wrong
+# axis (the other axes then disagree between the cache and the new token's keys).
+CONCAT_ERRORS = re.compile(
+    r"Sizes of tensors must match|must match the size of tensor|dimensions except for the "
+    r"concatenation axis|shape mismatch|cannot be broadcast|size mismatch",
+    re.IGNORECASE,
+)
+
+
+# --------------------------------------------------------------------------------- helpers
+
+
+def instance(tck: Harness, **config) -> Instance:
+    """float64 when the adapter offers it, else the highest precision it offers."""
+    offered = tck.dtypes()
+    dtype = next(d for d in ("float64", "float32", "bfloat16", "float16") if d in offered)
+    return tck.instance(tck.config(**config) if config else None, dtype=dtype)
+
+
+def unpadded(tck: Harness, inst: Instance, batch: int, length: int, seed: int) -> Inputs:
+    return tck.inputs(inst, Shape(batch=batch, lq=length, lk=length, masked=False), seed=seed)
+
+
+def same(
+    inst: Instance, test: np.ndarray, truth: np.ndarray, ignore=None, *, what: str = ""
+) -> Comparison:
+    """The implementation against itself: the floor of the tolerance rule in its dtype. The
+    positions compared are real tokens, which must be finite on both sides: a NaN or inf
+    there fails with ``numerics.nonfinite_output`` (``what`` says which comparison), since a
+    NaN on both sides is no evidence that the two computations agree (SPEC.md §10.7)."""
+    result = compare(test, truth, dtype=inst.dtype, ignore=ignore, require_finite=True)
+    if result.nonfinite:
+        raise CheckFailure(
+            "numerics.nonfinite_output",
+            f"{what + ': ' if what else ''}{result.describe_nonfinite('output', 'reference')} "
+            "(positions compared: real tokens, never pads); a fill of -inf or a division by "
+            "zero in a fully masked pad row spreads NaN to the real tokens (SPEC.md §4.4, "
+            "§10.7)",
+            result.metrics(),
+        )
+    return result
+
+
+def describe(result: Comparison) -> str:
+    return (
+        f"max |difference| {result.max_abs_err:.3g} > bound {result.bound:.3g} at index "
+        f"{result.worst_index}"
+    )
+
+
+def run_or_skip(tck: Harness, inst: Instance, inputs: Inputs, why: str) -> np.ndarray:
+    try:
+        return tck.run(inst, inputs)
+    except Unsupported as err:
+        pytest.skip(f"{why}: {err}")
+
+
+# ------------------------------------------------------------------ oracle and causality
+
+
+def full_length_here(tck: Harness) -> int | None:
+    """A checkpoint's own context (``real_length`` of its adapter) when the subject offers no
+    float64: equality.oracle, which makes that call otherwise, then does not run."""
+    real_length = getattr(tck.adapter, "real_length", None)
+    if not callable(real_length) or "float64" in tck.dtypes():
+        return None
+    return real_length(tck.subject)
+
+
+@spec("11.1", "11.4", "11.5", id="decoder.oracle_lengths")
+@components(*CAUSAL)
+def test_oracle_lengths(tck: Harness) -> None:
+    """The oracle on unpadded calls of lengths 1, 3, 7, 13 and 29 through one instance: the
+    calls every causal implementation takes, whether or not it takes a padding mask."""
+    tck.record.measured(CLAUSE[tck.component])
+    inst = instance(tck)
+    tck.require_params(inst)
+    for index, length in enumerate(LENGTHS):
+        inputs = unpadded(tck, inst, 2, length, seed=100 + index)
+        tck.assert_matches_oracle(inst, inputs, what=f"unpadded call of length {length}")
+    full = full_length_here(tck)
+    if full is not None:  # a checkpoint's own context, where equality.oracle cannot run
+        inputs = unpadded(tck, inst, 1, full, seed=150)
+        tck.assert_matches_oracle(inst, inputs, what=f"unpadded call of length {full}")
+        tck.note({"full_length": full})
+    padded = tck.inputs(inst, Shape(batch=2, lq=13, lk=13, lengths=(13, 7)), seed=199)
+    try:  # right padding, where the implementation takes key_padding
+        tck.assert_matches_oracle(inst, padded, what="right-padded rows of lengths 13 and 7")
+    except Unsupported as why:
+        tck.note({"unsupported_calls": [f"right-padded rows: {why}"]})
+
+
+@spec("11.2", id="decoder.grouped_query_attention")
+@components(*CAUSAL)
+def test_grouped_query_attention(tck: Harness) -> None:
+    """§11.2: n_kv_heads = 2 of 4 query heads: key/value head j serves query heads 2j and
+    2j + 1 (repeated in place, not tiled); checked against the oracle, unpadded."""
+    check_kv_heads(tck, 2)
+
+
+@spec("11.2", id="decoder.multi_query_attention")
+@components(*CAUSAL)
+def test_multi_query_attention(tck: Harness) -> None:
+    """§11.2: n_kv_heads = 1: one key/value head serves every query head."""
+    check_kv_heads(tck, 1)
+
+
+def check_kv_heads(tck: Harness, n_kv_heads: int) -> None:
+    try:
+        inst = instance(tck, n_kv_heads=n_kv_heads)
+    except Unsupported as err:
+        pytest.skip(f"n_kv_heads={n_kv_heads}: {err}")
+    except ValueError as err:  # load(): k and v have n_heads heads whatever n_kv_heads says
+        if "shape" not in str(err):
+            raise
+        pytest.skip(
+            f"the implementation has no grouped-query attention: its key/value projections do "
+            f"not take n_kv_heads={n_kv_heads} ({str(err)[:200]})"
+        )
+    tck.require_params(inst)
+    for index, length in enumerate((5, 11)):
+        inputs = unpadded(tck, inst, 2, length, seed=200 + index)
+        tck.assert_matches_oracle(
+            inst, inputs, what=f"n_kv_heads={n_kv_heads} of {inst.config.n_heads}, L={length}"
+        )
+
+
+@spec("4.3", "11.1", id="decoder.causal_no_leak")
+@components(*CAUSAL)
+def test_causal_no_leak(tck: Harness) -> None:
+    """§11.1: always causal. Changing the tokens at positions >= s leaves rows < s unchanged."""
+    inst = instance(tck)
+    name = token_input(tck.component)
+    rng = np.random.default_rng(tck.seed)
+    for length, s in ((2, 1), (9, 4), (13, 12)):
+        inputs = unpadded(tck, inst, 2, length, seed=300 + length)
+        base = tck.run(inst, inputs)
+        changed = dict(inputs)
+        if name == "ids":
+            ids = np.array(inputs["ids"])
+            ids[:, s:] = (
+                ids[:, s:] + rng.integers(1, inst.config.vocab_size, ids[:, s:].shape)
+            ) % (inst.config.vocab_size)
+            changed["ids"] = ids
+        else:
+            x = np.array(inputs["x"])
+            x[:, s:] = rng.standard_normal(x[:, s:].shape)
+            changed["x"] = x
+        after = tck.run(inst, changed)
+        result = same(
+            inst, after[:, :s], base[:, :s], what=f"rows < {s} after changing later tokens"
+        )
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "mask.causal_leak",
+                f"changing positions >= {s} (of {length}) changes earlier rows: "
+                f"{describe(result)}; the model sees future tokens (SPEC.md §4.3, §11.1)",
+                result.metrics(),
+            )
+
+
+@spec("10.2", "11.8", id="decoder.batch_rows_of_different_lengths")
+@components(*CAUSAL)
+def test_batch_rows_of_different_lengths(tck: Harness) -> None:
+    """§11.8: a batch of right-padded rows of lengths 11, 6 and 1 gives, at each row's real
+    positions, what the row gives alone and unpadded."""
+    inst = instance(tck)
+    lengths = (11, 6, 1)
+    inputs = tck.inputs(inst, Shape(batch=3, lq=11, lk=11, lengths=lengths), seed=400)
+    out = run_or_skip(tck, inst, inputs, "a padded batch needs key_padding")
+    for b, length in enumerate(lengths):
+        alone = {k: v[:, :length] for k, v in batch_slice(inputs, b).items() if k != "key_padding"}
+        truth = tck.run(inst, alone)
+        result = same(inst, out[b : b + 1, :length], truth, what=f"row {b} in the batch -> alone")
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "batch.padded_rows_differ",
+                f"row {b} (length {length} of 11, right-padded) in a batch differs from the "
+                f"same row alone: {describe(result)} (SPEC.md §10.2, §11.8)",
+                result.metrics(),
+            )
+
+
+# ---------------------------------------------------------------------------- KV cache
+
+
+def left_padded(tck: Harness, inst: Instance, lengths: tuple[int, ...], seed: int) -> Inputs:
+    """Rows right-aligned in a batch of length max(lengths): pads first, key_padding False
+    there, and position ids shifted so every row's first real token is at 0 (§11.7)."""
+    total = max(lengths)
+    inputs = tck.inputs(
+        inst, Shape(batch=len(lengths), lq=total, lk=total, masked=False), seed=seed
+    )
+    pads = total - np.asarray(lengths)
+    keep = np.arange(total)[None, :] >= pads[:, None]  # (B, T)
+    inputs["key_padding"] = keep
+    inputs["positions"] = np.maximum(np.arange(total)[None, :] - pads[:, None], 0)
+    return inputs
+
+
+def step_outputs(
+    tck: Harness,
+    inst: Instance,
+    inputs: Inputs,
+    prefill: int,
+    chunk: int = 1,
+    *,
+    give_positions: bool = True,
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The outputs of incremental decoding, concatenated along the sequence (B, L, ...), and
+    the token range of each call."""
+    try:
+        outs, ranges = decode(
+            tck.adapter,
+            inst.handle,
+            tck.component,
+            inputs,
+            prefill,
+            chunk,
+            give_positions=give_positions,
+        )
+    except (Unsupported, AdapterFailure, CheckFailure):
+        raise
+    except Exception as err:  # the implementation's own error while decoding
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if CONCAT_ERRORS.search(str(err)):
+            raise CheckFailure(
+                "cache.wrong_axis",
+                f"a decoding step with the cache failed: {type(err).__name__}: {first[:200]}; "
+                "appending the new token's keys and values to the cache does not fit: the "
+                "cache grows along an axis other than the sequence axis (SPEC.md §11.6)",
+            ) from err
+        raise
+    for out, (start, stop) in zip(outs, ranges, strict=True):
+        expected_shape = (inputs[token_input(tck.component)].shape[0], stop - start)
+        if out.shape[:2] != expected_shape:
+            raise CheckFailure(
+                "cache.wrong_axis",
+                f"the step with tokens {start}..{stop - 1} returned shape {out.shape}, not "
+                f"{expected_shape} + the output's trailing axes: the cache (or its output) "
+                "grows along the wrong axis (SPEC.md §11.6)",
+                {"shape": list(out.shape)},
+            )
+    return np.concatenate(outs, axis=1), ranges
+
+
+def cached_keys_seen(
+    batch: int,
+    length: int,
+    ranges: list[tuple[int, int]],
+    key_padding: np.ndarray | None,
+    *,
+    prepend: bool = False,
+    pad_in_steps: bool = True,
+) -> np.ndarray:
+    """(B, 1, L, L): which tokens' keys each query sees when the calls take the token ranges
+    ``ranges`` and attend their cache as an implementation lays the masks over it: query i of
+    a call of n tokens on a cache of T keys (this call's included) sees cache slots 0..T-n+i
+    (bottom-right, §11.6) whose padding entry, read at the slot's index, is True (§11.7).
+    ``prepend``: each call after the first puts its keys before the cached ones (so slot j
+    no longer holds token j); ``pad_in_steps=False``: the padding mask is applied in the
+    first call only. Both False/True give the spec's causal AND padding mask."""
+    keep = np.zeros((batch, length, length), bool)
+    order: list[int] = []  # token held by each cache slot
+    for call, (start, stop) in enumerate(ranges):
+        new = list(range(start, stop))
+        order = new + order if prepend and call else order + new
+        slots, n = np.asarray(order), stop - start
+        for i in range(n):
+            seen = slots[: len(order) - n + i + 1]
+            if key_padding is None or (call and not pad_in_steps):
+                keep[:, start + i, seen] = True
+            else:
+                keep[:, start + i, seen] = np.asarray(key_padding, bool)[:, : len(seen)]
+    return keep[:, None]
+
+
+def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):
+    """(code, message, gold over the whole sequence) for the bugs of cached decoding, the
+    calls having taken the token ranges ``ranges`` (the first one the prefill)."""
+    component, c, conv, p = tck.component, inst.config, inst.conventions, inst.params or {}
+    b, length = np.asarray(inputs[token_input(component)]).shape[:2]
+    positions = inputs.get("positions")
+    positions = np.broadcast_to(np.arange(length), (b, length)) if positions is None else positions
+    prefill = ranges[0][1]
+    restarted = np.array(positions)
+    top_left = np.tril(np.ones((length, length), bool))
+    for start, stop in ranges[1:]:
+        restarted[:, start:stop] = np.arange(stop - start)  # numbered within its own call
+        for row in range(start, stop):  # query i of the call sees keys 0..i
+            top_left[row] = np.arange(length) <= row - start
+    what = "RoPE rotates" if conv.positions == "rope" else "the position table gives"
+    code = "cache.rope_offset_wrong" if conv.positions == "rope" else "cache.position_offset_wrong"
+    yield (
+        code,
+        f"{what} each decoded token at its index within its own call (from 0), not at its "
+        "place after the cached tokens: the cache's offset is not added to the position ids "
+        "(SPEC.md §11.6, §11.9)",
+        decoder_only(component, {**inputs, "positions": restarted}, p, c, conv),
+    )
+    if conv.positions == "rope":  # one of the two rotated at the right position, not both
+        yield (
+            code,
+            "RoPE rotates each decoded token's key at its index within its own call (from 0) "
+            "and its query at its place after the cached tokens: the cache's offset reaches "
+            "the queries but not the keys (SPEC.md §11.6, §2.3)",
+            decoder_only(component, inputs, p, c, conv, key_positions=restarted),
+        )
+        yield (
+            code,
+            "RoPE rotates each decoded token's query at its index within its own call (from 0) "
+            "and its key at its place after the cached tokens: the cache's offset reaches the "
+            "keys but not the queries (SPEC.md §11.6, §2.3)",
+            decoder_only(
+                component,
+                {**inputs, "positions": restarted},
+                p,
+                c,
+                conv,
+                key_positions=np.asarray(positions),
+            ),
+        )
+    strict = np.tril(np.ones((length, length), bool))
+    rows = np.arange(prefill, length)
+    strict[rows, rows] = False  # decoded tokens do not see their own key
+    yield (
+        "cache.causal_off_by_one",
+        "each decoded token attends the cached keys but not its own: the causal mask of a "
+        "cached step is off by one position (j < T instead of j <= T - 1; SPEC.md §11.6)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=strict),
+    )
+    yield (
+        "cache.causal_top_left",
+        "each decoded token attends only the first tokens of the sequence: the causal mask of "
+        "a cached step is built for the new tokens alone (query i sees keys 0..i), aligned "
+        "top-left, instead of offset by the number of cached keys (bottom-right: query i sees "
+        "keys up to T - n + i; SPEC.md §11.6, §4.3)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
+    )
+    key_padding = inputs.get("key_padding")
+    unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
+    yield (
+        "cache.keys_prepended",
+        "each call's keys and values are put before the cached ones instead of after them: "
+        "the causal and padding masks, laid over the cache by index, fall on the wrong keys "
+        "(SPEC.md §11.6)",
+        decoder_only(
+            component,
+            unpadded_inputs,
+            p,
+            c,
+            conv,
+            causal_keep=cached_keys_seen(b, length, ranges, key_padding, prepend=True),
+        ),
+    )
+    if key_padding is not None:
+        yield (
+            "cache.padding_dropped_in_steps",
+            "the decoded tokens attend the padded keys: the key-padding mask is applied in "
+            "the full forward and the prefill but not in cached steps (SPEC.md §11.6, §11.7)",
+            decoder_only(
+                component,
+                unpadded_inputs,
+                p,
+                c,
+                conv,
+                causal_keep=cached_keys_seen(b, length, ranges, key_padding, pad_in_steps=False),
+            ),
+        )
+    diagonal = np.eye(length, dtype=bool)
+    diagonal[:prefill, :prefill] = np.tril(np.ones((prefill, prefill), bool))
+    for start, stop in ranges[1:]:  # a call's tokens see each other, not the cache
+        diagonal[start:stop, start:stop] = np.tril(np.ones((stop - start, stop - start), bool))
+    yield (
+        "cache.ignored",
+        "each decoded token attends only the tokens of its own call: the cache is not used "
+        "(SPEC.md §11.6)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=diagonal),
+    )
+
+
+# (prefill, tokens per later call): one token per step, as generate() decodes
+ONE_TOKEN = ((1, 1), (4, 1))
+# chunked prefill (§11.9): several tokens per call on a non-empty cache, two chunk sizes
+# that divide what follows the prefill of length 11, so every later call has n > 1
+CHUNKED = ((1, 2), (3, 4))
+
+
+def check_cache(
+    tck: Harness,
+    inst: Instance,
+    inputs: Inputs,
+    what: str,
+    schedules: tuple[tuple[int, int], ...] = ONE_TOKEN,
+    *,
+    give_positions: bool = True,
+    clause: str = "SPEC.md §11.6",
+) -> None:
+    full = tck.run(inst, inputs)
+    keep = inputs.get("key_padding")
+    ignore = None
+    if keep is not None:  # padded query rows are not promised anything here
+        ignore = ~np.asarray(keep)[(..., *([None] * (full.ndim - 2)))]
+    for prefill, chunk in schedules:
+        try:
+            cached, ranges = step_outputs(
+                tck, inst, inputs, prefill, chunk, give_positions=give_positions
+            )
+        except Unsupported as err:
+            pytest.skip(f"incremental decoding: {err}")
+        result = same(
+            inst, cached, full, ignore, what=f"{what}, prefill {prefill}: cached -> full forward"
+        )
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if result.passed:
+            continue
+        worst = result.worst_index[1] if result.worst_index else "?"
+        per_call = "one token" if chunk == 1 else f"{chunk} tokens"
+        numbers = (
+            f"{what}, prefill {prefill} then {per_call} per step"
+            f"{'' if give_positions else ', no positions given'}: at position {worst} the "
+            f"cached output differs from the full forward: {describe(result)}"
+        )
+        if inst.params is not None and tck.component in CAUSAL:
+            for code, message, gold in cache_hypotheses(tck, inst, inputs, ranges):
+                decoded = np.zeros(full.shape, bool)
+                decoded[:, prefill:] = True
+                if ignore is not None:
+                    decoded &= ~np.broadcast_to(ignore, full.shape)
+                if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
+                    raise CheckFailure(code, f"{message}; {numbers}", result.metrics())
+        raise CheckFailure("cache.mismatch", f"{numbers} ({clause})", result.metrics())
+
+
+@spec("11.6", id="decoder.kv_cache")
+@components(*CAUSAL)
+def test_kv_cache(tck: Harness) -> None:
+    """§11.6: decoding with the subject's own cache, a prefill of 1 or 4 tokens and then one
+    token per step, gives at every step what one full forward gives (length 11, batch 2)."""
+    inst = instance(tck)
+    check_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=500), "unpadded rows of length 11")
+
+
+@spec("11.6", "11.7", id="decoder.kv_cache_left_padded")
+@components(*CAUSAL)
+def test_kv_cache_left_padded(tck: Harness) -> None:
+    """§11.6, §11.7: the same with left-padded rows (lengths 11 and 7) and shifted position
+    ids, the key padding growing with the sequence: how generate() decodes a batch."""
+    inst = instance(tck)
+    inputs = left_padded(tck, inst, (11, 7), seed=501)
+    try:
+        check_cache(tck, inst, inputs, "left-padded rows of lengths 11 and 7")
+    except Unsupported as err:
+        pytest.skip(f"left padding needs key_padding and positions: {err}")
+
+
+@spec("11.9", "11.6", "11.7", id="decoder.kv_cache_chunked")
+@components(*CAUSAL)
+def test_kv_cache_chunked(tck: Harness) -> None:
+    """§11.9: chunked prefill. Calls of several tokens on a non-empty cache (a prefill of 1,
+    then 2 tokens per call; a prefill of 3, then 4) give what one full forward gives: the
+    causal mask of such a call is bottom-right within the cache (query i of n sees keys up to
+    T - n + i) and its tokens are numbered after the cache. Unpadded rows, then left-padded
+    ones where the subject takes key_padding."""
+    inst = instance(tck)
+    check_cache(
+        tck,
+        inst,
+        unpadded(tck, inst, 2, 11, seed=502),
+        "unpadded rows of length 11",
+        CHUNKED,
+        clause="SPEC.md §11.6, §11.9",
+    )
+    try:  # batched prompts, left-padded, fed in chunks (§11.7)
+        check_cache(
+            tck,
+            inst,
+            left_padded(tck, inst, (11, 6), seed=506),
+            "left-padded rows of lengths 11 and 6",
+            CHUNKED,
+            clause="SPEC.md §11.6, §11.7, §11.9",
+        )
+    except Unsupported as why:
+        tck.note({"unsupported_calls": [f"left-padded rows: {why}"]})
+
+
+@spec("11.9", "11.6", id="decoder.kv_cache_own_positions")
+@components(*CAUSAL)
+def test_kv_cache_own_positions(tck: Harness) -> None:
+    """§11.9: a subject that numbers the new tokens itself (``Subject.derives_positions``)
+    is decoded without ``positions`` (one token per call, then chunks), as generate()
+    leaves it to: each token must be placed after the cached ones, not from 0 again."""
+    if not tck.subject.derives_positions:
+        pytest.skip(
+            "the subject does not declare derives_positions: its steps are always given "
+            "position ids (Subject.derives_positions, SPEC.md §11.9)"
+        )
+    inst = instance(tck)
+    inputs = {k: v for k, v in unpadded(tck, inst, 2, 11, seed=503).items() if k != "positions"}
+    check_cache(
+        tck,
+        inst,
+        inputs,
+        "unpadded rows of length 11",
+        ((4, 1), (3, 4)),
+        give_positions=False,
+        clause="SPEC.md §11.6, §11.9",
+    )
+
+
+@spec("11.9", "10.1", id="decoder.forward_after_steps")
+@components(*CAUSAL)
+def test_forward_after_steps(tck: Harness) -> None:
+    """§11.9: a plain forward after cached decoding on the same instance gives what it gave
+    before: the cache of the decoded sequence does not leak into a later full forward."""
+    inst = instance(tck)
+    inputs = unpadded(tck, inst, 2, 9, seed=504)
+    before = tck.run(inst, inputs)
+    try:
+        step_outputs(tck, inst, unpadded(tck, inst, 2, 11, seed=505), 4, 1)
+    except Unsupported as err:
+        pytest.skip(f"incremental decoding: {err}")
+    result = same(inst, tck.run(inst, inputs), before)
+    tck.note({"max_abs_delta": result.max_abs_err})
+    if not result.passed:
+        raise CheckFailure(
+            "cache.leaks_into_forward",
+            "after decoding 11 tokens with step(), a plain forward of other tokens on the same "
+            f"instance differs from the same forward before: {describe(result)}; the cache "
+            "(or state it filled) is still read by a call that was given none (SPEC.md §11.9, "
+            "§10.1)",
+            result.metrics(),
+        )
+
+
+# ------------------------------------------------------------- same-length batches, reuse
+
+
+@spec("10.2", "11.8", id="decoder.batch_rows_same_length")
+@components(*CAUSAL)
+def test_batch_rows_same_length(tck: Harness) -> None:
+    """§10.2 on causal subjects, with no padding (so every subject takes it): each row of a
+    batch of 3 rows of length 7 gives what it gives alone."""
+    inst = instance(tck)
+    inputs = unpadded(tck, inst, 3, 7, seed=410)
+    out = tck.run(inst, inputs)
+    for b in range(3):
+        result = same(inst, out[b : b + 1], tck.run(inst, batch_slice(inputs, b)))
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "batch.rows_interact",
+                f"batch row {b} of 3 (unpadded, length 7) differs from the same row run alone: "
+                f"{describe(result)} (SPEC.md §10.2)",
+                result.metrics(),
+            )
+
+
+@spec("10.1", id="decoder.instance_reuse")
+@components(*CAUSAL)
+def test_instance_reuse(tck: Harness) -> None:
+    """§10.1 on causal subjects, unpadded: after calls with other batch sizes and lengths
+    (longer and shorter), the first inputs give the first output again."""
+    inst = instance(tck)
+    first = unpadded(tck, inst, 2, 5, seed=420)
+    out = tck.run(inst, first)
+    for batch, length in ((2, 12), (3, 3)):
+        tck.run(inst, unpadded(tck, inst, batch, length, seed=421 + length))
+        result = same(inst, tck.run(inst, first), out)
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if not result.passed:
+            raise CheckFailure(
+                "state.leaks_between_calls",
+                f"after a call with batch {batch} and length {length}, the first inputs (batch "
+                f"2, length 5) give another output: {describe(result)}; state (a cache sized "
+                "or filled by an earlier call: a causal mask, cos/sin tables) leaks between "
+                "calls (SPEC.md §10.1)",
+                result.metrics(),
+            )
+
+
+# ------------------------------------------------------------------- the attention scale
+
+
+def two_key_weights(
+    probe: Config, conv: Conventions, norm: Any, scores: float
+) -> dict[str, np.ndarray]:
+    """Canonical q/k/v/o weights under which token 1 of the two tokens ``norm`` maps to (the
+    rows of ``probe_tokens`` as the attention sees them: after the block's norm) has, per
+    head h, scores (scores, 0) against (token 0, token 1) and reads its two weights off
+    channels (h d_k, h d_k + 1): key 0 = u_h, key 1 = 0, query 1 = scores R(-1) u_h (under
+    RoPE, token 1's rotation by position 1 then gives scores u_h: §2.3), value 0 = e_0,
+    value 1 = e_1, output projection the identity."""
+    h, dk, d = probe.n_heads, probe.head_dim_k, probe.d_model
+    seen = np.stack([norm[0], norm[1]], axis=1)  # (D, 2): the two tokens as attention sees them
+    inverse = np.linalg.pinv(seen)  # (2, D): W @ seen = targets for W = targets @ inverse
+    rng = np.random.default_rng(7)
+    targets = {name: np.zeros((h * dk, 2)) for name in "qkv"}
+    for head in range(h):
+        rows = slice(head * dk, (head + 1) * dk)
+        u = rng.standard_normal(dk)
+        u /= np.linalg.norm(u)
+        targets["k"][rows, 0] = u
+        query = u
+        if conv.positions == "rope":  # R(1) R(-1) u = u
+            omega = oracle.rope_frequencies_of(dk, conv)  # §2.6: scaled as declared
+            query = oracle.rope(
+                u[None], [-1], base=conv.pe_base, layout=conv.rope_layout, frequencies=omega
+            )[0]
+        targets["q"][rows, 1] = scores * query
+        targets["v"][head * dk, 0] = targets["v"][head * dk + 1, 1] = 1.0
+    out = {f"{name}.weight": target @ inverse for name, target in targets.items()}
+    out["o.weight"] = np.eye(d)
+    return out
+
+
+def probe_tokens(d_model: int, n_heads: int) -> np.ndarray:
+    """Two tokens (2, D): token 0 has 3 at channel h d_k of every head h, token 1 at h d_k + 1
+    (linearly independent before and after any norm)."""
+    dk = d_model // n_heads
+    x = np.zeros((2, d_model))
+    x[0, ::dk] = x[1, 1::dk] = 3.0
+    return x
+
+
+@spec("3.1", "3.2", "11.1", "11.4", id="decoder.effective_scale")
+@components(*(name for name in CAUSAL if record(name).level != "model"))
+def test_effective_scale(tck: Harness) -> None:
+    """§3.1 inside causal attention: per head, the second of two tokens has scores (s, 0)
+    against the two keys (weights loaded to make it so, its query turned back by RoPE's
+    rotation at position 1), and its output reads the two weights, so scale = logit / s,
+    which must be 1/sqrt(d_k). In a pre-LN decoder block the weights are solved through the
+    norm (gain 1) and the FFN is zero, so the block's output minus its input is the
+    attention's."""
+    from tck.conformance.checks.test_attention import PROBE_SCORES, judge_scale, logit_pair
+
+    inst = instance(tck)
+    c, conv = inst.config, inst.conventions
+    if c.n_heads * c.head_dim_k != c.d_model or c.head_dim_v != c.head_dim_k:
+        pytest.skip("the probe needs H * d_k = H * d_v = d_model")
+    if c.kv_heads != c.n_heads:
+        pytest.skip("the probe needs as many key/value heads as query heads")
+    block = record(tck.component).level == "layer"
+    if block and conv.norm_placement != "pre":
+        pytest.skip("post-LN: the attention's output is normalised before it can be read")
+    params = zero_params(inst)
+    x = probe_tokens(c.d_model, c.n_heads)
+    prefix = "self_attn." if block else ""
+    seen = x
+    if block:
+        for name in params:  # norms with gain 1 and shift 0; every FFN weight 0
+            if name.startswith(("norm1.", "norm2.")) and name.endswith("weight"):
+                params[name] = np.ones_like(params[name])
+        seen = oracle.norm(x, params, "norm1.", conv)
+    inputs: Inputs = {"x": x[None]}  # at positions 0 and 1
+    dk = c.head_dim_k
+    measured = []
+    for score in PROBE_SCORES:
+        for name, value in two_key_weights(c, conv, seen, score).items():
+            params[prefix + name] = value
+        try:
+            tck.adapter.load(inst.handle, params)
+        except Unsupported as err:
+            pytest.skip(f"the probe loads its weights: {err}")
+        out = tck.run(inst, inputs)
+        attended = out[0] - x if block else out[0]  # (2, D)
+        first = attended[0].reshape(c.n_heads, dk)[:, :2]
+        if not same(inst, first, np.tile([1.0, 0.0], (c.n_heads, 1))).passed:
+            pytest.skip(
+                "the probe's first token does not read back its own value (1, 0) per head, so "
+                "the weights cannot be read off (see decoder.oracle_lengths)"
+            )
+        heads = attended[1].reshape(c.n_heads, dk)  # per head: (w0, w1, 0, ...)
+        if not same(inst, heads[:, 0] + heads[:, 1], np.ones(c.n_heads)).passed:
+            pytest.skip(
+                "the weights of the two keys do not sum to 1, so the scale cannot be read off "
+                "(see decoder.oracle_lengths)"
+            )
+        measured.append(logit_pair(heads[:, 0], heads[:, 1]) / score)
+    where = "the attention of a pre-LN decoder block" if block else "causal self-attention"
+    judge_scale(tck, np.array(measured).T, c, f"{where} (per head, two-token probe)")
+
+
+# ---------------------------------------------------------------------------- left padding
+
+
+@spec("11.7", id="decoder.left_padding")
+@components(*CAUSAL)
+def test_left_padding(tck: Harness) -> None:
+    """§11.7: a left-padded row, key padding False on its pads and its position ids shifted
+    so its first real token is at 0, gives at its real positions what the row gives alone."""
+    inst = instance(tck)
+    lengths = (9, 6, 2)
+    inputs = left_padded(tck, inst, lengths, seed=600)
+    out = run_or_skip(tck, inst, inputs, "left padding needs key_padding and positions")
+    total = max(lengths)
+    name = token_input(tck.component)
+    for b, length in enumerate(lengths):
+        pad = total - length
+        alone = {name: np.asarray(inputs[name])[b : b + 1, pad:]}
+        truth = tck.run(inst, alone)
+        result = same(inst, out[b : b + 1, pad:], truth, what=f"left-padded row {b} -> alone")
+        tck.note({"max_abs_delta": result.max_abs_err})
+        if result.passed:
+            continue
+        numbers = (
+            f"row {b} ({length} tokens after {pad} pads) differs from the row alone: "
+            f"{describe(result)}"
+        )
+        if inst.params is not None:
+            pads = ~np.broadcast_to(
+                np.asarray(inputs["key_padding"])[(..., *([None] * (out.ndim - 2)))], out.shape
+            )
+            unshifted = {k: v for k, v in inputs.items() if k != "positions"}
+            gold = tck.gold(inst, unshifted)
+            if compare(out, gold, dtype=inst.dtype, ignore=pads).passed:
+                raise CheckFailure(
+                    "padding.left_positions_not_shifted",
+                    "the output is what position ids 0 .. L-1 give, counting the pads: the "
+                    "position ids are not shifted past the left padding (SPEC.md §11.7); "
+                    + numbers,
+                    result.metrics(),
+                )
+            unmasked = {k: v for k, v in inputs.items() if k != "key_padding"}
+            if compare(out, tck.gold(inst, unmasked), dtype=inst.dtype, ignore=pads).passed:
+                raise CheckFailure(
+                    "mask.ignored",
+                    "the output is what the spec gives with no key padding: the real tokens "
+                    "attend the left pads (SPEC.md §11.7); " + numbers,
+                    result.metrics(),
+                )
+        raise CheckFailure(
+            "padding.left_padding_changes_output", f"{numbers} (SPEC.md §11.7)", result.metrics()
+        )

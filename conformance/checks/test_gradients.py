@@ -1,0 +1,212 @@
+"""§10.8 Gradients: the backward pass against float64 autograd through the torch reference.
+
+For adapters that differentiate (``Adapter.grad``), the vector-Jacobian product of one call
+(the gradient of ``sum(output * cotangent)``) with respect to every floating-point input and
+every canonical parameter, in each dtype the adapter offers, compared per tensor with the
+tolerance rule: ``gold`` is float64 autograd through ``tck.reference.model`` on the same
+rounded values, ``ref`` the same model's autograd in the test dtype, and k depends on what is
+differentiated (``tolerance.k_gradient``: dV < dK, dQ, as in PyTorch's own tests).
+
+Masked keys take no part in attention, so their gradients are exactly zero, not small: a
+mask applied after the softmax, or a finite fill that does not underflow, shows here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.conformance.toolkit import careful
+from tck.conformance.toolkit.harness import Harness, Instance
+from tck.conformance.toolkit.results import CheckFailure
+from tck.reference.components import record, select
+from tck.reference.inputs import Inputs, Shape
+from tck.reference.tolerance import (
+    DTYPES,
+    careful_error,
+    compare,
+    gradient_scale,
+    k_gradient,
+    round_to,
+)
+
+spec = pytest.mark.spec
+components = pytest.mark.components
+
+
+def _is_table(component: str) -> bool:
+    """The embedding op (§1.1): a table of token ids, whose padding row §1.3 holds."""
+    rec = record(component)
+    return rec.has("token_ids") and rec.level == "op"
+
+
+def _cotangent(tck: Harness, inst: Instance, inputs: Inputs, seed: int) -> np.ndarray:
+    """A random cotangent of the output's shape, in the test dtype, zero on the rows the
+    declared conventions leave undefined or NaN (they carry no gradient to compare)."""
+    gold = tck.gold(inst, inputs)
+    cotangent = np.random.default_rng(seed).standard_normal(gold.shape)
+    return round_to(np.where(np.isnan(gold), 0.0, cotangent), inst.dtype)
+
+
+def _instance(tck: Harness, dtype: str) -> Instance:
+    if record(tck.component).has("no_gradients"):
+        pytest.skip(f"{tck.component} has no floating-point input and no parameter")
+    inst = tck.instance(dtype=dtype)
+    tck.require_params(inst)
+    tck.note({"dtype": dtype})
+    return inst
+
+
+@spec("10.8", id="gradients.gradients")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradients(tck: Harness, dtype: str) -> None:
+    """Every input and parameter gradient within k * (naive error) + floor of float64."""
+    inst = _instance(tck, dtype)
+    inputs = tck.inputs(inst, Shape(), seed=4)
+    if _is_table(tck.component) and inst.config.padding_idx is not None:
+        inputs["ids"][0, -1] = inst.config.padding_idx  # a padded position: §1.3's row
+    cotangent = _cotangent(tck, inst, inputs, seed=5)
+    test = careful.gradients(tck, inst, inputs, cotangent)
+    gold = careful.gold_gradients(tck, inst, inputs, cotangent)
+    ref = careful.naive_gradients(tck, inst, inputs, cotangent) if dtype != "float64" else gold
+    missing = sorted(set(gold) - set(test))
+    if missing:
+        raise CheckFailure(
+            "gradients.missing",
+            f"grad() returned no gradient for {', '.join(missing)} (Adapter.grad returns one "
+            "for every floating-point input and every canonical parameter)",
+            {"dtype": dtype, "grad_of": missing[0]},
+        )
+    # The naive error, relative to each tensor's scale, pooled over every tensor: one tensor's
+    # naive maximum error is sometimes lucky (a few elements), while all of them come out of
+    # the same computation in the same dtype.
+    relative = max(careful_error(ref[name], gold[name])[0] / _scale(gold[name]) for name in gold)
+    per_tensor: dict[str, Any] = {}
+    worst: tuple[float, str, Any] | None = None
+    for name in sorted(gold):
+        if np.shape(test[name]) != np.shape(gold[name]):
+            raise CheckFailure(
+                "gradients.wrong_shape",
+                f"the gradient for {name} has shape {np.shape(test[name])}, its input or "
+                f"parameter {np.shape(gold[name])}",
+                {"dtype": dtype, "grad_of": name},
+            )
+        careful_err = relative * _scale(gold[name])
+        k = k_gradient(tck.component, name)
+        # float64: the floor scales with the terms the gradient sums (gradient_scale)
+        scale = gradient_scale(gold[name], inputs, cotangent) if dtype == "float64" else None
+        result = compare(
+            test[name], gold[name], dtype=dtype, careful_err=careful_err, k=k, scale=scale
+        )
+        per_tensor[name] = round(result.ratio, 4) if np.isfinite(result.ratio) else "inf"
+        rank = np.inf if result.nan_mismatch else result.ratio
+        if worst is None or rank > worst[0]:
+            worst = (rank, name, result)
+    assert worst is not None  # every component here has an input or a parameter
+    _, name, result = worst
+    metrics = {**result.metrics(), "dtype": dtype, "grad_of": name, "ratios": per_tensor}
+    tck.note(metrics)
+    if not result.passed:
+        row = _padding_row_only(inst, name, test[name], gold[name], dtype, careful_err, k)
+        if row is not None:
+            raise CheckFailure(
+                "gradients.padding_row",
+                f"{dtype}: the gradient with respect to {name} is wrong only in the padding "
+                f"row (row {row}, the embedding of the padding token, padding_idx={row}): "
+                f"|gradient| there is {np.abs(test[name][row]).max():.3g} where the spec's is "
+                f"{np.abs(gold[name][row]).max():.3g}. The padding row must receive no gradient "
+                "(SPEC.md §1.3): an embedding built without padding_idx (nn.Embedding(V, D) "
+                "instead of nn.Embedding(V, D, padding_idx=...)) trains it; every other row "
+                "agrees",
+                {**metrics, "padding_row": row},
+            )
+        what = "NaN" if result.nan_mismatch else "error"
+        raise CheckFailure(
+            "gradients.nan" if result.nan_mismatch else "gradients.oracle_mismatch",
+            f"{dtype}: the gradient with respect to {name} disagrees with float64 autograd "
+            f"through the reference ({what}): max |test - gold| = {result.max_abs_err:.3g} > "
+            f"bound {result.bound:.3g} = {result.k:g} x naive error {result.careful_err:.3g} + "
+            f"floor (ratio {result.ratio:.3g}) at index {result.worst_index}",
+            metrics,
+        )
+
+
+@spec("10.8", "4.2", id="gradients.masked_keys_have_zero_gradient")
+@pytest.mark.parametrize("dtype", ("float64", "float16"))
+@components(*select("masks"))
+def test_masked_keys_have_zero_gradient(tck: Harness, dtype: str) -> None:
+    """d output / d (key, value at a padded position) is exactly 0 (SPEC.md §4.2)."""
+    inst = _instance(tck, dtype)
+    shape = Shape(batch=2, lq=7, lk=7, lengths=(5, 3))
+    inputs = tck.inputs(inst, shape, seed=6)
+    cotangent = _cotangent(tck, inst, inputs, seed=7)
+    rec = record(tck.component)
+    if rec.has("heads"):
+        keep = np.broadcast_to(inputs["keep_mask"], (2, 1, 1, 7))[:, 0, 0, :]
+        probes = {"k": (keep, 2), "v": (keep, 2)}
+    elif rec.has("qkv"):
+        keep = inputs["key_padding"]
+        probes = {"key": (keep, 1), "value": (keep, 1)}
+    elif rec.has("self_attention"):
+        # a padded position is also a (computed) query row: take no gradient from it
+        keep = inputs["key_padding"]
+        cotangent = cotangent * keep[:, :, None]
+        probes = {"x": (keep, 1)}
+    else:  # decoders: the memory enters only as cross-attention keys and values
+        keep = inputs["memory_key_padding"]
+        probes = {"memory": (keep, 1)}
+    grads = careful.gradients(tck, inst, inputs, cotangent)
+    for name, (keep, axis) in probes.items():
+        if name not in grads:
+            raise CheckFailure("gradients.missing", f"grad() returned no gradient for input {name}")
+        g = np.moveaxis(grads[name], axis, 1)  # (B, L, ...)
+        leak = np.abs(np.where(_expand(~keep, g.ndim), g, 0.0))
+        worst = float(leak.max(initial=0.0))
+        tck.note({"dtype": dtype, "grad_of": name, "max_abs_grad_at_masked_keys": worst})
+        if worst != 0.0 or np.isnan(leak).any():
+            per_key = np.nan_to_num(leak.reshape(*keep.shape, -1).max(-1), nan=np.inf)
+            b, j = (int(i) for i in np.unravel_index(int(per_key.argmax()), keep.shape))
+            raise CheckFailure(
+                "mask.masked_key_gradient",
+                f"{dtype}: the gradient with respect to {name} at masked key position {j} of "
+                f"batch row {b} is {worst:.3g}, not exactly 0: the masked key still takes part "
+                "in attention (a mask applied after the softmax, or a fill value that does not "
+                "underflow to a weight of exactly 0)",
+                {"dtype": dtype, "grad_of": name, "max_abs_grad_at_masked_keys": worst},
+            )
+
+
+def _padding_row_only(
+    inst: Instance,
+    name: str,
+    test: np.ndarray,
+    gold: np.ndarray,
+    dtype: str,
+    careful_err: float,
+    k: float,
+) -> int | None:
+    """The padding row, when an embedding table's gradient is wrong there and only there."""
+    row = inst.config.padding_idx
+    c = inst.config
+    named = "embed" in name or _is_table(inst.component)
+    table = gold.ndim == 2 and gold.shape == (c.vocab_size, c.d_model) and named
+    if row is None or not table:
+        return None
+    others = np.ones(gold.shape[0], bool)
+    others[row] = False
+    rest = compare(test[others], gold[others], dtype=dtype, careful_err=careful_err, k=k)
+    there = compare(
+        test[row : row + 1], gold[row : row + 1], dtype=dtype, careful_err=careful_err, k=k
+    )
+    return row if rest.passed and not there.passed else None
+
+
+def _scale(values: np.ndarray) -> float:
+    finite = np.abs(values[np.isfinite(values)])
+    return max(1.0, float(finite.max(initial=0.0)))
+
+
+def _expand(mask: np.ndarray, ndim: int) -> np.ndarray:
+    return mask.reshape(mask.shape + (1,) * (ndim - mask.ndim))

@@ -1,0 +1,90 @@
+"""Canonical parameters (§0.2), the padding row (§1.3) and parameter counts (§10.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tck.adapters import Unsupported
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
+from tck.reference import RECORDS, param_count
+from tck.reference.params import no_params
+
+# Components that hold parameters (their record's layout is not no_params).
+WITH_PARAMS = tuple(name for name, rec in RECORDS.items() if rec.layout is not no_params)
+
+
+def _own_params(tck: Harness, inst) -> dict[str, np.ndarray]:
+    try:
+        return tck.adapter.params(inst.handle)
+    except Unsupported as why:
+        pytest.skip(f"{tck.adapter.name} does not export canonical parameters: {why}")
+
+
+@pytest.mark.spec("0.2", "0.5", id="params.round_trip")
+@pytest.mark.components(*WITH_PARAMS)
+def test_round_trip(tck: Harness) -> None:
+    """Loading canonical parameters and reading them back gives the same arrays. An adapter
+    that cannot load has nothing to round-trip: reading params() twice proves nothing."""
+    inst = tck.own_instance()
+    if inst.not_loaded is not None:
+        pytest.skip(f"{inst.not_loaded}; nothing was loaded to read back")
+    if inst.params is None:
+        pytest.skip(f"{tck.adapter.name} cannot load canonical parameters")
+    back = _own_params(tck, inst)
+    missing = sorted(set(inst.params) - set(back))
+    extra = sorted(set(back) - set(inst.params))
+    if missing or extra:
+        raise CheckFailure(
+            "params.names_differ",
+            f"params() lacks {missing} and adds {extra} (SPEC.md §0.2 layout)",
+        )
+    for name, value in inst.params.items():
+        got = np.asarray(back[name])
+        if got.shape != value.shape:
+            raise CheckFailure(
+                "params.shape_differs", f"{name}: loaded {value.shape}, read back {got.shape}"
+            )
+        err = float(np.abs(got - value).max(initial=0.0))
+        if err > 1e-12 * max(1.0, float(np.abs(value).max(initial=0.0))):
+            raise CheckFailure(
+                "params.round_trip_changed",
+                f"{name}: read back differs from what was loaded by {err:.3g}",
+            )
+
+
+@pytest.mark.spec("10.3", id="params.count")
+@pytest.mark.components(*WITH_PARAMS)
+def test_count(tck: Harness) -> None:
+    """The implementation holds exactly the spec's number of parameters (a tied matrix once)."""
+    inst = tck.own_instance(params=False)
+    own = _own_params(tck, inst)
+    counted = sum(int(np.asarray(v).size) for v in own.values())
+    held = getattr(tck.adapter, "param_count", None)  # what the module holds, mapped or not
+    if callable(held):
+        counted = int(held(inst.handle))
+    expected = param_count(tck.component, inst.config, inst.conventions)
+    tck.note({"param_count": counted, "expected_param_count": expected})
+    if counted != expected:
+        raise CheckFailure(
+            "params.count_wrong",
+            f"{counted} parameters, SPEC.md §10.3 gives {expected} for {inst.config}",
+        )
+
+
+@pytest.mark.spec("1.3", id="params.padding_row_starts_at_zero")
+@pytest.mark.components("embedding")
+def test_padding_row_starts_at_zero(tck: Harness) -> None:
+    """A freshly built embedding maps padding_idx to the zero vector."""
+    inst = tck.instance(params=False)
+    pad = inst.config.padding_idx
+    out = tck.run(inst, {"ids": np.full((1, 3), pad)})
+    norm = float(np.abs(out).max())
+    tck.note({"padding_row_max_abs": norm})
+    if norm != 0.0:
+        raise CheckFailure(
+            "embedding.padding_row_not_zero",
+            f"the row of padding_idx={pad} is not zero at initialisation "
+            f"(max |value| = {norm:.3g})",
+        )

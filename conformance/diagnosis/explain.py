@@ -1,0 +1,460 @@
+"""Diagnosis: when a check's output disagrees with the oracle, find the bug class that
+explains it (``explain``), so that the failure names a cause, not just a number.
+
+The hypotheses, first that fits wins: another value of one convention field
+(``matching_values``), a parameter mix-up (``tck.conformance.diagnosis.decoding``), a mask inverted
+or ignored, positions counted from another origin, the attention core and the ViT token
+layout (``tck.conformance.diagnosis.hypotheses_layout``: a softmax over another axis, a mask
+added to
+the scores, a causal mask without its diagonal, the patch grid read in another order, the
+position table added before the class token), a structural bug
+(``tck.conformance.diagnosis.structural``), several convention fields at once
+(``matching_combination``), the same at float32 precision for a float64 subject, state
+carried between calls; an overflow last. Each hypothesis is an ``Alternative``
+(``tck.conformance.diagnosis.alternatives``): the oracle under that change, passed to the comparison
+(never patched into the oracle module), judged by the tolerance rule of the failed
+comparison, and evidence only where it differs from the spec's own output on that input by
+more than that rule's bound (``alternatives.fits``). The codes and words of the
+conventions come from the catalogue (``tck.reference.catalogue``); every code is registered
+in ``tck.reference.codes``. Named exceptions are ``tck.conformance.diagnosis.diagnosis``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tck.conformance.toolkit.harness import Harness, Instance, _area
+from tck.reference import Conventions, record
+from tck.reference.catalogue import convention_code, plain_words
+from tck.reference.codes import code as registered
+from tck.reference.conventions import CHOICES
+from tck.reference.expected import expected
+from tck.reference.tolerance import (
+    FLOOR,
+    ISLAND_FLOOR,
+    Comparison,
+    float64_floor,
+    floor_of,
+)
+
+from .alternatives import (
+    Alternative,
+    completed_params,
+    distinguishable,
+    first_fit,
+    output_of,
+    within,
+)
+from .decoding import param_hypotheses
+
+# Explanations that change several convention fields at once (issue 19): at most this many
+# fields, this many oracle evaluations per search, this many searches per check.
+MAX_COMBINED_FIELDS = 3
+COMBINATION_BUDGET = 400
+COMBINATION_SEARCHES = 3
+
+# The dtypes whose comparison is tight enough for a fitting hypothesis to count as having
+# reproduced the output (tck.reports.causes ranks such an explanation first).
+REPRODUCING_DTYPES = ("float64", "float32")
+
+_ALTERNATIVES: dict[str, tuple[Any, ...]] = {
+    "eps": (1e-5, 1e-6, 1e-12, 1e-8, 1e-3, 0.0),
+    "pe_base": (10000.0, 1000.0, 500000.0),
+}
+
+
+def combination_diagnosis(declared: Conventions, changed: Mapping[str, Any]) -> tuple[str, str]:
+    """Code and message for an implementation that follows several undeclared conventions
+    at once: the code is the first field's (in FIELDS order), the message names them all."""
+    fields = list(changed)
+    code = convention_code(fields[0], changed[fields[0]])
+    shown = ", ".join(f"{f}={changed[f]!r}" for f in fields)
+    words = "; ".join(plain_words(f, changed[f]) for f in fields)
+    claimed = ", ".join(f"{f}={getattr(declared, f)!r}" for f in fields)
+    return code, (
+        f"behaves as {shown} together ({len(fields)} conventions at once: it {words}), but "
+        f"the adapter declares {claimed}"
+    )
+
+
+def alternatives(field: str, declared: Any) -> list[Any]:
+    """The values of a convention field to try besides the declared one."""
+    if field == "sliding_window":  # §4.5: a window off by one either way, or none at all
+        if declared is None:
+            return []
+        return [w for w in (declared + 1, declared - 1, None) if w is None or w >= 1]
+    values = _ALTERNATIVES.get(field, CHOICES.get(field, ()))
+    # 'undefined' is a promise not to promise: no output can show it.
+    return [v for v in values if v != declared and v != "undefined"]
+
+
+def gold_under(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], conventions: Conventions
+) -> np.ndarray:
+    """The oracle under other ``conventions`` (a hypothesis). A norm those conventions
+    have and the declared ones do not (a final LayerNorm after a post-LN stack) has no
+    canonical parameters here: it gets what a fresh ``nn.LayerNorm`` holds, unit gain
+    and zero bias (``alternatives.completed_params``)."""
+    params = completed_params(h.component, inst.params, inst.config, conventions)
+    return expected(h.component, inputs, params, inst.config, conventions)
+
+
+def matching_values(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    field: str,
+    tolerance: Comparison | None = None,
+) -> list[Any]:
+    """The values of convention ``field`` under which the oracle reproduces ``test``
+    (within the bound of ``tolerance``, the failed comparison, when given)."""
+    declared = getattr(inst.conventions, field)
+    found = []
+    for value in [declared, *alternatives(field, declared)]:
+        try:
+            conv = dataclasses.replace(inst.conventions, **{field: value})
+            gold = gold_under(h, inst, inputs, conv)
+        except (ValueError, KeyError):  # e.g. a final norm the params do not have
+            continue
+        if test.shape == gold.shape and _within(test, gold, tolerance):
+            found.append(value)
+    return found
+
+
+def explain(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    result: Comparison,
+) -> tuple[str, str]:
+    """A diagnosis code and message for a mismatch with the oracle."""
+    numbers = (
+        f"max |test - oracle| = {result.max_abs_err:.3g} > bound {result.bound:.3g} "
+        f"(ratio {result.ratio:.3g}) at index {result.worst_index}"
+    )
+    if result.nan_mismatch:
+        numbers = (
+            f"{result.nan_mismatch} position(s) are NaN in exactly one of the "
+            f"implementation and the oracle (first at {result.worst_index})"
+        )
+    numbers += padded_positions(inputs, test, result)
+    found = _hypotheses(h, inst, inputs, test, result)
+    exact = found is not None  # reproduced at the failed comparison's own precision
+    if found is None and inst.dtype == "float64" and floor_of("float64") == FLOOR["float64"]:
+        # A float64 subject that computes or stores some step in float32 (a table built
+        # in float64 and kept in a float32 buffer, a float32 constant, an exported graph:
+        # see tck.adapters.onnx_runtime). The plain oracle first: where the spec itself
+        # fits at float32's precision, no other hypothesis can be told apart from it on
+        # this input, and none is tried. Only then the same hypotheses at that precision.
+        # (Under a float32-island bound, SPEC.md §10.12, the comparison already allowed
+        # float32 rounding: no retry.)
+        # Float32's precision inside a float64 build is the island bound of SPEC.md §10.12
+        # (float32 rounding of a few steps), not the floor of a whole float32 computation.
+        hint = _precision_hint(h, inst)
+        with float64_floor(ISLAND_FLOOR):
+            if _within(test, h.gold(inst, inputs), result):
+                found = (
+                    "numerics.float64_precision_lost",
+                    "agrees with the oracle to float32 precision only: a value is computed "
+                    "or stored in float32 somewhere in a subject built in float64 (a buffer, "
+                    "a table or a constant kept at the lower precision)",
+                )
+            else:
+                found = _hypotheses(h, inst, inputs, test, result)
+        if found is not None and hint is not None:
+            found = (found[0], f"{found[1]} ({hint})")
+    if found is not None and result.dtype in REPRODUCING_DTYPES:
+        # An explanation that reproduces the output (the root-cause ranking prefers it to a
+        # property's finding, and one at the comparison's own precision to one at float32's:
+        # tck.reports.causes).
+        h.note({"reproduced_by": found[0], "reproduced_at": result.dtype if exact else "float32"})
+    elif found is not None:
+        # A 16-bit comparison's bound is loose enough for a wrong hypothesis to fit too: weak
+        # evidence, ranked after every failure with float64 or float32 evidence.
+        h.note({"fit_only_in": result.dtype})
+    if found is None:  # last: it builds and runs a fresh instance
+        found = _state_hypothesis(h, inst, inputs, result)
+    gold = h.gold(inst, inputs) if found is None else None
+    if gold is not None and gold.shape == test.shape:
+        blown = ~np.isfinite(test) & np.isfinite(gold)
+        if blown.any():
+            found = (
+                "numerics.overflow",
+                f"the output is inf or NaN at {int(blown.sum())} position(s) where the "
+                f"oracle is finite, in {inst.dtype}: an intermediate overflows the dtype's "
+                "range or divides 0 by 0 (exp of a score without subtracting the row "
+                "maximum, a sum of squares, a normalisation by zero)",
+            )
+    if found is not None:
+        return found[0], f"{found[1]}; {numbers}"
+    return registered(
+        f"{_area(h.component)}.oracle_mismatch"
+    ), f"disagrees with the oracle: {numbers}"
+
+
+def padded_positions(inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison) -> str:
+    """Where the failure lies with respect to padding (``key_padding``, True at real tokens,
+    on a (B, L, ...) output): whether the worst index is a padded position, and how many
+    non-finite positions are padded and how many real. Empty when the call has no padding
+    or the output is not laid out by (batch, position)."""
+    keep = inputs.get("key_padding")
+    if keep is None or test.ndim < 2:
+        return ""
+    keep = np.asarray(keep, dtype=bool)
+    if keep.ndim != 2 or tuple(test.shape[:2]) != keep.shape or keep.all():
+        return ""
+    parts = []
+    index = result.worst_index
+    if index is not None and len(index) >= 2 and not keep[index[0], index[1]]:
+        parts.append(
+            f"index {tuple(int(i) for i in index)} is a padded position (key_padding is False "
+            "there): the spec promises nothing about a padded query's output in a causal "
+            "subject (SPEC.md §11.7), so look at the real positions first"
+        )
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(test).reshape(*keep.shape, -1).all(axis=-1)
+    if bad.any():
+        parts.append(
+            f"non-finite at {int((bad & ~keep).sum())} padded and {int((bad & keep).sum())} "
+            "real position(s)"
+        )
+    return "".join(f"; {part}" for part in parts)
+
+
+def _convention_alternatives(component: str, declared: Conventions) -> Iterable[Alternative]:
+    """Every other value of every convention field the component has (its record's
+    ``fields``, each with the catalogue's alternatives)."""
+    for field in record(component).fields:
+        for value in alternatives(field, getattr(declared, field)):
+            yield Alternative(
+                convention_code(field, value),
+                f"behaves as {field}={value!r}, but the adapter declares "
+                f"{field}={getattr(declared, field)!r}",
+                conventions={field: value},
+            )
+
+
+def _hypotheses(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    tolerance: Comparison,
+) -> tuple[str, str] | None:
+    """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
+    the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
+    from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
+    from .hypotheses_solved import (
+        norm_axes_hypotheses,
+        rope_target_hypotheses,
+        searches_left,
+        solved_hypotheses,
+        table_dtype_hypotheses,
+    )
+    from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
+
+    component = h.component
+    try:
+        spec = h.gold(inst, inputs)
+    except (ValueError, KeyError):
+        return None
+
+    def evaluate(alternative: Alternative) -> np.ndarray:
+        return output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
+
+    def params_alternatives() -> Iterable[Alternative]:
+        for code, message, params in param_hypotheses(component, inst.config, inst.params):
+            yield Alternative(code, message, params=params, nan="ignore")
+
+    def first(candidates: Iterable[Alternative]) -> Alternative | None:
+        return first_fit(candidates, evaluate, test, spec, tolerance)
+
+    found = first(
+        itertools.chain(
+            _convention_alternatives(component, inst.conventions),
+            params_alternatives(),
+            _mask_hypotheses(inputs),
+            _offset_hypotheses(component, inputs),
+            layout_hypotheses(component),
+            extra_norm_hypotheses(component),
+            patch_order_hypotheses(component),
+            pooling_hypotheses(component),
+        )
+    )
+    if found is not None:
+        return found.code, found.message
+    combination = matching_combination(h, inst, inputs, test, tolerance=tolerance)
+    if combination:
+        h.note({"explained_by": combination})
+        return combination_diagnosis(inst.conventions, combination)
+    pieces, sublayers = counting_sublayers()
+    try:
+        evaluate(Alternative("", "", pieces=pieces))
+    except (ValueError, KeyError):
+        sublayers = [0]
+    found = first(more_hypotheses(component, inst.params, sublayers[0]))
+    if found is None:
+        found = first(
+            itertools.chain(
+                rope_target_hypotheses(component, inst.conventions),
+                norm_axes_hypotheses(component),
+            )
+        )
+    if found is None:
+        found = first(table_dtype_hypotheses(component, tolerance.dtype))
+    if found is None and searches_left(h):
+        found = first(solved_hypotheses(component, inst.config, inst.conventions, evaluate, test))
+    return None if found is None else (found.code, found.message)
+
+
+def matching_combination(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    test: np.ndarray,
+    fields: Iterable[str] | None = None,
+    tolerance: Comparison | None = None,
+    max_fields: int = MAX_COMBINED_FIELDS,
+) -> dict[str, Any] | None:
+    """The smallest set of convention values (2 to ``max_fields`` fields changed at
+    once) under which the oracle reproduces ``test``; None when none does.
+
+    A field none of whose alternatives changes the oracle's output on these inputs is
+    left out (it cannot be told apart here), and the search stops after
+    ``COMBINATION_BUDGET`` oracle evaluations, the first ``COMBINATION_SEARCHES`` times
+    per check (hypothesis may explain many failing examples)."""
+    if h.combination_searches >= COMBINATION_SEARCHES:
+        return None
+    h.combination_searches += 1
+    declared = inst.conventions
+    names = tuple(record(h.component).fields if fields is None else fields)
+    try:
+        base = h.gold(inst, inputs)
+    except (ValueError, KeyError):
+        return None
+    options: dict[str, list[Any]] = {}
+    for field in names:
+        for value in alternatives(field, getattr(declared, field)):
+            try:
+                gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **{field: value}))
+            except (ValueError, KeyError):
+                continue
+            if gold.shape == base.shape and not np.array_equal(gold, base, equal_nan=True):
+                options.setdefault(field, []).append(value)
+    budget = COMBINATION_BUDGET
+    for size in range(2, max_fields + 1):
+        for combo in itertools.combinations(options, size):
+            for values in itertools.product(*(options[f] for f in combo)):
+                budget -= 1
+                if budget < 0:
+                    return None
+                changed = dict(zip(combo, values, strict=True))
+                try:
+                    gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **changed))
+                except (ValueError, KeyError):
+                    continue
+                if (
+                    gold.shape == test.shape
+                    and _within(test, gold, tolerance)
+                    and distinguishable(gold, base, tolerance)
+                ):
+                    return changed
+    return None
+
+
+def _state_hypothesis(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], tolerance: Comparison
+) -> tuple[str, str] | None:
+    """An instance called before that fails where a fresh one (same config, seed and
+    parameters) passes carries state from one call to the next."""
+    calls = h.runs.get(id(inst), 0)
+    if calls < 2:
+        return None
+    try:
+        fresh = h.instance(inst.config, seed=inst.seed, dtype=inst.dtype)
+        if (fresh.params is None) != (inst.params is None):
+            return None
+        again = h.run(fresh, inputs)
+        gold = h.gold(fresh, inputs)
+    except Exception:  # a hypothesis that cannot be tested explains nothing
+        return None
+    ignore = h.ignore_mask(fresh, gold)
+    if again.shape != gold.shape or not _within(again, gold, tolerance, ignore):
+        return None
+    return (
+        "state.leaks_between_calls",
+        f"a fresh instance gives the right output for these inputs, the instance that had "
+        f"already been called {calls - 1} time(s) does not: the subject carries state from "
+        "one call to the next (a mask, table or cache kept from an earlier call and reused "
+        "for inputs of the same shape, a buffer updated in forward)",
+    )
+
+
+def _precision_hint(h: Harness, inst: Instance) -> str | None:
+    """The adapter's account of float64 precision it may lose (``precision_hint``)."""
+    hint = getattr(h.adapter, "precision_hint", None)
+    return hint(inst.handle) if callable(hint) else None
+
+
+def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
+    masks = [
+        k for k in ("keep_mask", "key_padding", "attn_mask", "memory_key_padding") if k in inputs
+    ]
+    if masks:
+        yield Alternative(
+            "mask.polarity_inverted",
+            "the output is what the spec gives with every keep-mask inverted: the "
+            "implementation attends to the padded keys and ignores the real ones",
+            inputs={**inputs, **{k: ~np.asarray(inputs[k]) for k in masks}},
+            nan="ignore",
+        )
+        yield Alternative(
+            "mask.ignored",
+            "the output is what the spec gives with no mask at all: the mask has no "
+            "effect (a float/bool mask mix-up, or a mask that never reaches softmax)",
+            inputs={k: v for k, v in inputs.items() if k not in masks},
+            nan="ignore",
+        )
+
+
+POSITION_OFFSETS = (1, 2, -1)
+
+
+def _offset_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
+    """Positions counted from another origin: the encoding at p is the spec's at p + offset
+    (fairseq counts positions from padding_idx + 1; a cache index off by one)."""
+    if not record(component).has("positional") or "positions" not in inputs:
+        return
+    positions = np.asarray(inputs["positions"])
+    area = record(component).area  # "positional" (§2.1) or "rope" (§2.3)
+    counted = np.arange(positions.size)
+    if positions.ndim == 1 and not np.array_equal(positions, counted):
+        yield Alternative(
+            registered(f"{area}.positions_ignored"),
+            "the encoding ignores the positions it is given and uses 0, 1, ..., L-1 (its index "
+            "in the sequence) instead: position ids passed in never reach it",
+            inputs={**inputs, "positions": counted},
+        )
+    for offset in POSITION_OFFSETS:
+        if positions.size and int(positions.min()) + offset < 0:
+            continue
+        yield Alternative(
+            registered(f"{area}.position_offset"),
+            f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
+            f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
+            "positions that start at padding_idx + 1, or a cache read one step off)",
+            inputs={**inputs, "positions": positions + offset},
+        )
+
+
+# The tolerance rule of a failed comparison, applied to a hypothesis:
+# tck.conformance.diagnosis.alternatives.
+_within = within

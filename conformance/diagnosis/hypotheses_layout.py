@@ -1,0 +1,238 @@
+"""Explanations of an oracle mismatch by the attention core and the ViT token layout (issue 19):
+a softmax over any axis of the scores but the keys, a keep-mask added to the scores as 0/1
+values instead of applied, a causal triangle that hides the diagonal, patch tokens read from
+the patch grid in another axis order, and a position table added before the class token.
+
+Each hypothesis is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``): the oracle with
+the piece it lives in replaced, in a separate oracle passed to the comparison
+(``tck.reference.variants``), judged like a convention: does it reproduce the
+implementation's output within the failed comparison's bound, while differing from the
+spec's? They apply to every component whose oracle runs the replaced piece, read from the
+component's oracle call (``tck.reference.variants.reaches``), so a bug is named where it
+lives and also in every subject that contains it.
+
+The codes (registered in ``tck.reference.codes``):
+
+- ``attention.softmax_axis_wrong``: ``softmax(scores, dim=a)`` for an axis ``a`` of the
+  (B, H, Lq, Lk) scores other than the keys (the batch, the heads or the queries);
+- ``mask.ignored``: the boolean keep-mask is cast to float and *added* to the scores (kept
+  keys +1, masked keys +0), or its complement is (masked keys +1): nothing is hidden;
+- ``mask.causal_diagonal_hidden``: the causal triangle keeps j < i instead of j <= i
+  (``triu(diagonal=0)``): query 0 has no key, its row follows a fully-masked-row policy;
+- ``vit.patch_order``: the patch embedding's (B, D, gh, gw) output turned into (B, N, D) in
+  another axis order than (gh, gw, D) (a reshape without the transpose, a column-major grid);
+- ``vit.cls_pos_embed_missing``: the position table is added to the patch tokens before the
+  class token is prepended (rows 0..N-1 or 1..N), so the class token gets none.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+
+# A finite fill for masked scores (masked_fill(-1e9), torch.finfo.min): with the softmax over
+# another axis than the keys, an all-masked slice is then uniform rather than NaN.
+MASK_FILL = -1e9
+
+_AXIS_WORDS_4D = {0: "the batch axis", 1: "the head axis", 2: "the query axis"}
+
+
+def _scores(q: Any, k: Any, scale: float | None) -> np.ndarray:
+    q, k = oracle._f64(q), oracle._f64(k)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return (q @ np.swapaxes(k, -1, -2)) * scale
+
+
+def _sdpa_softmax_over(axis: int, fill: float) -> Callable[..., np.ndarray]:
+    """Scaled dot-product attention with the softmax over ``axis`` of the scores, masked
+    scores filled with ``fill``: a finite one (an all-masked slice is uniform) or -inf (an
+    all-masked slice is NaN, zeroed as ``nan_to_num`` does)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):
+        scores = _scores(q, k, scale)
+        if axis >= scores.ndim - 1:
+            raise ValueError("no such axis")
+        if keep_mask is not None:
+            keep = np.broadcast_to(np.asarray(keep_mask), scores.shape)
+            scores = np.where(keep, scores, fill)
+        with np.errstate(invalid="ignore"):
+            weights = np.nan_to_num(oracle.softmax(scores, axis=axis), nan=0.0)
+        return weights @ oracle._f64(v)
+
+    return sdpa
+
+
+def _sdpa_mask_added(complement: bool) -> Callable[..., np.ndarray]:
+    """Scaled dot-product attention that adds the keep-mask (or its complement) as 0/1."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):
+        scores = _scores(q, k, scale)
+        if keep_mask is not None:
+            keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
+            scores = scores + (~keep if complement else keep).astype(np.float64)
+        return oracle.softmax(scores) @ oracle._f64(v)
+
+    return sdpa
+
+
+def _axis_words(axis: int, ndim: int) -> str:
+    if axis == ndim - 2:
+        return "the query axis"
+    if ndim == 4:
+        return _AXIS_WORDS_4D.get(axis, f"axis {axis}")
+    return "the batch axis" if axis == 0 else f"axis {axis}"
+
+
+def softmax_axis_hypotheses(component: str, ndim: int = 4) -> Iterator[Alternative]:
+    """A softmax over each axis of the scores but the keys' (batch, heads, queries)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    for axis, fill in itertools.product(range(ndim - 1), (MASK_FILL, -np.inf)):
+        words = _axis_words(axis, ndim)
+        yield Alternative(
+            "attention.softmax_axis_wrong",
+            f"the output is the spec's with the softmax taken over {words} of the scores "
+            f"(softmax(scores, dim={axis}) on (B, H, Lq, Lk) scores) instead of over the keys "
+            "(dim=-1): each weight is normalised across the wrong positions (SPEC.md §3.1)",
+            pieces={"scaled_dot_product_attention": _sdpa_softmax_over(axis, fill)},
+        )
+
+
+def mask_added_hypotheses(component: str) -> Iterator[Alternative]:
+    """A boolean keep-mask (or its complement) added to the scores as 0/1 values."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    for complement, words in (
+        (False, "kept keys get +1 and masked keys +0"),
+        (True, "masked keys get +1 and kept keys +0"),
+    ):
+        yield Alternative(
+            "mask.ignored",
+            "the output is the spec's with the boolean mask cast to float and ADDED to the "
+            f"scores, as an additive (0 / -inf) mask would be ({words}): nothing is hidden, "
+            "the mask has next to no effect (a bool/float mask mix-up; use masked_fill, or "
+            "turn the keep-mask into 0 / -inf before adding it; SPEC.md §4.1)",
+            pieces={"scaled_dot_product_attention": _sdpa_mask_added(complement)},
+        )
+
+
+def _causal_diagonal_hidden(lq: int, lk: int, alignment: str = "top_left") -> np.ndarray:
+    offset = 0 if alignment == "top_left" else lk - lq
+    if alignment not in ("top_left", "bottom_right"):
+        raise ValueError(f"unknown causal alignment {alignment!r}")
+    return np.arange(lk)[None, :] < np.arange(lq)[:, None] + offset
+
+
+def causal_diagonal_hypotheses(component: str) -> Iterator[Alternative]:
+    """The causal triangle without its diagonal, under each fully-masked-row policy (query 0
+    has no key left: NaN with a -inf fill, uniform with a finite one, 0 if zeroed); with NaN,
+    the implementation must be non-finite exactly at the rows left without a key."""
+    if not reaches(component, "causal_keep_mask"):
+        return
+    for policy in ("nan", "uniform", "zero"):
+        yield Alternative(
+            "mask.causal_diagonal_hidden",
+            "the output is the spec's with a causal mask that also hides the diagonal (query i "
+            "sees keys j < i, not j <= i: torch.triu(..., diagonal=0) where the future is "
+            "triu(..., diagonal=1)): no token sees itself and the first query has no key at "
+            f"all (its row is {'NaN' if policy == 'nan' else policy} here; SPEC.md §4.3)",
+            pieces={"causal_keep_mask": _causal_diagonal_hidden},
+            conventions={"fully_masked_rows": policy},
+            nan="located" if policy == "nan" else "compare",
+        )
+
+
+_GRID_AXES = {1: "grid rows", 2: "grid columns", 3: "embedding channels"}
+
+
+def _patch_embed_laid_out(order: tuple[int, int, int]) -> Callable[..., np.ndarray]:
+    """§9.1's patch embedding whose (B, gh, gw, D) grid is read in axis ``order``."""
+    original = oracle.patch_embed
+
+    def patch_embed(images, weight, bias, *, patch_size):
+        out = original(images, weight, bias, patch_size=patch_size)  # (B, N, D)
+        b, _, h, w = np.shape(images)
+        gh, gw, d = h // patch_size, w // patch_size, out.shape[-1]
+        grid = out.reshape(b, gh, gw, d).transpose(0, *order)
+        return np.ascontiguousarray(grid).reshape(b, gh * gw, d)
+
+    return patch_embed
+
+
+def patch_layout_hypotheses(component: str) -> Iterator[Alternative]:
+    """Patch tokens read from the embedded patch grid in any axis order but (rows, columns,
+    channels): the conv's (B, D, gh, gw) output reshaped to (B, N, D) without
+    ``flatten(2).transpose(1, 2)``, a grid read column-major, and the other orders."""
+    if not reaches(component, "patch_embed"):
+        return
+    for order in itertools.permutations((1, 2, 3)):
+        if order == (1, 2, 3):
+            continue
+        shown = ", ".join(_GRID_AXES[a] for a in order)
+        yield Alternative(
+            "vit.patch_order",
+            f"the output is the spec's with the patch tokens read from the embedded patch grid "
+            f"in the order ({shown}) instead of (grid rows, grid columns, channels): the "
+            "(B, D, h, w) patch embedding is turned into (B, N, D) tokens without the "
+            "right transpose (x.flatten(2).transpose(1, 2)), so token n is not patch n "
+            "(row-major over the grid) or mixes several patches' channels (SPEC.md §9.1)",
+            pieces={"patch_embed": _patch_embed_laid_out(order)},
+        )
+
+
+def _vit_tokens_pos_before_cls(rows: str) -> Callable[..., np.ndarray]:
+    """§9.1-§9.4 with the position table added to the patch tokens before the class token is
+    prepended: rows 0..N-1 (``pos_embed[:, :N]``) or 1..N (``pos_embed[:, 1:]``)."""
+
+    def vit_tokens(images, params, config, conventions):
+        x = oracle.patch_embed(
+            oracle._f64(images),
+            params["patch_embed.weight"],
+            params["patch_embed.bias"],
+            patch_size=config.patch_size,
+        )
+        pos = oracle._f64(params["pos_embed"])
+        n = x.shape[1]
+        x = x + (pos[:, :n] if rows == "first" else pos[:, 1 : n + 1])
+        cls = np.broadcast_to(oracle._f64(params["cls_token"]), (x.shape[0], 1, x.shape[2]))
+        x = np.concatenate([cls, x], axis=1)
+        return oracle.encoder(
+            x, oracle.subparams(params, "encoder."), config, conventions=conventions
+        )
+
+    return vit_tokens
+
+
+def cls_position_hypotheses(component: str) -> Iterator[Alternative]:
+    """The position table added to the patch tokens only, before the class token."""
+    if not reaches(component, "vit_tokens"):
+        return
+    for rows, words in (
+        ("first", "rows 0..N-1 (pos_embed[:, :N]): patch i gets the row of i - 1"),
+        ("last", "rows 1..N (pos_embed[:, 1:])"),
+    ):
+        yield Alternative(
+            "vit.cls_pos_embed_missing",
+            "the output is the spec's with the position table added to the patch tokens "
+            f"before the class token is prepended, {words}: the class token gets no position "
+            "embedding (SPEC.md §9.2, §9.3)",
+            pieces={"vit_tokens": _vit_tokens_pos_before_cls(rows)},
+        )
+
+
+def layout_hypotheses(component: str) -> Iterator[Alternative]:
+    """Every hypothesis of this module for ``component``, in the order they are tried."""
+    yield from softmax_axis_hypotheses(component)
+    yield from mask_added_hypotheses(component)
+    yield from patch_layout_hypotheses(component)
+    yield from cls_position_hypotheses(component)
+    yield from causal_diagonal_hypotheses(component)

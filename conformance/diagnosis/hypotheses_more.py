@@ -1,0 +1,243 @@
+"""More explanations for an oracle mismatch (issue 19): head split and merge layouts,
+biases that are never added, a norm gain read as ``1 + weight``, and a residual taken from
+the normalised input.
+
+Each hypothesis is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``): the oracle
+with a
+piece replaced (in a separate oracle passed to the comparison, ``tck.reference.variants``)
+or with other parameters, judged like a convention: does it reproduce the implementation's
+output within the failed comparison's bound, while differing from the spec's?
+``more_hypotheses`` yields them for a component whose oracle runs the replaced piece (read
+from its record's oracle call); the explainer tries them after its own, so that nothing here
+can take a diagnosis away from a more specific explanation found first.
+
+The codes (SPEC.md Appendix B):
+
+- ``attention.heads_merged_wrong_order`` (inside layers, stacks and models; mha has its own
+  check): ``(B, H, L, d)`` reshaped to ``(B, L, H*d)`` without the transpose;
+- ``attention.heads_split_wrong_order``: ``x.view(B, H, L, d)`` (or ``view(B * H, -1, d)``)
+  instead of ``x.view(B, L, H, d).transpose(1, 2)``: each "head" is a block of positions'
+  channels, positions and heads interleaved before the scores;
+- ``params.bias_unused``: a projection's bias is loaded but never added (a port that reads
+  only the weights, ``F.linear(x, w)`` without ``b``);
+- ``layer_norm.gain_plus_one``: the norm multiplies by ``1 + weight`` (Gemma's RMSNorm
+  convention) where the weights are stored for ``weight`` (or the reverse, ``weight - 1``);
+- ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
+  input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``, in every sublayer or
+  in one sublayer only (the k-th of the call, in the order the oracle runs them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle, record
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+
+Arrays = Mapping[str, np.ndarray]
+
+_NORM_WEIGHT = re.compile(r"(^|\.)(norm\d*|ln_\w+)\.weight$")
+
+# Bias groups: (plain words, the leaf names whose biases are dropped together). All of a
+# group's parameters, in every layer, are zeroed at once; the q/k/v triple first (a port
+# that drops the attention biases drops them together: Qwen2's q/k/v biases). The key bias
+# alone has no group: it adds q . b_k to every score of a query, which softmax cancels.
+BIAS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the query, key and value projections", ("q.bias", "k.bias", "v.bias")),
+    ("the query projection", ("q.bias",)),
+    ("the value projection", ("v.bias",)),
+    ("the attention output projection", ("o.bias",)),
+    ("the FFN's first projection", ("fc1.bias",)),
+    ("the FFN's second projection", ("fc2.bias",)),
+    ("the gated FFN's projections", ("gate.bias", "up.bias", "down.bias")),
+    ("the LayerNorm shift (beta)", ("bias", "norm.bias", "norm1.bias", "norm2.bias", "norm3.bias")),
+    ("the classification head", ("head.bias",)),
+)
+
+
+def _split_heads_no_transpose(x: Any, n_heads: int) -> np.ndarray:
+    """(B, L, H*d) read as (B, H, L, d) without the transpose: ``x.view(B, H, L, d)``."""
+    b, length, width = x.shape
+    if width % n_heads:
+        raise ValueError(f"width {width} is not divisible by n_heads={n_heads}")
+    return oracle._f64(x).reshape(b, n_heads, length, width // n_heads)
+
+
+def _residual_after_norm(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A pre-LN sublayer whose residual is the normalised input: h = Norm(x); h + f(h)."""
+    if conventions.norm_placement == "post":
+        return oracle.norm(x + fn(x), params, norm_prefix, conventions)
+    h = oracle.norm(x, params, norm_prefix, conventions)
+    return h + fn(h)
+
+
+def _residual_after_norm_in(which: int) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation: the replacement counts its calls) under which
+    only the ``which``-th sublayer of a call (0-based, in the order the oracle runs them)
+    takes its residual from the normalised input."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        seen = [0]
+
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            seen[0] += 1
+            if seen[0] - 1 == which:
+                return _residual_after_norm(x, params, norm_prefix, conventions, fn)
+            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+        return {"_sublayer": sublayer}
+
+    return pieces
+
+
+def counting_sublayers() -> tuple[dict[str, Callable[..., Any]], list[int]]:
+    """Pieces that run the spec's sublayers and count them, and the counter (one element)."""
+    seen = [0]
+
+    def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+        seen[0] += 1
+        return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+    return {"_sublayer": sublayer}, seen
+
+
+def _leaf(key: str) -> str:
+    parts = key.split(".")
+    return ".".join(parts[-2:]) if len(parts) >= 2 else key
+
+
+def _norm_weights(component: str, params: Arrays) -> list[str]:
+    if record(component).has("norm"):
+        return ["weight"] if "weight" in params else []
+    return [k for k in params if _NORM_WEIGHT.search(k)]
+
+
+def head_split_hypotheses(component: str) -> Iterator[Alternative]:
+    """Heads split by a reshape without the transpose."""
+    if not reaches(component, "split_heads"):
+        return
+    yield Alternative(
+        "attention.heads_split_wrong_order",
+        "the output is the spec's with the heads split by a reshape without the transpose: "
+        "(B, L, H*d) viewed as (B, H, L, d) (x.view(B, H, L, d) or view(B*H, -1, d)) where the "
+        "spec takes x.view(B, L, H, d).transpose(1, 2), so each 'head' mixes several positions' "
+        "channels and the scores compare the wrong vectors (SPEC.md §3.3)",
+        pieces={"split_heads": _split_heads_no_transpose},
+    )
+
+
+def _merge_heads_no_transpose(x: Any) -> np.ndarray:
+    """(B, H, L, d) reshaped straight to (B, L, H*d), without the transpose."""
+    b, h, length, d = x.shape
+    return oracle._f64(x).reshape(b, length, h * d)
+
+
+def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
+    """Heads merged by a reshape without the transpose, in any head-bearing component (mha
+    has its own check, test_attention.test_heads_merge_order; inside a layer, a stack or a
+    ViT only the oracle comparison sees it)."""
+    if not reaches(component, "merge_heads"):
+        return
+    yield Alternative(
+        "attention.heads_merged_wrong_order",
+        "the output is the spec's with the heads merged by a reshape without the transpose: "
+        "(B, H, L, d) reshaped straight to (B, L, H*d) where the spec takes "
+        "x.transpose(1, 2).reshape(B, L, H*d), so positions and heads are interleaved before "
+        "the output projection (SPEC.md §3.3)",
+        pieces={"merge_heads": _merge_heads_no_transpose},
+    )
+
+
+def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternative]:
+    """A pre-LN residual taken from the normalised input: in every sublayer, then (when the
+    call runs ``sublayers`` > 1 of them) in each one alone."""
+    if not reaches(component, "_sublayer"):
+        return
+    yield Alternative(
+        "blocks.residual_after_norm",
+        "the output is the spec's with each pre-LN sublayer adding its output to the "
+        "normalised input (h = norm(x); h + f(h)) instead of to the input itself "
+        "(x + f(norm(x))): the residual path carries the LayerNorm's output, so the "
+        "identity path of the stack is lost (SPEC.md §7.1)",
+        pieces={"_sublayer": _residual_after_norm},
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        yield Alternative(
+            "blocks.residual_after_norm",
+            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
+            "the layers run them: attention, [cross-attention,] FFN per layer) adding its "
+            "output to the normalised input (h = norm(x); h + f(h)) instead of to the input "
+            "itself (x + f(norm(x))); the other sublayers are right (SPEC.md §7.1)",
+            pieces=_residual_after_norm_in(which),
+        )
+
+
+def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """Biases never added; a norm gain read as 1 + weight (or weight - 1)."""
+    if not params:
+        return
+    for words, leaves in BIAS_GROUPS:
+        keys = [k for k in params if _leaf(k) in leaves or k in leaves]
+        nonzero = [k for k in keys if np.any(np.asarray(params[k]) != 0)]
+        if not nonzero:
+            continue
+        dropped = {**params, **{k: np.zeros_like(np.asarray(params[k])) for k in keys}}
+        shown = ", ".join(sorted(keys)[:6]) + (", ..." if len(keys) > 6 else "")
+        yield Alternative(
+            "params.bias_unused",
+            f"the output is the spec's with the biases of {words} set to zero ({shown}): the "
+            "implementation loads those biases but never adds them (a projection called "
+            "without its bias, or a port that reads only the weights)",
+            params=dropped,
+        )
+    norms = _norm_weights(component, params)
+    for sign, words in ((1.0, "1 + weight"), (-1.0, "weight - 1")):
+        if not norms:
+            break
+        shifted = {**params, **{k: np.asarray(params[k], dtype=np.float64) + sign for k in norms}}
+        yield Alternative(
+            "layer_norm.gain_plus_one",
+            f"the output is the spec's with every norm gain replaced by {words}: the norm "
+            "multiplies by (1 + weight) where the weights are stored for a plain weight, or "
+            "the reverse (Gemma's RMSNorm stores weight - 1 and multiplies by 1 + weight; a "
+            f"port mixes the two conventions). Norm weights: {', '.join(norms[:4])}",
+            params=shifted,
+        )
+
+
+def more_hypotheses(
+    component: str, params: Arrays | None, sublayers: int = 0
+) -> Iterator[Alternative]:
+    """Every hypothesis of this module for ``component`` with ``params``; ``sublayers``: how
+    many sublayers the call runs (0: not counted, no one-sublayer hypotheses)."""
+    yield from head_split_hypotheses(component)
+    yield from head_merge_hypotheses(component)
+    yield from residual_hypotheses(component, sublayers)
+    yield from param_hypotheses_more(component, params)
+
+
+def explained_by_one_other_field(
+    tck: Any, inst: Any, inputs: Mapping[str, np.ndarray], test: np.ndarray, field: str
+) -> dict[str, Any] | None:
+    """For a convention probe of ``field`` that no value of ``field`` alone explains: another
+    single field that explains the output by itself, ``field`` left at its declared value
+    (``{other: value}``), else None.
+
+    The smallest explanation wins: with BERT's eps 1e-12 left undeclared, eps alone
+    reproduces the output, and so does "eps outside the sqrt, with eps 1e-12" (at that eps
+    the two placements agree); the probe of eps_placement must not accuse the placement."""
+    from .explain import matching_values
+
+    for other in record(tck.component).fields:
+        if other == field:
+            continue
+        values = matching_values(tck, inst, inputs, test, other)
+        if values and getattr(inst.conventions, other) not in values:
+            return {other: values[0]}
+    return None

@@ -1,0 +1,397 @@
+"""Hypotheses by class rather than by example: where the rotary encoding is applied, and the
+parameterised families that no list of candidate values covers, solved numerically.
+
+- ``rope.applied_to_wrong_tensors``: RoPE (SPEC.md §2.3) rotates the queries and the keys of
+  causal self-attention (§11.1); an implementation that rotates the queries only, the keys
+  only, or the values as well. It applies to every component whose oracle runs the rotation
+  (``tck.reference.variants.reaches(component, "rope_rows")``) under ``positions='rope'``.
+- A convention field with a continuum of values (the catalogue's ``NUMERIC`` fields: an eps,
+  a RoPE or sinusoidal base): the value is solved for by a one-dimensional search on a log
+  scale, so a base of 1e6 or 123456 is named as well as the three usual ones; its code is
+  the field's (``layer_norm.eps_wrong``, ``positional.base_wrong``).
+- The attention scale (§3.1): the scores multiplied by ``c / sqrt(d_k)`` for a solved ``c``,
+  in every component that runs scaled dot-product attention (causal self-attention, blocks
+  and whole models as well as ``attention`` and ``mha``): ``attention.scale_missing`` when
+  ``c = sqrt(d_k)``, ``attention.scale_inverted`` when ``c = d_k`` (multiplied by sqrt(d_k)
+  instead of divided), ``attention.scale_wrong`` otherwise.
+
+- A norm over the wrong axes (``layer_norm.positions_interact``): LayerNorm or RMSNorm
+  statistics over the last two axes, (sequence, features), as ``nn.LayerNorm([L, D])`` or
+  ``F.layer_norm(x, x.shape[-2:])`` compute them, in every component whose oracle runs that
+  norm; positions then share statistics (in a decoder, the future leaks through them).
+- The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
+  RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
+  subject compared in float32 or float64 (float32 tables in a float64 subject are the
+  precision retry's, ``numerics.float64_precision_lost``).
+
+Each is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``) judged like any other: a
+solved value is evidence only if the oracle under it reproduces the output within the failed
+comparison's bound and differs from the spec's by more than that bound.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle, record
+from tck.reference.catalogue import NUMERIC, convention_code
+from tck.reference.codes import code as registered
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+
+Evaluate = Callable[[Alternative], np.ndarray]
+
+# The rotation targets tried, the spec's (q, k) excluded.
+ROPE_TARGETS: tuple[tuple[str, ...], ...] = (("q",), ("k",), ("q", "k", "v"))
+
+# Search ranges, natural log of the value: eps from 1e-14 to 1; a positional base from 10 to
+# 1e9 (RoPE bases in use run from 1e4 to 5e5 and 1e6; anything in between is as plausible);
+# the factor on the attention scale from 1e-3 to 1e3 (sqrt(d_k) for d_k up to 1e6).
+LOG_RANGES: dict[str, tuple[float, float]] = {
+    "eps": (math.log(1e-14), 0.0),
+    "pe_base": (math.log(10.0), math.log(1e9)),
+    "scale": (math.log(1e-3), math.log(1e3)),
+}
+GRID_POINTS = 31  # coarse grid, then a golden-section refinement around its best point
+# 0.618 ** 60 of a bracket two grid steps wide (1.2 in log for a base): ~4e-13 relative, so
+# that a solved value reproduces an output within a float64 bound
+REFINE_STEPS = 60
+# Searches per check (hypothesis explains every failing example it shrinks through): each
+# costs about GRID_POINTS + REFINE_STEPS oracle calls per family.
+SOLVED_SEARCHES = 2
+_searches: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def searches_left(owner: Any) -> bool:
+    """Count one search for ``owner`` (a check's harness); False once it has had its share."""
+    used = _searches.get(owner, 0)
+    _searches[owner] = used + 1
+    return used < SOLVED_SEARCHES
+
+
+def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., np.ndarray]:
+    """§11.1 with RoPE applied to ``targets`` (of q, k, v) instead of to q and k."""
+
+    def causal_self_attention(
+        x: Any,
+        params: Any,
+        *,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        key_padding: Any = None,
+        positions: Any = None,
+        causal_keep: Any = None,
+        key_positions: Any = None,
+        conventions: Any = None,
+    ) -> np.ndarray:
+        x = oracle._f64(x)
+        b, length, _ = x.shape
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}")
+        heads = {
+            "q": oracle.split_heads(oracle.linear(x, params, "q."), n_heads),
+            "k": oracle.split_heads(oracle.linear(x, params, "k."), n_kv_heads),
+            "v": oracle.split_heads(oracle.linear(x, params, "v."), n_kv_heads),
+        }
+        pos = oracle.position_ids(positions, b, length)
+        at = (
+            {"k": oracle.position_ids(key_positions, b, length)}
+            if key_positions is not None
+            else {}
+        )
+        for name in targets:
+            heads[name] = oracle.rope_rows(
+                heads[name],
+                at.get(name, pos),
+                base=conventions.pe_base,
+                layout=conventions.rope_layout,
+            )
+        rep = n_heads // n_kv_heads
+        k, v = oracle.repeat_kv(heads["k"], rep), oracle.repeat_kv(heads["v"], rep)
+        keep = oracle.causal_keep_mask(length, length) if causal_keep is None else causal_keep
+        keep = np.asarray(keep)
+        if key_padding is not None:
+            keep = oracle.key_padding_mask(key_padding) & keep
+        out = oracle.scaled_dot_product_attention(
+            heads["q"], k, v, keep, fully_masked_rows=conventions.fully_masked_rows
+        )
+        return oracle.linear(oracle.merge_heads(out), params, "o.")
+
+    return causal_self_attention
+
+
+def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """RoPE applied to the queries only, the keys only, or to the values as well."""
+    if getattr(conventions, "positions", None) != "rope" or not reaches(component, "rope_rows"):
+        return
+    words = {
+        ("q",): "the queries only (the keys are not rotated)",
+        ("k",): "the keys only (the queries are not rotated)",
+        ("q", "k", "v"): "the values as well as the queries and keys",
+    }
+    for targets in ROPE_TARGETS:
+        yield Alternative(
+            registered("rope.applied_to_wrong_tensors"),
+            f"the output is the spec's with the rotary encoding applied to {words[targets]}: "
+            "RoPE rotates q and k, never v, so that the score q_i . k_j depends on i - j "
+            "(SPEC.md §2.3, §11.1)",
+            pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
+        )
+
+
+def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
+    """§3.1 with the scale multiplied by ``factor`` (the spec's 1/sqrt(d_k) when None)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        base = 1.0 / math.sqrt(np.shape(q)[-1]) if scale is None else scale
+        return oracle.scaled_dot_product_attention(
+            q, k, v, keep_mask, scale=base * factor, fully_masked_rows=fully_masked_rows
+        )
+
+    return sdpa
+
+
+def _distance(test: np.ndarray, gold: np.ndarray) -> float:
+    if gold.shape != test.shape:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(np.asarray(test, dtype=np.float64) - gold)
+    return float(np.max(diff)) if diff.size and np.isfinite(diff).all() else math.inf
+
+
+def solve_log(
+    make: Callable[[float], Alternative],
+    evaluate: Evaluate,
+    test: np.ndarray,
+    log_range: tuple[float, float],
+) -> float | None:
+    """The value (not its log) in ``exp(log_range)`` whose alternative ``make(value)`` comes
+    closest to ``test`` (largest absolute difference), by a grid then golden sections; None
+    when no value can be computed."""
+
+    def cost(t: float) -> float:
+        try:
+            return _distance(test, evaluate(make(math.exp(t))))
+        except (ValueError, KeyError, IndexError, FloatingPointError):
+            return math.inf
+
+    lo, hi = log_range
+    grid = np.linspace(lo, hi, GRID_POINTS)
+    costs = [cost(float(t)) for t in grid]
+    best = int(np.argmin(costs))
+    if not math.isfinite(costs[best]):
+        return None
+    a, b = float(grid[max(best - 1, 0)]), float(grid[min(best + 1, len(grid) - 1)])
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = cost(c), cost(d)
+    for _ in range(REFINE_STEPS):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = cost(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = cost(d)
+    return math.exp(c if fc <= fd else d)
+
+
+def solved_hypotheses(
+    component: str, config: Any, conventions: Any, evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """Each numeric convention field of ``component``, and the attention scale where the
+    component runs attention, at the value that comes closest to ``test``."""
+    for field in record(component).fields:
+        if field not in NUMERIC or field not in LOG_RANGES:
+            continue
+        declared = getattr(conventions, field)
+
+        def make(value: float, field: str = field) -> Alternative:
+            return Alternative("", "", conventions={field: value})
+
+        value = solve_log(make, evaluate, test, LOG_RANGES[field])
+        if value is None or math.isclose(value, declared, rel_tol=1e-9):
+            continue
+        yield Alternative(
+            convention_code(field, value),
+            f"behaves as {field}={value:.6g} (solved for: the value under which the oracle "
+            f"comes closest to the output), but the adapter declares {field}={declared!r}",
+            conventions={field: value},
+        )
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+
+    def scaled(factor: float) -> Alternative:
+        return Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(factor)})
+
+    factor = solve_log(scaled, evaluate, test, LOG_RANGES["scale"])
+    if factor is None or math.isclose(factor, 1.0, rel_tol=1e-9):
+        return
+    # c = sqrt(d_k): no scale at all; c = d_k: multiplied by sqrt(d_k) instead of divided.
+    # Near one of these the exact value is tried first: a 16-bit comparison's noise moves the
+    # solved factor off it, not the bug.
+    d_k = config.d_model // config.n_heads
+    named = {math.sqrt(d_k): "attention.scale_missing", float(d_k): "attention.scale_inverted"}
+    candidates = [(v, c) for v, c in named.items() if math.isclose(factor, v, rel_tol=0.05)]
+    code = next(
+        (c for value, c in named.items() if math.isclose(factor, value, rel_tol=1e-6)),
+        "attention.scale_wrong",
+    )
+    for value, named_code in [*candidates, (factor, code)]:
+        yield Alternative(
+            registered(named_code),
+            f"the output is the spec's with the attention scores multiplied by {value:.6g} / "
+            f"sqrt(d_k) instead of 1 / sqrt(d_k) (solved for; 1/sqrt(d_k) times sqrt(d_k) is "
+            "no scale at all, times 1/sqrt(d_k) a division by d_k, times sqrt(d_k / d_model) "
+            "the model width's root): SPEC.md §3.1",
+            pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)},
+        )
+
+
+# The 16-bit dtypes a table may be kept in, and the comparisons in which that shows.
+TABLE_DTYPES = ("float16", "bfloat16")
+TABLE_COMPARISONS = ("float64", "float32")
+
+
+def rounded_to(x: Any, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (float16, bfloat16, float32) and held as float64; bfloat16
+    is float32's upper 16 bits, rounded to nearest even (as torch's .to(torch.bfloat16))."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype != "bfloat16":
+        return x.astype(dtype).astype(np.float64)
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _sinusoidal_pe_in(dtype: str) -> Callable[..., np.ndarray]:
+    def sinusoidal_pe(length: int, d_model: int, **kw: Any) -> np.ndarray:
+        return rounded_to(oracle.sinusoidal_pe(length, d_model, **kw), dtype)
+
+    return sinusoidal_pe
+
+
+def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the cos and sin tables stored in ``dtype``."""
+
+    def rope(  # type: ignore[no-untyped-def]
+        x: Any,
+        positions: Any = None,
+        *,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        frequencies: Any = None,
+    ):
+        x = oracle._f64(x)
+        length, d = x.shape[-2], x.shape[-1]
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        if d % 2 or positions.shape != (length,):
+            raise ValueError("not a RoPE call this hypothesis can make")
+        omega = (  # (d/2,): §2.6's scaled frequencies where the oracle call gives them
+            base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+            if frequencies is None
+            else np.asarray(frequencies, dtype=np.float64)
+        )
+        theta = positions.astype(np.float64)[:, None] * omega  # (L, d/2)
+        cos, sin = rounded_to(np.cos(theta), dtype), rounded_to(np.sin(theta), dtype)
+        if layout == "interleaved":
+            a, b = x[..., 0::2], x[..., 1::2]
+        elif layout == "half_split":
+            a, b = x[..., : d // 2], x[..., d // 2 :]
+        else:
+            raise ValueError(f"unknown RoPE layout {layout!r}")
+        ra, rb = a * cos - b * sin, a * sin + b * cos
+        out = np.empty_like(x)
+        if layout == "interleaved":
+            out[..., 0::2], out[..., 1::2] = ra, rb
+        else:
+            out[..., : d // 2], out[..., d // 2 :] = ra, rb
+        return out
+
+    return rope
+
+
+def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alternative]:
+    """Each table the component's oracle builds, stored in each 16-bit dtype."""
+    if compared_in not in TABLE_COMPARISONS:
+        return
+    tables = (
+        ("sinusoidal_pe", _sinusoidal_pe_in, "the sinusoidal position table (SPEC.md §2.1)"),
+        ("rope", _rope_in, "RoPE's cos and sin tables (SPEC.md §2.3)"),
+    )
+    for piece, make, words in tables:
+        if not reaches(component, piece):
+            continue
+        for dtype in TABLE_DTYPES:
+            yield Alternative(
+                registered("numerics.table_low_precision"),
+                f"the output is the spec's with {words} stored in {dtype} (computed, then "
+                f"kept in a {dtype} buffer or built from {dtype} values) in a subject compared "
+                f"in {compared_in}: the table's values are off by {dtype}'s rounding; build "
+                "and keep it in the model's dtype or better",
+                pieces={piece: make(dtype)},
+            )
+
+
+# The axes a norm's statistics may wrongly run over, besides the spec's last axis.
+NORM_AXES: tuple[tuple[int, ...], ...] = ((-2, -1),)
+
+
+def _layer_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
+    """§5.1 with the statistics over ``axes``; the gain and shift still per feature."""
+
+    def layer_norm(  # type: ignore[no-untyped-def]
+        x, weight=None, bias=None, *, eps=1e-5, eps_placement="inside_sqrt", variance="biased"
+    ):
+        x = oracle._f64(x)
+        if x.ndim < len(axes) + 1:
+            raise ValueError("no such axes")
+        n = int(np.prod([x.shape[a] for a in axes]))
+        centred = x - x.mean(axis=axes, keepdims=True)
+        var = (centred**2).sum(axis=axes, keepdims=True) / (n - (variance == "unbiased"))
+        if eps_placement == "inside_sqrt":
+            y = centred / np.sqrt(var + eps)
+        else:
+            y = centred / (np.sqrt(var) + eps)
+        y = y if weight is None else y * oracle._f64(weight)
+        return y if bias is None else y + oracle._f64(bias)
+
+    return layer_norm
+
+
+def _rms_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
+    """§5.3 with the mean square over ``axes``."""
+
+    def rms_norm(x, weight=None, *, eps=1e-5):  # type: ignore[no-untyped-def]
+        x = oracle._f64(x)
+        if x.ndim < len(axes) + 1:
+            raise ValueError("no such axes")
+        y = x / np.sqrt((x**2).mean(axis=axes, keepdims=True) + eps)
+        return y if weight is None else y * oracle._f64(weight)
+
+    return rms_norm
+
+
+def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
+    """LayerNorm and RMSNorm statistics over (sequence, features) instead of features."""
+    for piece, make in (("layer_norm", _layer_norm_over), ("rms_norm", _rms_norm_over)):
+        if not reaches(component, piece):
+            continue
+        for axes in NORM_AXES:
+            yield Alternative(
+                registered("layer_norm.positions_interact"),
+                f"the output is the spec's with the {piece} statistics taken over the last "
+                f"{len(axes)} axes (sequence and features: nn.LayerNorm([L, D]), "
+                "F.layer_norm(x, x.shape[-2:])) instead of over the features of each "
+                "position: every position's output depends on the others (in a decoder, on "
+                "future tokens; SPEC.md §5.1, §5.3)",
+                pieces={piece: make(axes)},
+            )

@@ -1,0 +1,178 @@
+"""§10.12 Float32 islands: a float64 build that computes some steps in float32 on purpose.
+
+Correct public decoder code does it (Meta's Llama ``RMSNorm`` normalises ``x.float()``; its
+``precompute_freqs_cis`` table is a ``complex64`` buffer that ``module.to(torch.float64)``
+leaves as it is; a GELU whose ``sqrt(2/pi)`` is a float32 tensor; transformers' Llama keeps
+its norm statistics, RoPE angles and eager softmax in float32 whatever the model's dtype).
+Such a subject agrees with the float64 oracle to float32's precision, not float64's: held to
+float64's floor (1e-10), every check of it would fail, each for the same reason.
+
+``measure`` finds out once per subject: one build in float64 with canonical parameters,
+two calls (the default shape, and a causal call of 13 tokens for the components that take
+one), compared with the oracle at float64's floor and at the island bound
+(``tolerance.ISLAND_FLOOR``, 16 float32 unit roundoffs at the output's scale). A subject
+that fails the first and meets the second has an island. Then:
+
+- declared (``Conventions.float32_steps``): ``numerics.float32_islands`` is a convention row
+  that gives the measurement;
+- undeclared: that check fails, once, with ``numerics.float32_island``, naming the steps the
+  component may keep in float32, the measurement and the declaration that would accept it;
+
+and in both cases every float64 check of the subject runs with the island bound in place of
+float64's floor (``subject_floor``, applied by the plugin's ``tck`` fixture), so what still
+fails is a bug larger than float32 rounding, under its own code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tck.adapters import Unsupported
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.recorder import Recorder
+from tck.reference import record
+from tck.reference.inputs import Shape
+from tck.reference.tolerance import (
+    FLOOR,
+    ISLAND_FLOOR,
+    UNIT_ROUNDOFF,
+    compare,
+    float64_floor,
+)
+
+FINDING = "numerics.float32_island"
+DECLARED = "numerics.float32_islands_declared"
+
+# The steps of FLOAT32_STEPS a component can hold, by what it computes (SPEC.md §10.12).
+_BY_QUANTITY = {
+    "norm_statistics": ("norm_statistics",),
+    "softmax": ("softmax",),
+    "rope_angles": ("rope_angles", "rope_table"),
+}
+# the default call, and a causal one of 13 tokens (a decoder's causal path; other
+# components take it as a plain call)
+CALLS = (Shape(), Shape(batch=2, lq=13, lk=13, causal=True))
+
+
+@dataclass(frozen=True)
+class Island:
+    """What ``measure`` found on a subject in float64."""
+
+    max_abs_err: float  # max |test - oracle| over the calls
+    scale: float  # max(1, max|oracle|), the floor's scale
+    bound: float  # the island bound at that scale
+    # "exact": within float64's floor; "island": above it, within the island bound;
+    # "beyond": above the island bound too (a bug, or float32 rounding and a bug at once)
+    status: str = "island"
+
+    @property
+    def roundoffs(self) -> float:
+        """The error in float32 unit roundoffs at the output's scale."""
+        return self.max_abs_err / (UNIT_ROUNDOFF["float32"] * self.scale)
+
+    def describe(self) -> str:
+        if self.status == "exact":
+            return (
+                f"max |test - oracle| = {self.max_abs_err:.3g}, within float64's own bound "
+                f"{FLOOR['float64'] * self.scale:.3g}: no step is measured in float32"
+            )
+        if self.status == "beyond":
+            return (
+                f"max |test - oracle| = {self.max_abs_err:.3g}, above the float32-island "
+                f"bound {self.bound:.3g} too: more than float32 rounding (the checks name it)"
+            )
+        return (
+            f"max |test - oracle| = {self.max_abs_err:.3g} in float64, "
+            f"{self.roundoffs:.2g} float32 unit roundoffs (2^-24) at the output's scale "
+            f"{self.scale:.3g}: above float64's bound {FLOOR['float64'] * self.scale:.3g}, "
+            f"within the float32-island bound {self.bound:.3g}"
+        )
+
+
+def candidate_steps(component: str) -> tuple[str, ...]:
+    """The float32 steps (``Conventions.float32_steps``) ``component`` can hold: those of the
+    quantities it forms (§10.10), a constant where it has an activation, a table where it
+    has positions."""
+    rec = record(component)
+    steps: list[str] = []
+    for quantity in rec.quantities or ():
+        steps += _BY_QUANTITY.get(quantity, ())
+    if "pe_layout" in rec.fields:  # the sinusoidal table (§2.1), alone or inside
+        steps.append("positional_table")
+    if {"activation", "gate_activation"} & set(rec.fields):
+        steps.append("constants")
+    return tuple(dict.fromkeys(steps)) or ("constants",)
+
+
+# (adapter id, subject name, seed, device) -> (the adapter, what measure found): a subject is
+# measured once per process, and every check of it reads the answer. The adapter is held so
+# that its id is not reused by another adapter while the answer is kept.
+_MEASURED: dict[tuple[int, str, int, str], tuple[object, Island | str]] = {}
+
+
+def measure(h: Harness) -> Island | str:
+    """What ``h``'s subject measures in float64 (an ``Island``: its ``status`` says whether
+    it is one), or a string saying why it cannot be measured."""
+    key = (id(h.adapter), h.subject.name, h.seed, h.device)
+    held = _MEASURED.get(key)
+    if held is None or held[0] is not h.adapter:
+        held = _MEASURED[key] = (h.adapter, _measure(h))
+    return held[1]
+
+
+def _measure(h: Harness) -> Island | str:
+    if "float64" not in h.dtypes():
+        return f"{h.adapter.name}:{h.subject.name} does not run in float64 (Adapter.dtypes)"
+    if callable(getattr(h.adapter, "precision_hint", None)):  # an exported graph: its own
+        return "an exported graph accounts for its float32 constants itself (precision_hint)"
+    probe = Harness(h.adapter, h.subject, seed=h.seed, device=h.device, record=Recorder())
+    try:
+        inst = probe.instance()
+        if inst.params is None and _needs_params(probe):
+            return "the adapter gives no canonical parameters to compare with the oracle"
+        worst, scale, measured = 0.0, 1.0, False
+        exact, within = True, True
+        for index, shape in enumerate(CALLS):
+            try:
+                inputs = probe.inputs(inst, shape, seed=index)
+                test = probe.run(inst, inputs)
+            except Unsupported:
+                continue
+            gold = probe.gold(inst, inputs)
+            if test.shape != gold.shape:
+                return "the output's shape is not the oracle's (the shape checks name it)"
+            ignore = probe.ignore_mask(inst, gold)
+            with float64_floor(FLOOR["float64"]):
+                exact &= compare(test, gold, ignore=ignore).passed
+            with float64_floor(ISLAND_FLOOR):
+                loose = compare(test, gold, ignore=ignore)
+            within &= loose.passed
+            measured = True
+            worst = max(worst, loose.max_abs_err)
+            scale = max(scale, loose.bound / ISLAND_FLOOR)
+    except Unsupported as why:
+        return f"cannot be built in float64 here: {why}"
+    except Exception as error:  # the checks report what breaks; this probe only measures
+        return f"the float64 probe failed: {type(error).__name__}: {error}"
+    finally:
+        probe.release()
+    if not measured:
+        return "no call of the float64 probe ran"
+    status = "exact" if exact else "island" if within and math.isfinite(worst) else "beyond"
+    return Island(worst, scale, ISLAND_FLOOR * scale, status)
+
+
+def subject_floor(h: Harness) -> float | None:
+    """The float64 floor for every check of ``h``'s subject: ``ISLAND_FLOOR`` when it
+    declares float32 steps or has an island, else None (float64's own)."""
+    if h.subject.conventions.float32_steps:
+        return ISLAND_FLOOR
+    found = measure(h)
+    return ISLAND_FLOOR if isinstance(found, Island) and found.status == "island" else None
+
+
+def _needs_params(h: Harness) -> bool:
+    from tck.reference import param_shapes
+
+    return bool(param_shapes(h.component, h.config(), h.subject.conventions))

@@ -1,0 +1,118 @@
+"""Structural hypotheses (issue 19): an implementation that adds a step the papers do not
+have, such as a LayerNorm before the first layer (CLIP's ``ln_pre``, timm's ``norm_pre``) or
+inside the patch embedding (timm's ``PatchEmbed(norm_layer=...)``), left undeclared.
+
+Each hypothesis is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``): the oracle with
+that one step added, by a replacement of the oracle function it comes after, in a separate
+oracle passed to the comparison (``tck.reference.variants``; the real oracle is never
+changed). It applies to every component whose oracle runs that function (read from the
+record's oracle call), and is judged like a convention: does it reproduce the
+implementation's output within the failed comparison's bound, while differing from the
+spec's? The added LayerNorm has unit gain and zero bias: what an extra ``nn.LayerNorm``
+holds when nothing in the canonical parameters maps onto it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tck.reference import oracle
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+
+EXTRA_NORM_EPS = (1e-5, 1e-6)
+
+# Where an undeclared extra LayerNorm can sit: (the oracle function it wraps, on its output or
+# its input, code, plain words). Every component whose oracle runs that function can have it.
+EXTRA_NORM_SITES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "patch_embed",
+        "output",
+        "vit.extra_norm_in_patch_embed",
+        "normalises the patch embeddings (a LayerNorm inside the patch embedding, like timm's "
+        "PatchEmbed(norm_layer=...)), which the ViT paper does not have",
+    ),
+    (
+        "encoder",
+        "input",
+        "blocks.extra_norm_before_layers",
+        "normalises the tokens before the first encoder layer (an extra LayerNorm, like "
+        "CLIP's ln_pre or timm's norm_pre), which the Transformer and ViT papers do not have",
+    ),
+)
+
+
+def _normalise(x: Any, eps: float) -> Any:
+    return oracle.layer_norm(x, eps=eps)
+
+
+def _wrapped(name: str, where: str, eps: float) -> dict[str, Callable[..., Any]]:
+    """The piece ``name`` with a unit-gain LayerNorm on its output or its input."""
+    original: Callable[..., Any] = getattr(oracle, name)
+
+    def wrapper(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if where == "output":
+            return _normalise(original(x, *args, **kwargs), eps)
+        return original(_normalise(x, eps), *args, **kwargs)
+
+    return {name: wrapper}
+
+
+def _patch_embed_channels_last(images: Any, weight: Any, bias: Any, *, patch_size: int) -> Any:
+    """§9.1 with each patch flattened in (y, x, c) order (einops ``(p1 p2 c)``) while the
+    weight stays flattened in the conv's (c, y, x) order."""
+    images = oracle._f64(images)
+    b, c, h, w = images.shape
+    p = patch_size
+    patches = images.reshape(b, c, h // p, p, w // p, p).transpose(0, 2, 4, 3, 5, 1)
+    patches = patches.reshape(b, (h // p) * (w // p), p * p * c)
+    weight = oracle._f64(weight)
+    return patches @ weight.reshape(weight.shape[0], -1).T + oracle._f64(bias)
+
+
+def patch_order_hypotheses(component: str) -> Iterator[Alternative]:
+    """A patch flattened channels-last against a weight flattened channels-first."""
+    if not reaches(component, "patch_embed"):
+        return
+    yield Alternative(
+        "vit.patch_flatten_order",
+        "flattens each patch channels-last, (y, x, c) as einops' 'b c (h p1) (w p2) -> b (h w) "
+        "(p1 p2 c)' does, while its projection weight is flattened channels-first, (c, y, x) as "
+        "a conv's: the patch pixels meet the wrong weights (SPEC.md §9.1)",
+        pieces={"patch_embed": _patch_embed_channels_last},
+    )
+
+
+def _vit_mean_with_class_token(images: Any, params: Any, config: Any, *, conventions: Any) -> Any:
+    """§9.5 pooled as the mean over every token, the class token included."""
+    tokens = oracle.vit_tokens(images, params, config, conventions)
+    return oracle.linear(tokens.mean(axis=1), params, "head.")
+
+
+def pooling_hypotheses(component: str) -> Iterator[Alternative]:
+    """A mean pool that counts the class token among the patch tokens."""
+    if not reaches(component, "vit"):
+        return
+    yield Alternative(
+        "vit.pooling_mean_with_cls",
+        "pools the mean of every token, the class token included (x.mean(dim=1) over all "
+        "N_p + 1 tokens), where the spec pools the class token (or, declared, the mean of the "
+        "patch tokens only; SPEC.md §9.5)",
+        pieces={"vit": _vit_mean_with_class_token},
+    )
+
+
+def extra_norm_hypotheses(component: str) -> Iterator[Alternative]:
+    """An extra LayerNorm at every site ``component``'s oracle runs, at each usual eps; the
+    message says that the adapter does not declare it."""
+    for name, where, code, words in EXTRA_NORM_SITES:
+        if not reaches(component, name):
+            continue
+        for eps in EXTRA_NORM_EPS:
+            yield Alternative(
+                code,
+                f"{words} (eps {eps:g}, unit gain, zero bias), and its adapter does not declare it",
+                pieces=_wrapped(name, where, eps),
+            )

@@ -1,0 +1,400 @@
+"""The ``tck`` fixture every check receives: build, run, compare.
+
+A check is a plain pytest test. It asks the harness for an instance of the subject under
+test (``instance``: built on the harness' device, in a dtype, with canonical parameters
+rounded to it), runs it on canonical inputs (``inputs``, ``run``: the adapter gets private
+copies) and compares with the oracle under the conventions the adapter declares
+(``gold``, ``compare``, ``assert_matches_oracle``). Below float64 the bound takes the careful
+reference's error in that dtype (``careful``: the torch reference model of
+``tck.reference.model``, SPEC.md §10.7, §10.10), run on the subject's device; the oracle
+stays numpy float64 on the CPU. What a check finds besides its verdict goes to its
+``Recorder`` (``tck.conformance.toolkit.recorder``); a failed comparison is explained by
+``tck.conformance.diagnosis.explain``; the careful run and gradients are
+``tck.conformance.toolkit.careful``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
+from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
+from tck.reference import RECORDS, Config, Conventions, init_params, param_shapes, record
+from tck.reference.expected import expected
+from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
+from tck.reference.tolerance import Comparison, careful_error, compare, k_forward, round_to
+
+from .calling import GuardedAdapter, guarded_run
+from .careful import careful
+from .globalstate import AdapterWorld
+from .recorder import FailedCall, Recorder, seq_len
+from .results import CheckFailure
+from .spaces import fit_shape, max_length, require_config, require_length, subject_config
+from .verified import call_facts
+
+# Sizes per component: small enough to be fast, with d_k != d_v where the spec allows and
+# lengths that are not multiples of 8.
+DEFAULT_CONFIG = Config(
+    d_model=24,
+    n_heads=4,
+    d_ff=40,
+    n_layers=2,
+    n_decoder_layers=2,
+    vocab_size=23,
+    padding_idx=0,
+    max_len=128,
+    image_size=8,
+    patch_size=4,
+    channels=3,
+    n_classes=5,
+)
+
+# The convention fields each component's output depends on (its record's ``fields``).
+FIELDS: dict[str, tuple[str, ...]] = {name: rec.fields for name, rec in RECORDS.items()}
+
+
+@dataclass
+class Instance:
+    """A built subject: the adapter's handle, its config and canonical params (if any)."""
+
+    subject: Subject
+    config: Config
+    handle: Any
+    params: dict[str, np.ndarray] | None  # rounded to ``dtype``, held as float64
+    seed: int = 0  # what build and init_params were given
+    dtype: str = "float64"  # what build was given (SPEC.md §10.7)
+    # Why ``params`` are the subject's own rather than loaded canonical ones (None: loaded,
+    # or not asked for): a round trip of parameters never loaded proves nothing.
+    not_loaded: str | None = None
+
+    @property
+    def component(self) -> str:
+        return self.subject.component
+
+    @property
+    def conventions(self) -> Conventions:
+        return self.subject.conventions
+
+
+class Harness:
+    """What a check works with. One per (check, subject); its findings go to ``record``."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        subject: Subject,
+        seed: int = 0,
+        device: str = DEFAULT_DEVICE,
+        record: Recorder | None = None,
+        world: AdapterWorld | None = None,
+    ):
+        self.subject, self.seed = subject, seed
+        self.device = device  # where the subject and the careful run run
+        # What the check finds besides its verdict: the plugin gives one per check.
+        self.record = Recorder() if record is None else record
+        # step, grad and load with run's protection (private copies), for every check
+        # (and under its own numpy and torch settings, apart from the kit's: globalstate)
+        self.adapter: Any = GuardedAdapter(adapter, self.record, world)
+        self._recipes: dict[int, tuple[Inputs, Shape, int]] = {}
+        self.naive_handles: dict[
+            tuple[int, str, str], tuple[TorchModuleAdapter, Any, Instance]
+        ] = {}
+        self.combination_searches = 0  # tck.conformance.diagnosis.explain.matching_combination
+        self.runs: dict[int, int] = {}  # id(instance) -> calls of run (state hypotheses)
+        self._outputs: list[np.ndarray] = []  # what run() returned, the last few
+
+    # ------------------------------------------------------------------ building
+    @property
+    def component(self) -> str:
+        return self.subject.component
+
+    def config(self, **overrides: Any) -> Config:
+        """DEFAULT_CONFIG with what the check needs, inside what the subject supports
+        (``Subject.config`` fixes fields, ``Subject.supports`` a ConfigSpace: spaces.py);
+        Unsupported when the subject cannot be what the check needs."""
+        return subject_config(self.subject, DEFAULT_CONFIG, overrides)
+
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtypes the adapter offers for this subject (float64 unless it says more)."""
+        offered = getattr(self.adapter, "dtypes", None)
+        return tuple(offered(self.subject)) if callable(offered) else ("float64",)
+
+    def own_dtype(self) -> str:
+        """float64 when the adapter offers it for this subject, else the highest precision
+        it offers: the dtype of the checks that compare a subject with itself (batching,
+        padding, determinism, causality, shapes), which need no oracle and so no float64.
+        An ONNX graph or a model offered only in float32 is checked there in float32."""
+        offered = self.dtypes()
+        return next(
+            (d for d in ("float64", "float32", "bfloat16", "float16") if d in offered), "float64"
+        )
+
+    def own_instance(self, config: Config | None = None, **kwargs: Any) -> Instance:
+        """``instance`` in ``own_dtype``: for the checks that compare a subject with itself."""
+        return self.instance(config, dtype=self.own_dtype(), **kwargs)
+
+    def instance(
+        self,
+        config: Config | None = None,
+        *,
+        seed: int | None = None,
+        params: bool = True,
+        dtype: str = "float64",
+    ) -> Instance:
+        """Build a fresh instance; with ``params``, give it canonical parameters from
+        ``init_params`` (or read its own when the adapter cannot load). In a ``dtype`` other
+        than float64 the parameters are rounded to it first, so that the oracle, the naive
+        reference and the adapter share them exactly; a dtype the adapter does not offer is
+        ``Unsupported``."""
+        config = config or self.config()
+        seed = self.seed if seed is None else seed
+        handle = self.build(config, seed=seed, dtype=dtype)
+        values, not_loaded = None, None
+        if params and not getattr(self.adapter, "loads_params", True):
+            not_loaded = f"{self.adapter.name} never loads parameters (it checks its own)"
+            try:  # an adapter that never loads (a checkpoint as it is): its own, at once
+                values = self.adapter.params(handle)
+            except Unsupported:
+                values = None
+        elif params:
+            canonical = init_params(self.component, config, self.subject.conventions, seed=seed)
+            canonical = {k: round_to(v, dtype) for k, v in canonical.items()}
+            try:
+                self.adapter.load(handle, canonical)
+                values = canonical
+            except Unsupported as why:
+                not_loaded = f"{self.adapter.name} cannot load canonical parameters: {why}"
+                try:
+                    values = self.adapter.params(handle)
+                except Unsupported:
+                    values = None
+        return Instance(self.subject, config, handle, values, seed, dtype, not_loaded)
+
+    def require_device(self) -> None:
+        """Unsupported unless the adapter runs this subject on the harness' device."""
+        if not offers_device(self.adapter, self.subject, self.device):
+            offered = adapter_devices(self.adapter, self.subject)
+            why = f"{self.adapter.name}:{self.subject.name} runs on {', '.join(offered)}"
+            require = getattr(self.adapter, "require_device", None)
+            if callable(require):  # its own words, with its reason
+                require(self.subject, self.device)
+            raise Unsupported(f"{why}, not {self.device} (Adapter.devices)")
+
+    def build(self, config: Config, *, seed: int | None = None, dtype: str = "float64") -> Any:
+        """The adapter's handle for this subject on the harness' device, in ``dtype``: the
+        keywords ``dtype`` and ``device`` are passed only when they are not float64 and the
+        CPU, and only for what the adapter offers (else Unsupported)."""
+        seed = self.seed if seed is None else seed
+        self.require_device()
+        require_config(self.subject, config)  # a config outside its ConfigSpace: a skip
+        kwargs: dict[str, Any] = {}
+        if dtype != "float64":
+            offered = self.dtypes()
+            if dtype not in offered:
+                raise Unsupported(
+                    f"{self.adapter.name}:{self.subject.name} offers {', '.join(offered)}, "
+                    f"not {dtype} (Adapter.dtypes)"
+                )
+            kwargs["dtype"] = dtype
+        if self.device != DEFAULT_DEVICE:
+            kwargs["device"] = self.device
+        return self.adapter.build(self.subject, config, seed=seed, **kwargs)
+
+    def require_params(self, inst: Instance) -> dict[str, np.ndarray]:
+        if inst.params is None and _has_params(inst):
+            pytest.skip(
+                f"{self.adapter.name} gives no access to canonical parameters "
+                "(load or params), which this check needs"
+            )
+        return inst.params or {}
+
+    def inputs(
+        self,
+        inst: Instance,
+        shape: Shape = DEFAULT_SHAPE,
+        *,
+        seed: int | None = None,
+        beyond_max_len: bool = False,
+    ) -> Inputs:
+        """Inputs of ``shape``, its lengths cut to the subject's ConfigSpace.max_len unless
+        ``beyond_max_len`` (the too-long probe, SPEC.md §2.2)."""
+        seed = self.seed if seed is None else seed
+        if not beyond_max_len:
+            shape = fit_shape(shape, max_length(self.subject))
+        made = make_inputs(self.component, inst.config, np.random.default_rng(seed), shape)
+        made = {k: round_to(v, inst.dtype) for k, v in made.items()}  # once, for every path
+        self._recipes[id(made)] = (made, shape, seed)
+        return made
+
+    def release(self) -> None:
+        """Drop what the harness holds between calls (the careful runs' modules, the input
+        recipes, the last outputs): a check is over."""
+        self.naive_handles.clear()
+        self._recipes.clear()
+        self._outputs = []
+
+    def recipe(self, inputs: Mapping[str, np.ndarray]) -> tuple[Shape, int] | None:
+        """How ``inputs`` were made (shape, seed), if by ``self.inputs`` (possibly changed
+        since: the caller compares before relying on it)."""
+        made, shape, seed = self._recipes.get(id(inputs), (None, None, None))
+        return (shape, seed) if made is inputs else None
+
+    # ------------------------------------------------------------------ running
+    def run(self, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The adapter's output for ``inputs``, through ``calling.guarded_run``: the adapter
+        gets private copies of the inputs and the check a private copy of the output; an
+        input changed in place or an output buffer reused is a side effect, recorded."""
+        require_length(self.subject, inputs)  # never longer than the subject takes
+        self.runs[id(inst)] = self.runs.get(id(inst), 0) + 1
+        return guarded_run(self.adapter.run, inst.handle, inputs, self.record, self._outputs)
+
+    def gold(
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        conventions: Conventions | None = None,
+    ) -> np.ndarray:
+        return expected(
+            self.component, inputs, inst.params, inst.config, conventions or inst.conventions
+        )
+
+    def ignore_mask(
+        self,
+        inst: Instance,
+        gold: np.ndarray,
+        inputs: Mapping[str, np.ndarray] | None = None,
+    ) -> np.ndarray | None:
+        """Positions the spec does not promise: those the declared conventions leave
+        undefined (§4.4 'undefined'), and, given the ``inputs``, the padded query rows of a
+        causal decoder-only subject (§11.7: their outputs are not promised; a model that
+        derives its position ids from the mask, ``cumsum - 1`` as transformers does, places
+        its pads elsewhere than the oracle's default 0 .. L-1)."""
+        ignore = np.isnan(gold) if inst.conventions.fully_masked_rows == "undefined" else None
+        if inputs is not None and self.component in CAUSAL_SUBJECTS:
+            pads = padded_positions(inputs, gold.shape)
+            if pads is not None:
+                ignore = pads if ignore is None else ignore | pads
+        return ignore
+
+    # ------------------------------------------------------------------ comparing
+    def compare(
+        self,
+        inst: Instance,
+        test: np.ndarray,
+        gold: np.ndarray,
+        *,
+        careful: np.ndarray | None = None,
+        k: float | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
+    ) -> Comparison:
+        """The tolerance rule in ``inst.dtype``; ``careful`` is the careful run's output
+        (required below float64, where its error sets the bound); ``inputs``, when given,
+        leave out what ``ignore_mask`` says they do not promise."""
+        if test.shape != gold.shape:
+            raise CheckFailure(
+                "shape.wrong_output_shape",
+                f"output shape {test.shape}, the spec's is {gold.shape} (SPEC.md §10.6)",
+                {"shape": list(test.shape), "expected_shape": list(gold.shape)},
+            )
+        ignore = self.ignore_mask(inst, gold, inputs)
+        careful_err, lost = 0.0, 0
+        if careful is not None:
+            careful_err, lost = careful_error(careful, gold, ignore)
+            if lost:
+                # The careful run overflowed where the oracle is finite: it bounds nothing
+                # there, so a finite output is not compared; a non-finite one is compared and
+                # fails (numerics.overflow), since an overflowing yardstick excuses no
+                # overflow (SPEC.md §10.7).
+                unbounded = ~np.isfinite(careful) & np.isfinite(gold) & np.isfinite(test)
+                ignore = unbounded if ignore is None else ignore | unbounded
+        elif inst.dtype != "float64":
+            raise ValueError(f"comparing in {inst.dtype} needs the careful run (careful=)")
+        result = compare(
+            test,
+            gold,
+            dtype=inst.dtype,
+            careful_err=careful_err,
+            k=k_forward(self.component) if k is None else k,
+            ignore=ignore,
+        )
+        self.note(result.metrics())
+        if lost:
+            self.note({"ref_nonfinite": lost})
+        return result
+
+    def note(self, metrics: Mapping[str, Any]) -> None:
+        """Record metrics (the worst of each across calls): ``Recorder.note``."""
+        self.record.note(metrics)
+
+    def convention(self, code: str, message: str) -> None:
+        """Record an observed, declared deviation from the canonical spec."""
+        self.record.convention(code, message)
+
+    def assert_matches_oracle(
+        self, inst: Instance, inputs: Mapping[str, np.ndarray], what: str = "output"
+    ) -> np.ndarray:
+        """Run and compare with the oracle; on failure, explain and raise CheckFailure."""
+        self.require_params(inst)
+        test = self.run(inst, inputs)
+        gold = self.gold(inst, inputs)
+        bound_by = careful(self, inst, inputs) if inst.dtype != "float64" else None
+        result = self.compare(inst, test, gold, careful=bound_by, inputs=inputs)
+        self.record.calls.append(
+            {
+                "what": what,
+                "seq_len": seq_len(inputs),
+                "max_abs_err": result.max_abs_err,
+                "ratio": result.ratio,
+                "passed": result.passed,
+                **call_facts(self.component, inputs, inst.config),  # SPEC.md §10.11
+            }
+        )
+        if not result.passed:
+            self.record.failed_call = FailedCall(inst, dict(inputs), what, self.recipe(inputs))
+            from tck.conformance.diagnosis.explain import explain  # it builds on this module
+
+            code, message = explain(self, inst, inputs, test, result)
+            message += padded_worst(inputs, test.shape, result.worst_index)
+            raise CheckFailure(code, f"{what}: {message}", result.metrics())
+        return test
+
+
+# The causal decoder-only subjects (SPEC.md §11), whose padded query rows are not promised.
+CAUSAL_SUBJECTS = frozenset(name for name, rec in RECORDS.items() if "kv_cache" in rec.tags)
+
+
+def padded_positions(inputs: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray | None:
+    """The padded query positions of an output of ``shape`` (batch, length, ...): where the
+    ``key_padding`` of a self-attention call is False, broadcast; None without one."""
+    keep = inputs.get("key_padding")
+    if keep is None or len(shape) < 2 or np.shape(keep) != tuple(shape[:2]):
+        return None
+    keep = np.asarray(keep, bool)
+    return np.broadcast_to(~keep.reshape(keep.shape + (1,) * (len(shape) - 2)), shape)
+
+
+def padded_worst(
+    inputs: Mapping[str, np.ndarray], shape: tuple[int, ...], worst: tuple[int, ...] | None
+) -> str:
+    """Words for a failure whose worst index is a padded position (empty otherwise)."""
+    pads = padded_positions(inputs, shape)
+    if pads is None or worst is None or len(worst) != len(shape) or not pads[worst]:
+        return ""
+    return (
+        f"; the worst index {worst} is a PADDED position (key_padding False at batch row "
+        f"{worst[0]}, position {worst[1]}): its output depends on what the subject does with "
+        "pads (SPEC.md §4.2 padded_query_rows, §11.7)"
+    )
+
+
+def _area(component: str) -> str:
+    return record(component).area
+
+
+def _has_params(inst: Instance) -> bool:
+    return bool(param_shapes(inst.component, inst.config, inst.conventions))
