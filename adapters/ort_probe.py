@@ -3,7 +3,7 @@
 onnxruntime 1.31.1 (the pinned version) dies with SIGSEGV inside ``InferenceSession``
 creation, at ``ORT_ENABLE_ALL`` on x86_64, for the float16 graph of ``nn.MultiheadAttention``
 (cross-attention with a key padding mask; ``numerics.dtype_sweep``, subject
-``mha@ort.enable_all``, float16). Found for issue 16 by bisecting the optimisers:
+``mha@ort.enable_all``, float16). Found by bisecting the optimisers:
 ``ORT_DISABLE_ALL`` to ``ORT_ENABLE_LAYOUT`` load the graph, and ``ORT_ENABLE_ALL`` loads it
 with either ``NchwcTransformer`` or ``FuseFp16InitializerToFp32NodeTransformer`` disabled:
 the CPU provider runs the float16 ``MatMul`` in float32 behind inserted ``Cast`` nodes, and

@@ -551,7 +551,7 @@ def _seed(seed: int, device: str) -> None:
     The module is made on the CPU either way; torch.manual_seed also queues a seed for each
     accelerator backend (CUDA, XPU, MTIA) that formats the caller's stack every call while
     that backend is not initialised: ~0.9 ms a build under pytest and hypothesis, about 1 s
-    of a 20 s ``tck run`` (measured, issue 16). The CPU generator gets the same seed, so a
+    of a 20 s ``tck run`` (measured). The CPU generator gets the same seed, so a
     CPU build's parameters are those of ``torch.manual_seed``."""
     if device_kind(device) == "cpu":
         torch.default_generator.manual_seed(seed)

@@ -35,25 +35,6 @@ import numpy as np
 # Bigger than the L2 of every current GPU (H100: 50 MiB, H200: 50 MiB, B200: 126 MiB).
 L2_FLUSH_BYTES = 256 * 2**20
 
-STAT_FIELDS: tuple[str, ...] = (
-    "min",
-    "max",
-    "mean",
-    "stddev",
-    "rounds",
-    "median",
-    "iqr",
-    "q1",
-    "q3",
-    "iqr_outliers",
-    "stddev_outliers",
-    "outliers",
-    "ld15iqr",
-    "hd15iqr",
-    "ops",
-    "total",
-)
-
 
 @dataclass(frozen=True)
 class Budget:

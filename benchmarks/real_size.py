@@ -1,4 +1,4 @@
-"""The full verdict on a real-size checkpoint (issue 17 item 4): a benchmark, not a test.
+"""The full verdict on a real-size checkpoint: a benchmark, not a test.
 
     python benchmarks/real_size.py bert --layers 12 [--seq 512] [--out DIR] [-- TCK-ARGS]
     python benchmarks/real_size.py vit --layers 12

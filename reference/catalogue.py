@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .conventions import CANONICAL, CHOICES
+from .conventions import CANONICAL
 
 
 @dataclass(frozen=True)
@@ -210,18 +210,6 @@ NUMERIC: dict[str, tuple[str, str]] = {
 # What a NUMERIC field's words are at None (no value: the feature is off).
 NUMERIC_UNSET: dict[str, str] = {
     "sliding_window": "lets each query see every earlier key (no sliding window)",
-}
-
-# The fields a probe measures (tck.conformance.checks.test_fingerprint), in the order it probes.
-PROBED = tuple(FIELD_CLAUSES)
-
-CHOICES_BY_FIELD: dict[str, tuple[Choice, ...]] = {
-    field: tuple(
-        Choice(field, value, *_TABLE[(field, value)], FIELD_CLAUSES[field])
-        for value in CHOICES[field]
-    )
-    for field in FIELD_CLAUSES
-    if field not in NUMERIC
 }
 
 # The mask-polarity property of tck fingerprint (masks.polarity): SPEC.md §4.1's keep-mask,

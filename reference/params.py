@@ -41,10 +41,6 @@ def _record(component: str):
     return record(component)
 
 
-def _check_component(component: str) -> None:
-    _record(component)
-
-
 def _linear(prefix: str, n_out: int, n_in: int, bias: bool) -> Shapes:
     shapes: Shapes = {f"{prefix}weight": (n_out, n_in)}
     if bias:

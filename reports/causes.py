@@ -1,4 +1,4 @@
-"""Root causes (issue 19): group a run's failures by their most specific explanation.
+"""Root causes: group a run's failures by their most specific explanation.
 
 A run's failures are symptoms; several usually share one cause (an Annotated-Transformer
 LayerNorm fails the oracle comparison, the fixtures, three probes and the gradients). The

@@ -1,6 +1,6 @@
 """Compare two tck results.json: the same check ids (check, subject), the same verdicts,
-clauses, diagnosis codes and metrics. Used to show a refactor changes no public result
-(issue 21): ``python scripts/compare_check_ids.py BEFORE/results.json AFTER/results.json``.
+clauses, diagnosis codes and metrics. Used to show a refactor changes no public result:
+``python scripts/compare_check_ids.py BEFORE/results.json AFTER/results.json``.
 
 ``--allow-new`` accepts results only AFTER has (a component added since BEFORE); every id
 BEFORE has must still be there with the same verdict. Exit 0 when they agree, 1 otherwise.

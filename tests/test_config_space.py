@@ -1,4 +1,4 @@
-"""Subjects declare what they can be (issue 17, item 1; SPEC.md §0.6): ``ConfigSpace``.
+"""Subjects declare what they can be (SPEC.md §0.6): ``ConfigSpace``.
 
 Unit tests of ``resolve`` / ``admits`` and of the suite's side (``tck.conformance.toolkit.spaces``),
 then whole runs of user-style modules (tests/support/user_models.py): an MLP hard-coded at

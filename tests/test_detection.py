@@ -1,4 +1,4 @@
-"""Detection power (issue 4): the suite, ci profile, on every mutant of tck.adapters.mutants.
+"""Detection power: the suite, ci profile, on every mutant of tck.adapters.mutants.
 
 Each mutant must produce at least one failing result whose diagnosis code is one of its
 ``EXPECTED_CODES``; the unbroken tutorial modules (the control) must produce none. Every run
@@ -115,7 +115,7 @@ def test_mutant_is_killed(name: str) -> None:
 
 @detection
 def test_diagnosis_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 19: over every mutant's latest run, the share detected (a failing result with
+    """Over every mutant's latest run, the share detected (a failing result with
     one of its codes) must be 100% and the share whose top-ranked root cause is one of its
     codes (top-cause accuracy) at least 90%. Prints both; writes OUT/diagnosis_scores.json.
     Reads the results.json files test_mutant_is_killed wrote: tox -e detection runs it in a

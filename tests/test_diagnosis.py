@@ -1,4 +1,4 @@
-"""Diagnoses that name the cause (issue 19): each case of the issue, on a small
+"""Diagnoses that name the cause: each case of a class, on a small
 implementation, gets its specific code; probes that cannot measure say so; a run's failures
 are grouped by root cause; the diagnosis benchmark's scores."""
 
@@ -314,7 +314,7 @@ def test_diagnosis_scores_count_detection_and_top_cause_accuracy():
     assert "detection 66.7%" in matrix.format_scores(scores)
 
 
-# ------------------------------------------------ positions, patches, overflow (issue 19)
+# ------------------------------------------------ positions, patches, overflow
 
 
 @pytest.mark.spec("2.1", "2.3")

@@ -1,4 +1,4 @@
-"""The held-out diagnosis set (issue 19, item 5): tutorial-style implementations the mutant
+"""The held-out diagnosis set: tutorial-style implementations the mutant
 catalog has never seen (``tests/heldout``), each with one bug from a public report and the code
 a user would want as its top cause, plus correct implementations in other styles.
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("TCK_HELDOUT_OUT", ROOT / "reports" / "out" / "heldout"))
 PROFILE = "ci"
 TIMEOUT_S = 300
-# Top-cause accuracy is measured and printed; the bar it must clear (issue 19 asks 0.9) is
+# Top-cause accuracy is measured and printed; the bar it must clear (the goal is 0.9) is
 # asserted only when set here, a decision left to the coordinator (see the report).
 MIN_ACCURACY: float | None = None
 

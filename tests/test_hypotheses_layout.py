@@ -1,5 +1,5 @@
-"""Explanations by the attention core and the ViT token layout (issue 19,
-conformance/diagnosis/hypotheses_layout.py) and the root-cause ranking they feed
+"""Explanations by the attention core and the ViT token layout
+(conformance/diagnosis/hypotheses_layout.py) and the root-cause ranking they feed
 (reports/causes.py):
 a softmax over any axis but the keys, a bool mask added to the scores, a causal mask without
 its diagonal (NaN rows included), the patch grid read in another order, the position table

@@ -1,4 +1,4 @@
-"""``tck run --adapter module:attr`` where attr is a ready ``nn.Module`` instance (issue 17):
+"""``tck run --adapter module:attr`` where attr is a ready ``nn.Module`` instance:
 its config read from the instance, its own weights checked and never written, the component
 named with --component and the parameters with --map when tck does not know the module."""
 

@@ -90,7 +90,7 @@ def test_snippet_runs_with_no_failure(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("wrong", "check", "code"),
     [
-        # the output scaled by 1.5: oracle equality must see it (issue 18)
+        # the output scaled by 1.5: oracle equality must see it
         (
             ("forward=lambda block, x: block(x),", "forward=lambda block, x: 1.5 * block(x),"),
             "equality.oracle",

@@ -1,4 +1,4 @@
-"""An ONNX file checked from the file alone (issue 17): ``tck run --adapter onnx:FILE
+"""An ONNX file checked from the file alone: ``tck run --adapter onnx:FILE
 --component encoder_layer [--map MAP.json]``. Without a map the parameter-free checks run and
 the oracle checks skip; with one, the oracle checks run on the graph's own initializers."""
 

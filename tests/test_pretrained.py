@@ -1,4 +1,4 @@
-"""The instance as it is (issue 17): ``tck run --adapter hf.bert|hf.vit --model DIR`` on a
+"""The instance as it is: ``tck run --adapter hf.bert|hf.vit --model DIR`` on a
 save_pretrained folder checks that checkpoint at its own sizes with its own weights, and
 never writes them."""
 

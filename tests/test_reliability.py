@@ -36,7 +36,7 @@ FAULTS = {
     "hang": ("error", "adapter.timeout", "did not finish within 10.0 s"),
     "segfault": ("error", "adapter.crashed", "crashed while running"),
     "abort": ("error", "adapter.crashed", "crashed while running"),
-    # issue 20: faults that used to end in a false green, a lost report or a wrong verdict
+    # faults that used to end in a false green, a lost report or a wrong verdict
     "keyboard_interrupt": ("error", "adapter.exception", "KeyboardInterrupt without a Ctrl-C"),
     "bad_str": ("error", "adapter.exception", "whose str() raised ValueError"),
     "exit0": ("error", "adapter.crashed", "os._exit(0)"),
@@ -204,7 +204,7 @@ def test_the_console_script_finds_an_adapter_in_the_current_folder(tmp_path):
     assert "tck mine:" in proc.stdout
 
 
-# ---------------------------------------------------------------- issue 20: no false green
+# ------------------------------------------------------------------------- no false green
 
 
 def _bad_rows(document: dict) -> list[dict]:

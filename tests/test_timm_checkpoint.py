@@ -1,4 +1,4 @@
-"""``tck run --adapter timm.vit --model PATH`` without timm (issue 17): the path, the timm
+"""``tck run --adapter timm.vit --model PATH`` without timm: the path, the timm
 config.json and the model arguments read from a state dict's shapes, and the one-line
 refusals (exit 2). The end-to-end runs are in test_timm_adapter.py (tox -e timm)."""
 

@@ -1,5 +1,5 @@
 """Mutants: one small, realistic buggy implementation per bug class, to measure what the
-suite catches (issue 4).
+suite catches.
 
 Each mutant module holds a third-party-style ``nn.Module`` (copied from ``tutorial`` or from
 ``tck.reference.model`` and broken in one place, marked ``# BUG``), adapted like any other
@@ -70,7 +70,7 @@ NAMES: tuple[str, ...] = (
     "gate_up_swapped",
     "swiglu_gelu",
     "left_pad_positions",
-    # the diagnosis benchmark (issue 19): realistic bugs from public reports and tutorials,
+    # the diagnosis benchmark: realistic bugs from public reports and tutorials,
     # each with the root-cause code it must get
     "layer_norm_annotated",
     "pe_float32_table",

@@ -4,7 +4,7 @@ class ``LayerNorm``): ``std = x.std(-1, keepdim=True)`` (torch's unbiased std, d
 D - 1), ``a_2 * (x - mean) / (std + self.eps) + b_2`` (eps outside the square root) and
 ``eps=1e-6``. Reported there as harvardnlp/annotated-transformer#83 ("LayerNorm differs from
 nn.LayerNorm"). Each field alone leaves the output unexplained; the three together explain
-it (issue 19)."""
+it."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def diagnosis_scores(
     runs: Mapping[str, Sequence[Mapping[str, Any]] | Mapping[str, Any]],
     expected: Mapping[str, frozenset[str] | set[str]],
 ) -> dict[str, Any]:
-    """The diagnosis benchmark (issue 19) over finished runs.
+    """The diagnosis benchmark over finished runs.
 
     ``runs``: mutant -> its results (the ``results`` list of results.json, or the whole
     document); ``expected``: mutant -> the codes it must get. A mutant is *detected* when a

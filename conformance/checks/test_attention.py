@@ -145,7 +145,7 @@ def judge_scale(tck: Harness, measured: np.ndarray, config: Config, where: str) 
     finite = measured[np.isfinite(measured)]
     if not finite.size or not np.any(finite):
         # Every weight pair saturated (0 or 1) or read nothing: no scale can be read off,
-        # and a probe that cannot measure does not accuse (issue 19).
+        # and a probe that cannot measure does not accuse.
         reason = (
             f"{where}: not measured: the two-key weights are saturated (0 or 1) or equal at "
             f"every probe score {list(PROBE_SCORES)}, so the effective scale cannot be read "

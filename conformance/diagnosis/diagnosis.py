@@ -1,4 +1,4 @@
-"""Named exceptions: the bug behind an exception (issue 19). The ranking of a run's
+"""Named exceptions: the bug behind an exception. The ranking of a run's
 failures by root cause is ``tck.reports.causes``; the codes are ``tck.reference.codes``.
 
 Some implementation bugs surface as exceptions, not as wrong numbers; ``named_exception``

@@ -52,7 +52,7 @@ from .alternatives import (
 )
 from .decoding import param_hypotheses
 
-# Explanations that change several convention fields at once (issue 19): at most this many
+# Explanations that change several convention fields at once: at most this many
 # fields, this many oracle evaluations per search, this many searches per check.
 MAX_COMBINED_FIELDS = 3
 COMBINATION_BUDGET = 400

@@ -1,4 +1,4 @@
-"""Explanations of an oracle mismatch by the attention core and the ViT token layout (issue 19):
+"""Explanations of an oracle mismatch by the attention core and the ViT token layout:
 a softmax over any axis of the scores but the keys, a keep-mask added to the scores as 0/1
 values instead of applied, a causal triangle that hides the diagonal, patch tokens read from
 the patch grid in another axis order, and a position table added before the class token.

@@ -1,4 +1,4 @@
-"""More explanations for an oracle mismatch (issue 19): head split and merge layouts,
+"""More explanations for an oracle mismatch: head split and merge layouts,
 biases that are never added, a norm gain read as ``1 + weight``, and a residual taken from
 the normalised input.
 

@@ -1,4 +1,4 @@
-"""Structural hypotheses (issue 19): an implementation that adds a step the papers do not
+"""Structural hypotheses: an implementation that adds a step the papers do not
 have, such as a LayerNorm before the first layer (CLIP's ``ln_pre``, timm's ``norm_pre``) or
 inside the patch embedding (timm's ``PatchEmbed(norm_layer=...)``), left undeclared.
 

@@ -176,7 +176,7 @@ def _row(result: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any] | N
     }.get(status, "error")
     if status == "skip" and metrics.get("not_measured"):
         # The probe ran on the subject and could not read the property off its output: a
-        # declared convention that nothing shows (issue 19), not a capability it lacks.
+        # declared convention that nothing shows, not a capability it lacks.
         row["status"] = "unmeasurable"
         row["reason"] = metrics["not_measured"]
     if metrics.get("explained_by"):

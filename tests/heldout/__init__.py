@@ -1,4 +1,4 @@
-"""A held-out set for the diagnosis benchmark (issue 19, item 5): small PyTorch modules written
+"""A held-out set for the diagnosis benchmark: small PyTorch modules written
 the way tutorials and public repositories write them, each adapted the way README.md shows.
 
 Each module has ``adapter`` (a ``TorchModuleAdapter``), ``ONLY`` (the components its run is

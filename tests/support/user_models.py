@@ -1,4 +1,4 @@
-"""Small modules written the way users write them, at their own sizes (issue 17, item 1).
+"""Small modules written the way users write them, at their own sizes.
 
 Each is what a tutorial or a paper reimplementation has: an MLP hard-coded at 4 x d_model, a
 sinusoidal table built once for max_len 5000, heads 64 wide (d_model = n_heads * 64), the
