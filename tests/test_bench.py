@@ -267,7 +267,7 @@ def test_load_bench_refuses_other_files(tmp_path):
     (tmp_path / "results.json").write_text('{"schema": 1}')
     with pytest.raises(ReportError, match="not a tck bench file"):
         load_bench(tmp_path / "results.json")
-    with pytest.raises(ReportError, match="does not exist"):
+    with pytest.raises(ReportError, match="no such file"):
         load_bench(tmp_path / "missing.json")
 
 
