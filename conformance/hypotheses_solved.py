@@ -273,13 +273,25 @@ def _sinusoidal_pe_in(dtype: str) -> Callable[..., np.ndarray]:
 def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
     """§2.3 with the cos and sin tables stored in ``dtype``."""
 
-    def rope(x: Any, positions: Any = None, *, base: float = 10000.0, layout: str = "interleaved"):  # type: ignore[no-untyped-def]
+    def rope(  # type: ignore[no-untyped-def]
+        x: Any,
+        positions: Any = None,
+        *,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        frequencies: Any = None,
+    ):
         x = oracle._f64(x)
         length, d = x.shape[-2], x.shape[-1]
         positions = np.arange(length) if positions is None else np.asarray(positions)
         if d % 2 or positions.shape != (length,):
             raise ValueError("not a RoPE call this hypothesis can make")
-        omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+        if frequencies is None:
+            omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+        else:  # the scaled frequencies of §2.6, as the oracle's rope takes them
+            omega = oracle._f64(frequencies)
+            if omega.shape != (d // 2,):
+                raise ValueError("not a RoPE call this hypothesis can make")
         theta = positions.astype(np.float64)[:, None] * omega  # (L, d/2)
         cos, sin = rounded_to(np.cos(theta), dtype), rounded_to(np.sin(theta), dtype)
         if layout == "interleaved":
