@@ -326,8 +326,8 @@ def test_every_file_option_refuses_hostile_files_in_one_line(layer_norm_module, 
 
 
 def test_a_huge_fixture_file_is_never_read_whole(tmp_path):
+    from tck.fixtures import DATA_DIR
     from tck.fixtures.cli import verify
-    from tck.fixtures.store import DATA_DIR
 
     folder = tmp_path / "fixtures"
     shutil.copytree(DATA_DIR, folder)
