@@ -158,7 +158,15 @@ def test_side_effects_of_every_entry_point_are_named_and_change_no_verdict(
         assert row["status"] == "fail" and row["diagnosis"]["code"] == code, row
         assert "(also:" not in row["diagnosis"]["message"], row  # the verdict itself passed
     if adapter.startswith("step"):
-        assert {r["check"] for r in bad} <= {"decoder.kv_cache", "decoder.kv_cache_left_padded"}
+        # every check that drives step(): the KV-cache regimes of docs/decoding.md
+        step_checks = {
+            "decoder.kv_cache",
+            "decoder.kv_cache_left_padded",
+            "decoder.kv_cache_chunked",
+            "decoder.kv_cache_own_positions",
+            "decoder.forward_after_steps",
+        }
+        assert {r["check"] for r in bad} <= step_checks
 
 
 def test_the_guard_copies_step_outputs_and_inputs():
