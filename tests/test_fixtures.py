@@ -389,7 +389,7 @@ def test_every_fixture_passes_on_a_correct_adapter(outcomes):
 @pytest.mark.parametrize(
     ("mutant", "fixture", "code"),
     [
-        ("scale_missing", "attention_2x2", "attention.fixture_mismatch"),
+        ("scale_missing", "attention_2x2", "attention.scale_missing"),  # the solved scale names it
         ("mask_polarity_inverted", "seed000_padding_mask", "mask.polarity_inverted"),
         ("causal_bottom_right", "causal_top_left_lq2_lk5", "mask.causal_alignment_bottom_right"),
         ("causal_diagonal_hidden", "seed003_subsequent_mask", "mask.causal_diagonal_hidden"),
