@@ -19,7 +19,7 @@ class Attention(gpt_tutorial.Attention):
     past: Cache | None = None  # the cache of the last generation, kept on the module
 
     def forward(self, x: Tensor, positions=None, pad_mask=None, cache=None):
-        if cache is None:
+        if cache is None and pad_mask is None:  # (a padded batch is a new batch: no reuse)
             cache = self.past  # BUG: a plain forward continues the last generation
         return super().forward(x, positions, pad_mask, cache)
 
