@@ -68,8 +68,6 @@ class _Handle:
 
 class OnnxFileAdapter(Adapter):
     def __init__(self, path: str | os.PathLike[str], component: str, mapping: Any = None):
-        import onnx
-
         self.path = Path(path)
         if component not in COMPONENTS:
             raise OnnxFileError(
@@ -87,6 +85,8 @@ class OnnxFileAdapter(Adapter):
             limit=MAX_ONNX_BYTES,
             error=OnnxFileError,
         )
+        import onnx  # after the file's own checks: a hostile path is refused without onnx too
+
         try:
             self.model = onnx.load_from_string(data)
             if any(
