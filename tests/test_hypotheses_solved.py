@@ -9,6 +9,7 @@ import dataclasses
 import math
 import re
 
+import numpy as np
 import pytest
 
 from tck.adapters import load_adapter
@@ -52,7 +53,7 @@ def test_classes_name_their_mutant(mutant: str, code: str) -> None:
     assert failure.code == code, failure.message
 
 
-def _explained(component: str, alternative: Alternative, conventions=None):  # type: ignore[no-untyped-def]
+def _explained(component: str, alternative: Alternative, conventions=None, x_scale=1.0):  # type: ignore[no-untyped-def]
     adapter = load_adapter("reference")
     subject = next(s for s in adapter.subjects() if s.component == component)
     tck = Harness(adapter, subject, seed=0)
@@ -61,6 +62,7 @@ def _explained(component: str, alternative: Alternative, conventions=None):  # t
         subject = dataclasses.replace(inst.subject, conventions=conventions)
         inst = dataclasses.replace(inst, subject=subject)
     inputs = tck.inputs(inst, Shape())
+    inputs = {**inputs, "x": inputs["x"] * x_scale} if x_scale != 1.0 else inputs
     spec = tck.gold(inst, inputs)
     test = output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
     return explain(tck, inst, inputs, test, tck.compare(inst, test, spec)), inst
@@ -154,3 +156,38 @@ def test_a_norm_over_the_sequence_too_is_named(component: str) -> None:
     (code, message), _ = _explained(component, alternative)
     assert code == "layer_norm.positions_interact", message
     assert not list(norm_axes_hypotheses("mha"))
+
+
+@pytest.mark.parametrize(
+    ("component", "eps"), [("layer_norm", 1e-5), ("rms_norm", 1e-6), ("layer_norm", 3e-7)]
+)
+def test_an_eps_held_in_float32_is_precision_not_a_wrong_eps(component: str, eps: float) -> None:
+    """A float64 subject whose eps is the declared one rounded to float32 (an ONNX node's
+    float attribute) loses precision; its eps is not wrong. The rows' variance is put below
+    eps, where eps's last bits show."""
+    conventions = dataclasses.replace(load_adapter("reference").subjects()[0].conventions, eps=eps)
+    held = float(np.float32(eps))
+    (code, message), _ = _explained(
+        component,
+        Alternative("", "", conventions={"eps": held}),
+        conventions=conventions,
+        x_scale=math.sqrt(eps) / 10,
+    )
+    assert code == "numerics.float64_precision_lost", message
+    assert repr(held) in message
+
+
+@pytest.mark.parametrize("component", ["attention", "causal_self_attention"])
+def test_a_scale_held_in_float32_is_precision_not_a_wrong_scale(component: str) -> None:
+    """1/sqrt(d_k) as a float32 constant (ORT's fused MatMul alpha) in a float64 subject."""
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    config = Harness(adapter, subject, seed=0).instance().config
+    exact = 1.0 / math.sqrt(config.d_model // config.n_heads)
+    factor = float(np.float32(exact)) / exact
+    alternative = Alternative(
+        "", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(factor)}
+    )
+    (code, message), _ = _explained(component, alternative)
+    assert code == "numerics.float64_precision_lost", message
+    assert "attention scale" in message

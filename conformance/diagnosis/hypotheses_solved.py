@@ -26,7 +26,10 @@ parameterised families that no list of candidate values covers, solved numerical
 
 Each is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``) judged like any other: a
 solved value is evidence only if the oracle under it reproduces the output within the failed
-comparison's bound and differs from the spec's by more than that bound.
+comparison's bound and differs from the spec's by more than that bound. A solved value within
+float32's rounding of the declared one is not a wrong value but the right one held in float32
+(an ONNX node's float attribute: LayerNormalization's epsilon, a fused MatMul's alpha; a
+float32 tensor in a float64 build): ``numerics.float64_precision_lost``, naming the constant.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ REFINE_STEPS = 60
 # Searches per check (hypothesis explains every failing example it shrinks through): each
 # costs about GRID_POINTS + REFINE_STEPS oracle calls per family.
 SOLVED_SEARCHES = 2
+# A solved value this close to the declared one, relatively, is the declared value rounded to
+# float32: one rounding is at most float32's unit roundoff 2**-24 (Higham, Accuracy and
+# Stability of Numerical Algorithms, §2.1); a constant computed in float32 (1/sqrt(d_k) as a
+# reciprocal of a root) carries two or three. Four allows those and the search's own 4e-13.
+FLOAT32_CONSTANT_RTOL = 4 * 2.0**-24
 _searches: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
@@ -220,6 +228,9 @@ def solved_hypotheses(
         value = solve_log(make, evaluate, test, LOG_RANGES[field])
         if value is None or math.isclose(value, declared, rel_tol=1e-9):
             continue
+        if math.isclose(value, declared, rel_tol=FLOAT32_CONSTANT_RTOL):
+            yield _held_in_float32(field, declared, value, conventions={field: value})
+            continue
         yield Alternative(
             convention_code(field, value),
             f"behaves as {field}={value:.6g} (solved for: the value under which the oracle "
@@ -234,6 +245,15 @@ def solved_hypotheses(
 
     factor = solve_log(scaled, evaluate, test, LOG_RANGES["scale"])
     if factor is None or math.isclose(factor, 1.0, rel_tol=1e-9):
+        return
+    if math.isclose(factor, 1.0, rel_tol=FLOAT32_CONSTANT_RTOL):
+        root = math.sqrt(config.d_model // config.n_heads)
+        yield _held_in_float32(
+            "the attention scale 1/sqrt(d_k)",
+            1.0 / root,
+            factor / root,
+            pieces={"scaled_dot_product_attention": _sdpa_scaled_by(factor)},
+        )
         return
     # c = sqrt(d_k): no scale at all; c = d_k: multiplied by sqrt(d_k) instead of divided.
     # Near one of these the exact value is tried first: a 16-bit comparison's noise moves the
@@ -254,6 +274,19 @@ def solved_hypotheses(
             "the model width's root): SPEC.md §3.1",
             pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)},
         )
+
+
+def _held_in_float32(what: str, declared: float, solved: float, **change: Any) -> Alternative:
+    """The declared constant ``what`` reproduced at ``solved``, within float32's rounding of
+    it: a precision finding rather than a wrong value."""
+    return Alternative(
+        registered("numerics.float64_precision_lost"),
+        f"behaves as {what} = {solved:.9g} (solved for), the declared {declared!r} rounded to "
+        f"float32 ({float(np.float32(declared))!r}): the constant is held as a float32 value "
+        "in a subject built in float64 (an exported graph's float attribute, a float32 tensor "
+        "or buffer); keep it in float64, or declare the step (float32_steps, SPEC.md §10.12)",
+        **change,
+    )
 
 
 # The 16-bit dtypes a table may be kept in, and the comparisons in which that shows.
