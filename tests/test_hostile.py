@@ -290,8 +290,6 @@ def layer_norm_module(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    for key in ("TCK_INSTANCE_COMPONENT", "TCK_INSTANCE_MAP", "TCK_ONNX_MAP"):
-        monkeypatch.delenv(key, raising=False)
     sys.modules.pop("user_layer", None)
     return tmp_path
 
