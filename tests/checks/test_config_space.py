@@ -25,7 +25,7 @@ from tck.reference.inputs import Shape, make_inputs
 
 pytestmark = pytest.mark.spec("0.5", "0.6", "2.2", "10.6")
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: support.* imports from here
 
 
 # ------------------------------------------------------------------------------ resolve
@@ -189,7 +189,7 @@ def _run(adapter: str, tmp_path: Path, *args: str) -> dict:
 
     out, log = tmp_path / "out", tmp_path / "log.txt"
     code = tck_run(
-        ["--adapter", adapter, "--out", str(out), *args], cwd=HERE, log=log, timeout_s=900
+        ["--adapter", adapter, "--out", str(out), *args], cwd=TESTS, log=log, timeout_s=900
     )
     document = json.loads((out / "results.json").read_text())
     document["exit_code"] = code

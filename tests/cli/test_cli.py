@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_spec_traceability import NOT_CHECKABLE, spec_clauses
+from spec.test_spec_traceability import NOT_CHECKABLE, spec_clauses
 
 from tck.adapters import AdapterError, load_adapter
 from tck.cli import main
 
 SCHEMA_KEYS = {"schema", "adapter", "environment", "summary", "results"}
-# Clauses whose checks run only with tck run --export onnx (tests/test_onnx.py runs them).
+# Clauses whose checks run only with tck run --export onnx (tests/onnx_checks/test_onnx.py
+# runs them).
 EXPORT_ONLY = {"10.9": "export to ONNX"}
 RESULT_KEYS = {"check", "clause", "component", "status", "diagnosis", "metrics", "repro"}
 
