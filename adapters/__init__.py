@@ -3,7 +3,10 @@
 ``load_adapter`` resolves ``--adapter``: a built-in name (``reference``, ``torch.nn``,
 ``mutants.<bug_class>`` from ``tck.adapters.mutants.CATALOG``), or ``module:attr`` naming an
 Adapter instance, an Adapter subclass, or a zero-argument factory; the ``TCK_ADAPTER``
-environment variable is the fallback.
+environment variable is the fallback. What points the adapter at a given model comes as
+arguments (``tck run`` passes them to its worker processes as pytest options): ``model``
+(a checkpoint, handed to the factory as its one argument), ``component`` and ``map_path``
+(an ``nn.Module`` instance, or ``onnx:FILE``: an exported graph).
 """
 
 from __future__ import annotations
@@ -39,8 +42,21 @@ def _text(err: BaseException) -> str:
     return visible(safe_str(err)).replace("\n", " ")[:500]
 
 
-def load_adapter(spec: str | None = None) -> Adapter:
+def load_adapter(
+    spec: str | None = None,
+    *,
+    model: str | os.PathLike[str] | None = None,
+    component: str | None = None,
+    map_path: str | os.PathLike[str] | None = None,
+) -> Adapter:
+    """The adapter ``spec`` names; ``model`` is passed to a factory as its one argument (a
+    checkpoint folder or file), ``component`` and ``map_path`` describe an ``nn.Module``
+    instance or the graph of ``onnx:FILE``. ``AdapterError`` in one line if unusable."""
     spec = spec or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
+    if spec.startswith("onnx:"):
+        if model is not None:
+            raise AdapterError("--model does not apply to --adapter onnx:FILE")
+        return _onnx_file(spec.removeprefix("onnx:"), component, map_path)
     target = BUILTIN.get(spec, spec)
     if spec.startswith("mutants.") and ":" not in spec:  # the catalog of tck.adapters.mutants
         from .mutants import CATALOG
@@ -70,7 +86,9 @@ def load_adapter(spec: str | None = None) -> Adapter:
         obj = getattr(module, attr)
     except AttributeError:
         raise AdapterError(f"module {module_name!r} has no attribute {attr!r}") from None
-    obj = _instance(obj, spec)
+    obj = _instance(obj, spec, component, map_path)
+    if model is not None:
+        obj = _with_model(obj, spec, model)
     if callable(obj) and not isinstance(obj, Adapter):  # an Adapter subclass or a factory
         try:
             obj = obj()
@@ -90,7 +108,46 @@ def load_adapter(spec: str | None = None) -> Adapter:
     return obj
 
 
-def _instance(obj: object, spec: str) -> object:
+def _with_model(factory: object, spec: str, model: str | os.PathLike[str]) -> object:
+    """``factory(model)``: the adapter of the checkpoint ``model`` (tck run --model)."""
+    from .checkpoint_config import ModelError
+
+    if isinstance(factory, Adapter) or not callable(factory):
+        raise AdapterError(
+            f"--model applies to an adapter factory that takes the checkpoint; {spec!r} is a "
+            f"{type(factory).__name__}"
+        )
+    try:
+        return factory(os.fspath(model))
+    except (ImportError, ModelError) as err:  # one line: a missing extra, an unusable model
+        raise AdapterError(str(err)) from None
+    except (Exception, SystemExit) as err:
+        raise AdapterError(
+            f"{spec!r} could not load the model {os.fspath(model)!r}: {type(err).__name__}: "
+            f"{_text(err)}"
+        ) from err
+
+
+def _onnx_file(
+    file: str, component: str | None, map_path: str | os.PathLike[str] | None
+) -> Adapter:
+    """The adapter of an exported graph (tck.adapters.onnx_file)."""
+    if not component:
+        raise AdapterError("--adapter onnx:FILE needs --component (e.g. --component encoder_layer)")
+    from . import onnx_file
+
+    try:
+        return onnx_file.OnnxFileAdapter(file, component, onnx_file.read_map(map_path))
+    except (ImportError, onnx_file.OnnxFileError) as err:  # no onnx extra; a bad file or map
+        raise AdapterError(str(err)) from None
+
+
+def _instance(
+    obj: object,
+    spec: str,
+    component: str | None = None,
+    map_path: str | os.PathLike[str] | None = None,
+) -> object:
     """An ``nn.Module`` instance as its adapter (tck.adapters.instance); a module *class* is
     refused (calling it would build fresh weights, not the ones the user means)."""
     from torch import nn
@@ -105,10 +162,10 @@ def _instance(obj: object, spec: str) -> object:
         )
     if isinstance(obj, nn.Module):
         try:
-            return instance.adapt(obj, spec)
+            return instance.adapt(obj, spec, component, map_path)
         except instance.InstanceError as err:
             raise AdapterError(str(err)) from None
-    if os.environ.get(instance.ENV_COMPONENT) or os.environ.get(instance.ENV_MAP):
+    if component or map_path:
         raise AdapterError(
             f"--component and --map apply to an nn.Module instance (or onnx:FILE); {spec!r} is "
             f"a {type(obj).__name__}"

@@ -68,6 +68,9 @@ class ConfigSpace:
     ``relations``: fields that follow others (``{"d_ff": Times("d_model", 4)}``).
     ``head_dim``: every head is this wide for queries, keys and values, so
     ``d_model = n_heads * head_dim``.
+    ``split_heads``: the subject cuts d_model into n_heads equal heads for queries, keys and
+    values (``nn.MultiheadAttention``, BERT, GPT-2, timm): ``d_k = d_v = d_model / n_heads``,
+    so n_heads divides d_model and no other head width can be asked for (SPEC.md §3.3).
     ``max_len``: the longest sequence (and the largest position + 1) the subject takes; the
     suite never feeds a longer one, except the shape check that probes that it is refused
     (SPEC.md §2.2, §10.6), which uses this length. It is also ``Config.max_len``.
@@ -80,6 +83,7 @@ class ConfigSpace:
     choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     relations: Mapping[str, Times] = field(default_factory=dict)
     head_dim: int | None = None
+    split_heads: bool = False
     max_len: int | None = None
     biases: Mapping[str, bool] = field(default_factory=dict)
     tied: bool | None = None
@@ -128,6 +132,8 @@ class ConfigSpace:
         said += [r.describe(k) for k, r in self.relations.items()]
         if self.head_dim is not None:
             said.append(f"heads {self.head_dim} wide (d_model = n_heads * {self.head_dim})")
+        if self.split_heads:
+            said.append("d_k = d_v = d_model / n_heads")
         if self.max_len is not None:
             said.append(f"at most {self.max_len} positions")
         said += [
@@ -183,6 +189,10 @@ class ConfigSpace:
             refusal = self._fit_heads(values, needed)
             if refusal:
                 return refusal
+        if self.split_heads:
+            refusal = self._split_heads(values, needed)
+            if refusal:
+                return refusal
         for name, relation in self.relations.items():
             value = relation.value(values)
             if name in needed and overrides[name] != value:
@@ -224,6 +234,23 @@ class ConfigSpace:
             return f"n_kv_heads={kv} does not divide n_heads={values['n_heads']}"
         return None
 
+    def _split_heads(self, values: dict[str, Any], needed: set[str]) -> str | None:
+        """d_k and d_v back to d_model / n_heads (None), unless the check needs another."""
+        d_model, heads = int(values["d_model"]), int(values["n_heads"])
+        for name in ("d_k", "d_v"):
+            if name in needed and values[name] is not None and values[name] * heads != d_model:
+                return (
+                    f"this check needs {name}={values[name]}; the subject's heads are d_model / "
+                    f"n_heads = {d_model}/{heads} wide (ConfigSpace.split_heads)"
+                )
+        if d_model % heads:
+            return (
+                f"this check needs d_model={d_model} with n_heads={heads}; the subject cuts "
+                "d_model into n_heads equal heads (ConfigSpace.split_heads)"
+            )
+        values["d_k"] = values["d_v"] = None  # d_model // n_heads
+        return None
+
     def admits(self, config: Config) -> str | None:
         """None when ``config`` lies in this space, else the constraint it breaks. Its
         ``max_len`` is not compared: what matters is that no call is longer than the
@@ -251,6 +278,15 @@ class ConfigSpace:
                     f"{'/'.join(map(str, sorted(widths)))} wide; the subject's heads are "
                     f"{self.head_dim} wide (d_model = n_heads * {self.head_dim})"
                 )
+        if self.split_heads and (
+            config.d_model % config.n_heads
+            or {config.head_dim_k, config.head_dim_v} != {config.d_model // config.n_heads}
+        ):
+            return (
+                f"the config has d_model={config.d_model}, n_heads={config.n_heads}, d_k="
+                f"{config.head_dim_k}, d_v={config.head_dim_v}; the subject's heads are "
+                "d_model / n_heads wide for queries, keys and values"
+            )
         values = dataclasses.asdict(config)
         for name, relation in self.relations.items():
             if values[name] != relation.value(values):

@@ -54,7 +54,7 @@ from tck.reference import Config, Conventions
 from tck.reference.conventions import FullyMaskedRows
 
 from .base import Subject, Unsupported
-from .config_space import parts_without_bias
+from .config_space import ConfigSpace, parts_without_bias
 from .torch_module import (
     ParamMap,
     TorchEntry,
@@ -150,6 +150,16 @@ def _check_heads(config: Config, model: str, *, qkv_switch: bool = False) -> Non
             + (" (only q, k and v can drop theirs, qkv_bias)" if qkv_switch else "")
             + f": {', '.join(without)}=False is not offered"
         )
+
+
+# What the subjects can be (Subject.supports, SPEC.md §0.6), as _check_heads enforces it on
+# a direct build: heads of d_model / n_heads, and the biases the architectures always have
+# (BERT: every one; ViT: all but q, k, v, which ViTConfig.qkv_bias switches).
+BERT_SPACE = ConfigSpace(
+    split_heads=True,
+    biases={"attention": True, "attention_out": True, "ffn": True, "norm": True},
+)
+VIT_SPACE = ConfigSpace(split_heads=True, biases={"attention_out": True, "ffn": True, "norm": True})
 
 
 def _bert(config: Config, implementation: str) -> BertModel:
@@ -371,6 +381,7 @@ def _bert_entries() -> list[TorchEntry]:
                     m.encoder.layer[0].attention.self,
                     m.encoder.layer[0].attention.output.dense,
                 ),
+                supports=BERT_SPACE,
                 param_map=_bert_attention_map("", "encoder.layer.0."),
                 conventions=Conventions(fully_masked_rows=ROWS[impl]),
                 notes=(
@@ -386,6 +397,7 @@ def _bert_entries() -> list[TorchEntry]:
                 make=bert(impl),
                 forward=_bert_layer,
                 holds=lambda m: m.encoder.layer[0],
+                supports=BERT_SPACE,
                 param_map=_bert_layer_map("", "encoder.layer.0."),
                 conventions=layer,
                 notes=("BertLayer: post-LN.", BERT_EPS_NOTE, *notes),
@@ -396,6 +408,7 @@ def _bert_entries() -> list[TorchEntry]:
                 make=lambda c, impl=impl: _bert(c, impl),
                 forward=_bert_encoder,
                 holds=lambda m: m.encoder,
+                supports=BERT_SPACE,
                 param_map=_bert_encoder_map,
                 conventions=layer,
                 notes=("BertEncoder: post-LN, no final norm.", BERT_EPS_NOTE, *notes),
@@ -407,6 +420,7 @@ def _bert_entries() -> list[TorchEntry]:
             make=lambda c: _bert(c, "eager"),
             forward=lambda m, ids: m.embeddings.word_embeddings(ids),
             holds=lambda m: m.embeddings.word_embeddings,
+            supports=BERT_SPACE,
             param_map={"weight": "embeddings.word_embeddings.weight"},
             notes=(
                 "BertEmbeddings.word_embeddings, an nn.Embedding with padding_idx = "
@@ -551,6 +565,7 @@ def _vit_entries() -> list[TorchEntry]:
                 make=vit(impl),
                 forward=_vit_mha,
                 holds=lambda m: m.vit.layers[0].attention,
+                supports=VIT_SPACE,
                 param_map=lambda c: {
                     **_vit_qkv_map("", "vit.layers.0.attention.", c.has_attention_bias),
                     **linear_params("o.", "vit.layers.0.attention.o_proj."),
@@ -565,6 +580,7 @@ def _vit_entries() -> list[TorchEntry]:
                 make=vit(impl),
                 forward=_vit_layer,
                 holds=lambda m: m.vit.layers[0],
+                supports=VIT_SPACE,
                 param_map=lambda c: _vit_layer_map("", "vit.layers.0.", c.has_attention_bias),
                 conventions=layer,
                 notes=("ViTLayer: pre-LN.", VIT_EPS_NOTE, *notes),
@@ -576,6 +592,7 @@ def _vit_entries() -> list[TorchEntry]:
                 make=lambda c, impl=impl: _vit(c, impl),
                 forward=_vit_encoder,
                 holds=lambda m: (m.vit.layers, m.vit.layernorm),
+                supports=VIT_SPACE,
                 param_map=_vit_encoder_map,
                 conventions=layer,
                 notes=(VIT_ENCODER_NOTE, VIT_EPS_NOTE, *notes),
@@ -586,6 +603,7 @@ def _vit_entries() -> list[TorchEntry]:
                 dtypes=dtypes,
                 make=lambda c, impl=impl: _vit(c, impl),
                 forward=_vit_model,
+                supports=VIT_SPACE,
                 param_map=_vit_model_map,
                 conventions=Conventions(norm_placement="pre", activation="gelu", eps=1e-12),
                 notes=(

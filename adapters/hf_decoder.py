@@ -44,7 +44,7 @@ except Exception as err:  # a broken install fails in many ways, not only Import
 from tck.reference import DECODER_CANONICAL, Config, Conventions
 
 from .base import Subject, Unsupported
-from .config_space import parts_without_bias
+from .config_space import ConfigSpace, parts_without_bias
 from .torch_module import Chunk, ParamMap, TorchEntry, TorchHandle, TorchModuleAdapter
 
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -108,6 +108,16 @@ def _require(config: Config, model: str, *, gqa: bool) -> None:
 
 
 # ------------------------------------------------------------------------------- GPT-2
+
+# What GPT-2's subjects can be (Subject.supports, SPEC.md §0.6), as _gpt2 enforces it on a
+# direct build: heads of d_model / n_heads, no grouped-query attention (n_kv_heads unset:
+# one key/value head per query head, §11.2), every bias, the head tied to the token table.
+GPT2_SPACE = ConfigSpace(
+    fixed={"n_kv_heads": None},
+    split_heads=True,
+    biases={"attention": True, "attention_out": True, "ffn": True, "norm": True},
+    tied=True,
+)
 
 
 def _gpt2(config: Config, implementation: str) -> GPT2LMHeadModel:
@@ -456,6 +466,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 forward=attention_forward,
                 step=attention_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
+                supports=GPT2_SPACE,
                 param_map=_gpt2_attention_map("", "transformer.h.0.attn."),
                 holds=lambda m: m.transformer.h[0].attn,
                 conventions=conv,
@@ -468,6 +479,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 forward=block_forward,
                 step=block_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
+                supports=GPT2_SPACE,
                 param_map=_gpt2_block_map("", "transformer.h.0."),
                 holds=lambda m: m.transformer.h[0],
                 conventions=conv,
@@ -480,6 +492,7 @@ def _gpt2_entries() -> list[TorchEntry]:
                 forward=model_forward,
                 step=model_step,
                 derives_positions=True,  # from the cache length: SPEC.md §11.9
+                supports=GPT2_SPACE,
                 param_map=_gpt2_model_map,
                 conventions=conv,
                 notes=(

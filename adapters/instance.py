@@ -44,7 +44,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,6 @@ from .param_map import Ref, masks_ignore, read_map, refs
 from .pretrained import _activation, _AsIs
 from .torch_module import ABSENT, Param, ParamRef, TorchEntry, TorchHandle, TorchModuleAdapter
 
-ENV_COMPONENT, ENV_MAP = "TCK_INSTANCE_COMPONENT", "TCK_INSTANCE_MAP"
 CONFIG_ATTRS = {  # Config field -> attribute names modules commonly use for it
     "d_model": ("d_model", "embed_dim", "hidden_size", "dim", "n_embd", "model_dim"),
     "n_heads": ("n_heads", "num_heads", "nhead", "num_attention_heads", "n_head", "heads"),
@@ -88,15 +86,6 @@ TORCH_ACTIVATIONS = {1: "relu", 2: "gelu"}  # TransformerEncoderLayer.activation
 
 class InstanceError(Exception):
     """The instance cannot be checked as given; the message says why and what to do."""
-
-
-def set_env(component: str | None, mapping: str | None) -> None:
-    """Pass ``--component`` and ``--map`` on to the run's worker processes."""
-    for key, value in ((ENV_COMPONENT, component), (ENV_MAP, mapping)):
-        if value:
-            os.environ[key] = str(Path(value).resolve()) if key == ENV_MAP else value
-        else:
-            os.environ.pop(key, None)
 
 
 def _read_map(path: str | None) -> dict[str, Any] | None:
@@ -667,10 +656,10 @@ def adapt(
     component: str | None = None,
     map_path: str | None = None,
 ) -> InstanceAdapter:
-    """The adapter of one instance (``component`` and ``map_path`` default to the
-    environment that ``tck run --component/--map`` sets)."""
-    component = component or os.environ.get(ENV_COMPONENT) or None
-    mapping = _read_map(map_path or os.environ.get(ENV_MAP))
+    """The adapter of one instance: ``component`` names what it computes and ``map_path``
+    its parameters (``tck run --component C --map MAP.json``)."""
+    component = component or None
+    mapping = _read_map(map_path)
     if component is not None and component not in COMPONENTS:
         raise InstanceError(
             f"--component {component!r} is not a component; choose one of {', '.join(COMPONENTS)}"
@@ -702,4 +691,4 @@ def adapt(
     return adapter
 
 
-__all__ = ["ENV_COMPONENT", "ENV_MAP", "InstanceAdapter", "InstanceError", "adapt", "set_env"]
+__all__ = ["InstanceAdapter", "InstanceError", "adapt"]

@@ -46,7 +46,6 @@ from .base import INPUTS, Adapter, Arrays, Subject, Unsupported
 from .param_map import Ref, check_map, masks_ignore, refs
 from .param_map import read_map as _read_map
 
-ENV_FILE, ENV_COMPONENT, ENV_MAP = "TCK_ONNX_FILE", "TCK_ONNX_COMPONENT", "TCK_ONNX_MAP"
 KEEP_MASKS = ("key_padding", "keep_mask", "memory_key_padding")
 _FLOAT = {1: "float32", 11: "float64", 10: "float16"}  # onnx TensorProto elem types
 _NUMPY = {1: np.float32, 11: np.float64, 10: np.float16, 9: np.bool_, 7: np.int64, 6: np.int32}
@@ -318,11 +317,3 @@ def _session(model: Any) -> Any:
 
 def read_map(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     return _read_map(path, error=OnnxFileError) or {}
-
-
-def from_env() -> OnnxFileAdapter:
-    """The adapter ``tck run --adapter onnx:FILE`` describes, from the environment it sets."""
-    file, component = os.environ.get(ENV_FILE), os.environ.get(ENV_COMPONENT)
-    if not file or not component:
-        raise OnnxFileError(f"set {ENV_FILE} and {ENV_COMPONENT} (tck run --adapter onnx:FILE)")
-    return OnnxFileAdapter(file, component, read_map(os.environ.get(ENV_MAP)))

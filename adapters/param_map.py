@@ -16,7 +16,7 @@ A parameter reference reads the implementation's tensor ``name``, cuts ``slice``
 start, stop) out of it (a fused qkv), orders its dims by ``permute`` (``[1, 0]`` transposes
 a weight stored [in, out]), then reshapes it to ``shape`` (default: the canonical shape);
 ``load`` applies the inverse. The schema is also written to ``docs/map.schema.json``
-(``tests/test_param_map.py`` keeps the two equal).
+(``tests/adapters/test_param_map.py`` keeps the two equal).
 """
 
 from __future__ import annotations

@@ -45,7 +45,6 @@ from .config_space import ConfigSpace
 from .real_size import stack_skip
 from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
 
-ENV = "TCK_MODEL"  # the folder, for the worker processes of a run (set by tck run --model)
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
 LAYERED = ("encoder_layer", "encoder", "vit")  # the subjects eps and activation apply to
@@ -60,9 +59,8 @@ MAX_REAL_LENGTH = 2048
 
 
 def _folder(folder: str | os.PathLike[str] | None) -> Path:
-    folder = folder or os.environ.get(ENV)
     if not folder:
-        raise ModelError(f"no checkpoint folder: pass --model DIR (or set ${ENV})")
+        raise ModelError("no checkpoint folder: pass --model DIR")
     path = Path(folder)
     if not path.is_dir() or not (path / "config.json").exists():  # a device: read_user_json says
         raise ModelError(
@@ -419,7 +417,7 @@ class _PretrainedBert(_AsIs, TorchModuleAdapter):
 
 
 def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
-    """hf.bert on the BertModel saved in ``folder`` (default: $TCK_MODEL)."""
+    """hf.bert on the BertModel saved in ``folder``."""
     from transformers import BertModel
 
     from . import hf
@@ -449,7 +447,7 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
 
 def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
-    """hf.vit on the ViTForImageClassification saved in ``folder`` (default: $TCK_MODEL)."""
+    """hf.vit on the ViTForImageClassification saved in ``folder``."""
     from transformers import ViTForImageClassification
 
     from . import hf
@@ -504,7 +502,7 @@ DECODER_COMPONENTS = ("gated_ffn", "causal_self_attention", "decoder_block", "ca
 
 
 def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
-    """hf.gpt2 on the GPT2LMHeadModel saved in ``folder`` (default: $TCK_MODEL): its sizes,
+    """hf.gpt2 on the GPT2LMHeadModel saved in ``folder``: its sizes,
     its position table (``n_positions``), its LayerNorm eps and activation (``gelu_new`` is
     the tanh GELU of SPEC.md §6.1), the head tied to the token table."""
     from transformers import GPT2LMHeadModel
@@ -548,7 +546,7 @@ def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
 
 def llama(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
-    """hf.llama on the LlamaForCausalLM saved in ``folder`` (default: $TCK_MODEL): its sizes,
+    """hf.llama on the LlamaForCausalLM saved in ``folder``: its sizes,
     key/value heads (SPEC.md §11.2), head width, RoPE base (``rope_theta``), RMSNorm eps,
     biases and tying, and its context (``max_position_embeddings``)."""
     from transformers import LlamaForCausalLM

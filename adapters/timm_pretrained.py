@@ -38,7 +38,7 @@ from typing import Any
 
 from tck.usage import read_user_json
 
-from .pretrained import ENV, ModelError, _AsIs
+from .pretrained import ModelError, _AsIs
 from .torch_module import TorchModuleAdapter
 
 WEIGHTS = (".safetensors", ".pth", ".pt", ".bin", ".pth.tar")
@@ -59,12 +59,11 @@ class Checkpoint:
 
 
 def checkpoint(path: str | os.PathLike[str] | None = None) -> Checkpoint:
-    """The checkpoint at ``path`` (default: $TCK_MODEL); ``ModelError`` in one line if unusable.
+    """The checkpoint at ``path``; ``ModelError`` in one line if unusable.
 
     Reads only the file names and config.json: no weights, no timm."""
-    path = path or os.environ.get(ENV)
     if not path:
-        raise ModelError(f"no checkpoint: pass --model PATH (or set ${ENV})")
+        raise ModelError("no checkpoint: pass --model PATH")
     path = Path(path)
     if path.is_dir():
         config = _config(path / "config.json") if (path / "config.json").is_file() else None
@@ -383,7 +382,7 @@ class _PretrainedTimm(_AsIs, TorchModuleAdapter):
 
 
 def vit(path: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
-    """timm.vit on the checkpoint at ``path`` (default: $TCK_MODEL)."""
+    """timm.vit on the checkpoint at ``path``."""
     from . import timm_vit
 
     point = checkpoint(path)

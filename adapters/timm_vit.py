@@ -37,7 +37,7 @@ except Exception as err:  # a torchvision built for another torch fails in many 
 from tck.reference import Config, Conventions
 
 from .base import Unsupported
-from .config_space import parts_without_bias
+from .config_space import ConfigSpace, parts_without_bias
 from .torch_module import (
     Chunk,
     ParamMap,
@@ -62,6 +62,14 @@ ROWS_NOTE = {
     "all masked gets NaN (fully_masked_rows='nan').",
 }
 ROWS = {"fused": "zero", "unfused": "nan"}
+
+
+# What the subjects can be (Subject.supports, SPEC.md §0.6), as _vision_transformer enforces
+# it on a direct build: heads of dim / num_heads, and every bias but q, k, v (qkv_bias).
+SPACE = ConfigSpace(
+    split_heads=True,
+    biases={"attention_out": True, "ffn": True, "norm": True, "head": True},
+)
 
 
 def _vision_transformer(config: Config, fused: bool) -> VisionTransformer:
@@ -214,6 +222,7 @@ def _entries() -> list[TorchEntry]:
             make=_one_block(True),
             forward=lambda m, images: m.patch_embed(images),
             holds=lambda m: m.patch_embed,
+            supports=SPACE,
             param_map=linear_params("", "patch_embed.proj."),
             notes=("timm's PatchEmbed: a Conv2d with stride = patch, flattened row by row.",),
         )
@@ -231,6 +240,7 @@ def _entries() -> list[TorchEntry]:
                 make=_one_block(fused),
                 forward=_mha,
                 holds=lambda m: m.blocks[0].attn,
+                supports=SPACE,
                 param_map=lambda c: _attention_map("", "blocks.0.attn.", c.has_attention_bias),
                 conventions=Conventions(fully_masked_rows=rows),
                 notes=("timm's Attention (self-attention only).", *notes),
@@ -241,6 +251,7 @@ def _entries() -> list[TorchEntry]:
                 make=_one_block(fused),
                 forward=_block,
                 holds=lambda m: m.blocks[0],
+                supports=SPACE,
                 param_map=lambda c: _block_map("", "blocks.0.", c.has_attention_bias),
                 conventions=layer,
                 notes=("timm's Block: pre-LN, nn.GELU, LayerNorm eps 1e-6.", *notes),
@@ -251,6 +262,7 @@ def _entries() -> list[TorchEntry]:
                 make=lambda c, fused=fused: _vision_transformer(c, fused),
                 forward=_encoder,
                 holds=lambda m: (m.blocks, m.norm),
+                supports=SPACE,
                 param_map=_encoder_map,
                 conventions=layer,
                 notes=("VisionTransformer.blocks, then its final norm.", *notes),
@@ -260,6 +272,7 @@ def _entries() -> list[TorchEntry]:
                 name=f"vit[{variant}]",
                 make=lambda c, fused=fused: _vision_transformer(c, fused),
                 forward=lambda m, images: m(images),
+                supports=SPACE,
                 param_map=_model_map,
                 conventions=Conventions(norm_placement="pre", activation="gelu", eps=EPS),
                 notes=(

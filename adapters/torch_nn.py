@@ -47,7 +47,7 @@ from tck.reference import Config, Conventions
 from tck.reference.model import sinusoidal_pe
 
 from .base import Unsupported
-from .config_space import parts_without_bias
+from .config_space import ConfigSpace, parts_without_bias
 from .sdpa import SDPA_BACKENDS, pinned
 from .torch_module import (
     Chunk,
@@ -213,6 +213,15 @@ def _check_layer(config: Config, module: str, *, fast_path: bool = False) -> Non
             f"PyTorch's fast path needs an even number of heads (n_heads={config.n_heads}), so "
             "the NaN rows this subject declares would not hold (encoder_layer[slow_path] has none)"
         )
+
+
+# What the subjects built on nn.MultiheadAttention can be (Subject.supports, SPEC.md §0.6),
+# so that the suite draws only configs they take and a report shows the limits; the checks
+# above still guard a direct build. One head width, d_model / n_heads, for queries, keys
+# and values; the fast path needs the attention's bias; the seq2seq wrapper ties its tables.
+MHA_SPACE = ConfigSpace(split_heads=True)
+FAST_PATH_SPACE = ConfigSpace(split_heads=True, biases={"attention": True})
+SEQ2SEQ_SPACE = ConfigSpace(split_heads=True, tied=True)
 
 
 def _check_stack(n_layers: int, module: str, what: str = "n_layers") -> None:
@@ -635,6 +644,7 @@ def _encoder_layer_entries() -> list[TorchEntry]:
                 name=name,
                 make=_encoder_layer_factory(norm_first, activation, fast_path=True),
                 forward=_encoder_layer_forward(fast_path=True),
+                supports=MHA_SPACE,
                 param_map=_encoder_layer_map,
                 conventions=Conventions(
                     norm_placement=_placement(norm_first),
@@ -650,6 +660,7 @@ def _encoder_layer_entries() -> list[TorchEntry]:
             name="encoder_layer[slow_path]",
             make=_encoder_layer_factory(False, "relu", fast_path=False),
             forward=_encoder_layer_forward(fast_path=False),
+            supports=MHA_SPACE,
             param_map=_encoder_layer_map,
             notes=(SLOW_PATH_NOTE, MHA_MASK_NOTE),
         )
@@ -663,6 +674,7 @@ def _mha_entries() -> list[TorchEntry]:
             "mha",
             make=_make_mha,
             forward=_mha_forward(),
+            supports=MHA_SPACE,
             param_map=_mha_map,
             notes=(MHA_ROWS_NOTE, MHA_MASK_NOTE, "Called with need_weights=False."),
         ),
@@ -671,6 +683,7 @@ def _mha_entries() -> list[TorchEntry]:
             name="mha[seq_first]",
             make=lambda config: _make_mha(config, batch_first=False),
             forward=_mha_forward(seq_first=True),
+            supports=MHA_SPACE,
             param_map=_mha_map,
             notes=(MHA_ROWS_NOTE, MHA_MASK_NOTE, "batch_first=False: (L, B, D) tensors."),
         ),
@@ -679,6 +692,7 @@ def _mha_entries() -> list[TorchEntry]:
             name="mha[need_weights]",
             make=_make_mha,
             forward=_mha_forward(need_weights=True),
+            supports=MHA_SPACE,
             param_map=_mha_map,
             conventions=Conventions(fully_masked_rows="nan"),
             notes=(
@@ -692,6 +706,7 @@ def _mha_entries() -> list[TorchEntry]:
             name="mha[self_fast_path]",
             make=_make_mha_fast_path,
             forward=_mha_self_fast_path,
+            supports=FAST_PATH_SPACE,
             param_map=_mha_map,
             conventions=Conventions(fully_masked_rows="nan"),
             notes=(
@@ -712,6 +727,7 @@ def _decoder_layer_entries() -> list[TorchEntry]:
             name=f"decoder_layer{suffix}",
             make=_decoder_layer_factory(norm_first),
             forward=_decoder,
+            supports=MHA_SPACE,
             param_map=_decoder_layer_map,
             conventions=Conventions(
                 norm_placement=_placement(norm_first), fully_masked_rows="undefined"
@@ -730,6 +746,7 @@ def _encoder_entries() -> list[TorchEntry]:
             name=f"encoder{suffix}",
             make=_encoder_factory(norm_first),
             forward=_encoder,
+            supports=MHA_SPACE,
             param_map=_encoder_map(norm_first),
             conventions=Conventions(norm_placement=_placement(norm_first), fully_masked_rows="nan"),
             notes=(
@@ -746,6 +763,7 @@ def _encoder_entries() -> list[TorchEntry]:
             name="encoder[nested_tensor]",
             make=_encoder_factory(False, nested=True),
             forward=_nested_encoder,
+            supports=MHA_SPACE,
             param_map=_encoder_map(False),
             conventions=Conventions(fully_masked_rows="undefined", padded_query_rows="zero"),
             notes=(NESTED_NOTE, MHA_MASK_NOTE),
@@ -761,6 +779,7 @@ def _decoder_entries() -> list[TorchEntry]:
             name=f"decoder{suffix}",
             make=_decoder_factory(norm_first),
             forward=_decoder,
+            supports=MHA_SPACE,
             param_map=_decoder_map(norm_first),
             conventions=Conventions(
                 norm_placement=_placement(norm_first), fully_masked_rows="undefined"
@@ -834,6 +853,7 @@ def sdpa_backend_entries(devices: tuple[str, ...] = ("cuda",)) -> list[TorchEntr
                 name=name,
                 make=_make_mha,
                 forward=_pinned(backend, name, _mha_forward()),
+                supports=MHA_SPACE,
                 param_map=_mha_map,
                 notes=(
                     _backend_note(backend, "nn.MultiheadAttention(need_weights=False)"),
@@ -850,6 +870,7 @@ def sdpa_backend_entries(devices: tuple[str, ...] = ("cuda",)) -> list[TorchEntr
                 name=name,
                 make=_encoder_layer_factory(False, "relu", fast_path=True),
                 forward=_pinned(backend, name, _encoder_layer_forward(fast_path=True)),
+                supports=MHA_SPACE,
                 param_map=_encoder_layer_map,
                 conventions=Conventions(fully_masked_rows="nan"),
                 notes=(
@@ -892,6 +913,7 @@ adapter = TorchModuleAdapter(
             "seq2seq",
             make=_make_seq2seq,
             forward=_seq2seq,
+            supports=SEQ2SEQ_SPACE,
             param_map=_seq2seq_map,
             conventions=Conventions(final_norm="always", fully_masked_rows="undefined"),
             notes=(

@@ -4,7 +4,7 @@ meaning in plain words, the SPEC.md clauses it names a violation of, and its ran
 A diagnosis code (``mask.polarity_inverted``) names a bug class; results.json, the reports
 and the mutants' expectations carry it. Emitting code uses the names registered here:
 ``code(name)`` returns ``name`` and raises ``UnknownCode`` for a name the registry lacks,
-and ``tests/test_codes.py`` finds every code-shaped string literal of the suite in it, so a
+and ``tests/spec/test_codes.py`` finds every code-shaped string literal of the suite in it, so a
 typo'd code fails a test. SPEC.md's Appendix C is generated from this registry
 (``markdown_table``) and a test keeps the two equal.
 

@@ -82,7 +82,7 @@ FLOOR = {"float64": 1e-10, "float32": 1e-5, "float16": 1e-2, "bfloat16": 5e-2}
 # (1 - n u) for a sum of n terms, here bounded by its growth over a handful of rounded
 # steps, not by d). The bound is that rounding times a growth factor of 16, times
 # max(1, max|gold|) as every floor: 16 u ~ 9.5e-7. Measured on the island models of
-# tests/test_precision_islands.py (2026-11-26): at most 2.2 u (the gradient of Meta's
+# tests/checks/test_precision_islands.py (2026-11-26): at most 2.2 u (the gradient of Meta's
 # RMSNorm, statistics of x.float()). A real bug the suite hunts stays above it: RMSNorm or
 # LayerNorm eps 1e-5 outside the square root moves unit-variance rows by eps / 2 = 5e-6
 # relative, 5x the bound.

@@ -32,7 +32,8 @@ RESULT: dict[str, Any] = {
         "clause": {"type": "array", "items": _TEXT},
         "component": _TEXT,
         "subject": _TEXT,
-        # tck.conformance.toolkit.results.STATUSES (tests/test_unverified.py keeps the two equal)
+        # tck.conformance.toolkit.results.STATUSES (tests/checks/test_unverified.py keeps the
+        # two equal)
         "status": {"enum": ["pass", "fail", "skip", "error", "convention", "unverified"]},
         "diagnosis": {
             "type": "object",

@@ -1,6 +1,6 @@
 """Write the ``--map`` JSON schema (``tck.adapters.param_map.MAP_SCHEMA``) to
 docs/map.schema.json, for editors and validators outside tck. Run after changing the schema,
-Config or Conventions; tests/test_param_map.py fails while the file is stale."""
+Config or Conventions; tests/adapters/test_param_map.py fails while the file is stale."""
 
 from __future__ import annotations
 

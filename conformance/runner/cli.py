@@ -21,9 +21,9 @@ import contextlib
 import io
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 
@@ -144,6 +144,7 @@ def run_checks(
     *,
     adapter_spec: str,
     out: Path,
+    target: Mapping[str, str | None] | None = None,
     profile: str = "ci",
     seed: int = 0,
     threads: int = 1,
@@ -156,7 +157,9 @@ def run_checks(
     device: str = "cpu",
 ) -> Path | None:
     """Run the checks ``selection`` names (pytest arguments) through the tck plugin, with a
-    progress bar; return OUT/results.json, or None (said on stderr) if the run wrote none."""
+    progress bar; return OUT/results.json, or None (said on stderr) if the run wrote none.
+    ``target``: load_adapter's model, component and map_path, passed as the plugin's
+    options (pytest-xdist hands them to its workers): the environment is left as it is."""
     import pytest
 
     pytest_args = [
@@ -199,6 +202,8 @@ def run_checks(
         # diagnosis, and pytest's report goes to a buffer.
         pytest_args += ["-q", "--tb=native"]
         plugins = [ProgressPlugin(Console(stderr=True, emoji=False))]
+    options = {"model": "--tck-model", "component": "--tck-component", "map_path": "--tck-map"}
+    pytest_args += [f"{options[k]}={v}" for k, v in (target or {}).items() if v is not None]
     if only:
         pytest_args.append(f"--tck-only={','.join(only)}")
     if export:
@@ -255,11 +260,9 @@ PRETRAINED = {
 AUTO = "tck.adapters.pretrained:auto"  # --model DIR alone: the family config.json names
 
 
-def _pretrained(args: argparse.Namespace) -> str | None:
-    """The adapter spec of ``--adapter NAME --model DIR`` (DIR passed on in $TCK_MODEL)."""
-    from tck.adapters import instance
-
-    instance.set_env(None, None)  # _onnx_file sets them for an nn.Module instance
+def _pretrained(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The factory spec and checkpoint path of ``--adapter NAME --model DIR`` (the plugin
+    hands the path to the factory: --tck-model)."""
     if args.model is None:
         return None
     if args.component or args.map:
@@ -269,93 +272,75 @@ def _pretrained(args: argparse.Namespace) -> str | None:
             f"--model works with --adapter {', '.join(PRETRAINED)}, or none (the adapter "
             f"config.json names), not {args.adapter!r}"
         )
-    import os
-
-    from tck.adapters.pretrained import ENV, ModelError, _folder
+    from tck.adapters.pretrained import ModelError, _folder
     from tck.adapters.timm_pretrained import checkpoint
 
     try:  # the path only (no weights read yet): a bad one is one line, exit 2
         if args.adapter == "timm.vit":
             checkpoint(args.model)
-            os.environ[ENV] = str(Path(args.model).resolve())
+            path = Path(args.model).resolve()
         else:
-            os.environ[ENV] = str(_folder(args.model).resolve())
+            path = _folder(args.model).resolve()
     except ModelError as err:
         raise UsageError(str(err)) from None
-    return PRETRAINED[args.adapter] if args.adapter else AUTO
+    return (PRETRAINED[args.adapter] if args.adapter else AUTO), str(path)
 
 
-def _onnx_file(args: argparse.Namespace) -> str | None:
-    """The adapter spec of ``--adapter onnx:FILE --component C [--map M]`` (passed on in the
-    environment, for the worker processes)."""
-    if not (args.adapter or "").startswith("onnx:"):
-        if (args.component or args.map) and ":" not in (args.adapter or ""):
-            raise UsageError(
-                "--component and --map apply to --adapter onnx:FILE or module:attr naming an "
-                "nn.Module instance"
-            )
-        from tck.adapters import instance
-
-        instance.set_env(args.component, args.map)  # for an nn.Module instance (module:attr)
-        return None
-    if not args.component:
+def _given(args: argparse.Namespace) -> dict[str, str | None]:
+    """``--component`` and ``--map`` of ``--adapter onnx:FILE`` or ``module:attr`` naming an
+    nn.Module instance (load_adapter refuses them for anything else)."""
+    onnx = (args.adapter or "").startswith("onnx:")
+    if (args.component or args.map) and ":" not in (args.adapter or ""):
+        raise UsageError(
+            "--component and --map apply to --adapter onnx:FILE or module:attr naming an "
+            "nn.Module instance"
+        )
+    if onnx and not args.component:
         raise UsageError("--adapter onnx:FILE needs --component (e.g. --component encoder_layer)")
-    from tck.adapters import instance
-
-    instance.set_env(None, None)  # --component and --map are the ONNX file's here
-    import os
-
-    from tck.adapters import onnx_file
-
-    os.environ[onnx_file.ENV_FILE] = str(Path(args.adapter.removeprefix("onnx:")).resolve())
-    os.environ[onnx_file.ENV_COMPONENT] = args.component
-    os.environ.pop(onnx_file.ENV_MAP, None)
-    if args.map:
-        os.environ[onnx_file.ENV_MAP] = str(Path(args.map).resolve())
-    return "tck.adapters.onnx_file:from_env"
+    return {
+        "component": args.component or None,
+        "map_path": str(Path(args.map).resolve()) if args.map else None,
+    }
 
 
 def no_litter() -> None:
     """Nothing of a run outside its output folder: no ``__pycache__`` beside the user's
-    adapter module (this process and, through the environment, its worker processes);
-    hypothesis' files go to OUT/.hypothesis (the plugin)."""
-    import os
-
+    adapter module (this process; the plugin does the same in the worker processes of a
+    run with --tck-out); hypothesis' files go to OUT/.hypothesis (the plugin)."""
     sys.dont_write_bytecode = True
-    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 
 
-def resolve_adapter(args: argparse.Namespace) -> tuple[Adapter, str, bool]:
+class Resolved(NamedTuple):
+    """The adapter a command names, loaded; the spec and arguments (``target``: model,
+    component, map_path) the plugin loads it by again, in every worker process; whether it
+    checks a given model as it is (a checkpoint, an ONNX file), whose run is named after
+    the model, not the adapter."""
+
+    adapter: Adapter
+    spec: str
+    target: dict[str, str | None]
+    as_is: bool
+
+
+def resolve_adapter(args: argparse.Namespace) -> Resolved:
     """The adapter that ``--adapter`` with ``--model``, ``--component`` and ``--map`` name,
-    loaded here so that a bad one is one line (exit 2) before pytest starts; with the spec
-    the workers load it by, and whether it checks a given model as it is (a checkpoint
-    folder, an ONNX file), whose run is named after the model, not the adapter."""
-    pretrained = _pretrained(args) or _onnx_file(args)
-    if pretrained is not None and pretrained.endswith(":from_env"):
-        from tck.adapters import onnx_file
-
-        try:
-            adapter = onnx_file.from_env()
-        except (ImportError, onnx_file.OnnxFileError) as err:
-            raise UsageError(str(err)) from None
-    elif pretrained is not None:
-        import importlib
-
-        from tck.adapters.pretrained import ModelError
-
-        module = importlib.import_module(pretrained.partition(":")[0])
-        try:  # called here, not through load_adapter: its own one-line message
-            adapter = getattr(module, pretrained.rpartition(":")[2])()
-        except (ImportError, ModelError) as err:
-            raise UsageError(str(err)) from None
+    loaded here so that a bad one is one line (exit 2) before pytest starts."""
+    pretrained = _pretrained(args)
+    if pretrained is not None:
+        spec, model = pretrained
+        target: dict[str, str | None] = {"model": model}
     else:
-        adapter = load_adapter(args.adapter)
-    return adapter, pretrained or args.adapter or DEFAULT_ADAPTER, pretrained is not None
+        spec, target = args.adapter or DEFAULT_ADAPTER, _given(args)
+        if spec.startswith("onnx:"):  # the file by its full path, as the workers find it
+            spec = "onnx:" + str(Path(spec.removeprefix("onnx:")).resolve())
+    adapter = load_adapter(spec, **target)
+    as_is = pretrained is not None or spec.startswith("onnx:")
+    return Resolved(adapter, spec, {k: v for k, v in target.items() if v is not None}, as_is)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     no_litter()
-    adapter, spec, as_is = resolve_adapter(args)
+    adapter, spec, target, as_is = resolve_adapter(args)
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
     if args.opset is not None and args.export is None:
@@ -396,6 +381,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         results = run_checks(
             ["--pyargs", "tck.conformance"],
             adapter_spec=spec,
+            target=target,
             out=out,
             profile=args.profile,
             seed=args.seed,

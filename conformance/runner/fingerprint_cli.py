@@ -74,7 +74,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_fingerprint(args: argparse.Namespace) -> int:
     no_litter()
-    adapter, spec, as_is = resolve_adapter(args)  # fail fast, before pytest starts
+    adapter, spec, target, as_is = resolve_adapter(args)  # fail fast, before pytest starts
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
     name = adapter.name if as_is else args.adapter or adapter.name
@@ -83,6 +83,7 @@ def cmd_fingerprint(args: argparse.Namespace) -> int:
     results = run_checks(
         ["--pyargs", *PROBES, "-k", probes],
         adapter_spec=spec,
+        target=target,
         out=out,
         profile="ci",
         seed=args.seed,

@@ -15,6 +15,7 @@ import os
 import platform
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -78,6 +79,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--tck-adapter",
         default=None,
         help="built-in adapter name or module:attr (default: $TCK_ADAPTER or reference)",
+    )
+    # What points the adapter at a given model: handed to load_adapter as arguments (tck
+    # run passes them here; pytest-xdist hands a session's options to its workers).
+    group.addoption(
+        "--tck-model",
+        default=None,
+        metavar="PATH",
+        help="the checkpoint folder or file the adapter factory loads (tck run --model)",
+    )
+    group.addoption(
+        "--tck-component",
+        default=None,
+        help="what an nn.Module instance or onnx:FILE computes (tck run --component)",
+    )
+    group.addoption(
+        "--tck-map",
+        default=None,
+        metavar="MAP.json",
+        help="the parameter map of an nn.Module instance or onnx:FILE (tck run --map)",
     )
     group.addoption("--tck-out", default=None, help="write DIR/results.json")
     group.addoption("--tck-only", default=None, help="comma-separated components to check")
@@ -145,6 +165,9 @@ def pytest_configure(config: pytest.Config) -> None:
         from hypothesis.configuration import set_hypothesis_home_dir
 
         set_hypothesis_home_dir(Path(out).resolve() / ".hypothesis")
+        # nor a __pycache__ beside the user's adapter module (imported after this, also in
+        # each pytest-xdist worker)
+        sys.dont_write_bytecode = True
     _watch_sigint(config.stash[_STATE])
     # also where the session never finishes: an armed watchdog must not outlive it
     config.add_cleanup(lambda: _close_watchdog(config))
@@ -199,7 +222,7 @@ def _adapter(config: pytest.Config) -> Adapter:
     state = config.stash[_STATE]
     if state["adapter"] is None:
         try:
-            adapter = load_adapter(config.getoption("--tck-adapter"))
+            adapter = load_adapter(config.getoption("--tck-adapter"), **_target(config))
             if config.getoption("--tck-export") == "onnx":
                 from tck.adapters.onnx_runtime import with_onnx
 
@@ -644,6 +667,7 @@ def _crash_result(config: pytest.Config, report: pytest.TestReport) -> Result | 
         diagnosis=diagnosis,
         repro=repro.pytest_snippet(
             adapter_spec=_adapter_spec(config),
+            target=_target(config),
             seed=config.getoption("--tck-seed"),
             module=Path(path).stem,
             test_id=name,
@@ -777,6 +801,15 @@ def _adapter_spec(config: pytest.Config) -> str:
     return config.getoption("--tck-adapter") or os.environ.get("TCK_ADAPTER") or DEFAULT_ADAPTER
 
 
+def _target(config: pytest.Config) -> dict[str, str | None]:
+    """load_adapter's arguments that point the adapter at a given model."""
+    return {
+        "model": config.getoption("--tck-model"),
+        "component": config.getoption("--tck-component"),
+        "map_path": config.getoption("--tck-map"),
+    }
+
+
 def _export(config: pytest.Config) -> dict[str, Any]:
     """What the repro snippets pass on of --tck-export, --tck-opset and --tck-device."""
     return {
@@ -799,6 +832,7 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
     if replayable and _is_check_failure(excinfo.value if excinfo else None):
         return repro.oracle_snippet(
             adapter_spec=adapter,
+            target=_target(item.config),
             subject=subject.name,
             component=subject.component,
             config=failed.inst.config,
@@ -811,6 +845,7 @@ def _repro(item: pytest.Item, subject: Subject, excinfo: pytest.ExceptionInfo | 
     module = item.module.__name__.rsplit(".", 1)[-1] if item.module else "checks"
     return repro.pytest_snippet(
         adapter_spec=adapter,
+        target=_target(item.config),
         seed=seed,
         module=module,
         test_id=item.name,

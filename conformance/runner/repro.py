@@ -42,6 +42,7 @@ def array_literal(array: np.ndarray) -> str:
 def oracle_snippet(
     *,
     adapter_spec: str,
+    target: Mapping[str, str | None] | None = None,
     subject: str,
     component: str,
     config: Config,
@@ -57,8 +58,9 @@ def oracle_snippet(
 
     Inputs that ``make_inputs`` made (``recipe``) are made again the same way when that
     gives them back bit for bit; otherwise they are written out in full. ``export``
-    ("onnx"): the subject is one of ``with_onnx(adapter, opset=opset)``. ``device``: where
-    the subject was built (tck run --device); the oracle runs on the CPU.
+    ("onnx"): the subject is one of ``with_onnx(adapter, opset=opset)``. ``target``: the
+    model, component and map load_adapter takes (tck run --model, --component, --map).
+    ``device``: where the subject was built (tck run --device); the oracle runs on the CPU.
     """
     stdlib, ours = ["import numpy as np"], []
     if recipe is not None and _remade(component, config, inputs, *recipe):
@@ -79,7 +81,8 @@ def oracle_snippet(
         "from tck.reference.tolerance import compare",
         "from tck.reference import Config, init_params",
     ]
-    load = f"adapter = load_adapter({adapter_spec!r})"
+    given = "".join(f", {k}={v!r}" for k, v in (target or {}).items() if v is not None)
+    load = f"adapter = load_adapter({adapter_spec!r}{given})"
     if export == "onnx":
         ours.append("from tck.adapters.onnx_runtime import with_onnx")
         load += f"\nadapter = with_onnx(adapter, opset={opset!r})"
@@ -126,6 +129,7 @@ def pytest_snippet(
     adapter_spec: str,
     seed: int,
     module: str,
+    target: Mapping[str, str | None] | None = None,
     test_id: str,
     title: str,
     export: str | None = None,
@@ -133,8 +137,11 @@ def pytest_snippet(
     device: str = "cpu",
 ) -> str:
     """Rerun one check (by its pytest id) with the same adapter and seed (and export, and
-    device). Every value is written as a Python literal (``repr``), never pasted as text."""
+    device, and the model, component and map of ``target``). Every value is written as a
+    Python literal (``repr``), never pasted as text."""
     args = [f"--tck-adapter={adapter_spec}", f"--tck-seed={int(seed)}"]
+    options = {"model": "--tck-model", "component": "--tck-component", "map_path": "--tck-map"}
+    args += [f"{options[k]}={v}" for k, v in (target or {}).items() if v is not None]
     if device != "cpu":
         args.append(f"--tck-device={device}")
     if export:

@@ -17,7 +17,6 @@ status 2 (``--debug`` shows the traceback).
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 
@@ -49,19 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     """The ``tck`` command: its exit status. A Ctrl-C at any moment (while importing, while
     the workers start, while checks run) ends it with status 130 and no traceback; what a
     run had finished is kept (``tck run`` writes it to OUT/interrupted/)."""
-    handed_on = {k: v for k, v in os.environ.items() if k.startswith("TCK_")}
     try:
         return _main(argv)
     except KeyboardInterrupt:
         print("tck: interrupted", file=sys.stderr)
         return INTERRUPTED
-    finally:
-        # A command hands --model, --component and --map to its worker processes in TCK_*
-        # variables: scoped to this call, so that main() called in-process (a test suite, a
-        # notebook) leaves the environment as it found it.
-        for key in [k for k in os.environ if k.startswith("TCK_") and k not in handed_on]:
-            del os.environ[key]
-        os.environ.update(handed_on)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # How to install what an optional part needs, from a checkout: the one wording that the
-# adapters' errors, tck list and the README give (tests/test_docs.py holds them equal).
+# adapters' errors, tck list and the README give (tests/project/test_docs.py holds them equal).
 INSTALL = {
     "hf": "python3 -m pip install -c constraints.txt -e '.[hf]'",
     "onnx": "python3 -m pip install -c constraints.txt -e '.[onnx]'",

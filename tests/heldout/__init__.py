@@ -8,7 +8,7 @@ buggy module has ONE bug, and its docstring cites the public report the bug is t
 
 The set was written without reading the mutant catalog (``tck.adapters.mutants``) or the
 diagnosis internals, so that it measures how the diagnoses generalise;
-``tests/test_heldout.py`` runs and scores it (``tox -e detection``).
+``tests/detection/test_heldout.py`` runs and scores it (``tox -e detection``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An adapter module that calls sys.exit(0) while it is imported (tests/test_reliability.py)."""
+"""An adapter module that calls sys.exit(0) while it is imported (tests/cli/test_reliability.py)."""
 
 import sys
 

@@ -1,8 +1,8 @@
-"""An adapter that breaks in one way, for tests/test_reliability.py.
+"""An adapter that breaks in one way, for tests/cli/test_reliability.py.
 
 The reference layer_norm, except that one ``run`` call misbehaves: ``TCK_FAULT`` says how
 (raise, nan, inf, shape, dtype, not_array, hang, segfault, abort, and the hostile ones of
-tests/test_reliability.py: ctrl_c, keyboard_interrupt, bad_str, exit0, native_hang, scribble,
+tests/cli/test_reliability.py: ctrl_c, keyboard_interrupt, bad_str, exit0, native_hang, scribble,
 scribble_buggy, zero_d, ansi, undecodable, chatty). It fires once per run,
 in the first call of the oracle-equality check (the call that creates the file
 ``TCK_FAULT_ONCE`` names); every other call is correct, so exactly that check must go

@@ -13,13 +13,14 @@ would make: pytest rewrites every ``test_*.py``); each run's collection then fin
 ``sys.modules`` instead of parsing, rewriting and compiling 17 modules again (about 0.4 CPU s
 a run; a run whose modules were not rewritten here imports them itself, as before).
 
-What each run would otherwise repeat is done once here (measured in tests/test_detection.py's
-docstring): matplotlib and the report modules are imported before the fork, and
+What each run would otherwise repeat is done once here (measured in
+tests/detection/test_detection.py's docstring): matplotlib and the report modules are
+imported before the fork, and
 ``gc.freeze()`` moves everything loaded so far out of the collector's generations, so that the
 children's collections (pytest's at session end, hypothesis') do not walk torch's objects
 again in every run. ``html=False`` writes results.json and junit.xml but not index.html: the
 detection tests read results.json only, and the HTML report (three matplotlib plots, a few
-CPU seconds a run) is tested by tests/test_reports.py.
+CPU seconds a run) is tested by tests/reports/test_reports.py.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def tck_run(args: list[str], *, cwd: Path, log: Path, timeout_s: float, html: bo
 
 
 def _cpu_line(log: Path, usage: Any) -> None:
-    """The run's CPU seconds, last line of its log (what tests/test_detection.py's timings
+    """The run's CPU seconds, last line of its log (what tests/detection/test_detection.py's timings
     were measured with: wall time means little on a shared machine)."""
     with open(log, "a", encoding="utf-8") as out:
         out.write(

@@ -1,4 +1,4 @@
-"""Adapters that break outside ``run``, for tests/test_reliability.py: in ``subjects``, in
+"""Adapters that break outside ``run``, for tests/cli/test_reliability.py: in ``subjects``, in
 their names, in ``load`` and ``params``, or by reusing their output buffer.
 
 Each is the reference layer_norm (and ffn) otherwise.

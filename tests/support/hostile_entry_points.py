@@ -1,5 +1,5 @@
 """Correct adapters whose entry points besides ``run`` misbehave in ways that must change
-no verdict, for tests/test_hostile.py: ``step`` returning one reused buffer or writing into
+no verdict, for tests/cli/test_hostile.py: ``step`` returning one reused buffer or writing into
 its ``key_padding``, ``grad`` writing into its cotangent and reusing its output buffers,
 ``load`` zeroing the parameters it was given after loading them.
 

@@ -1,5 +1,5 @@
 """The reference layer_norm, imported by a worker process that then sends Ctrl-C (SIGINT)
-to its whole process group, as a terminal does: for tests/test_hostile.py, a Ctrl-C while
+to its whole process group, as a terminal does: for tests/cli/test_hostile.py, a Ctrl-C while
 the workers are starting. Imported by the tck process itself, it does nothing."""
 
 from __future__ import annotations

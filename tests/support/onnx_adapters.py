@@ -1,5 +1,5 @@
-"""Torch adapters whose *export* breaks, for tests/test_onnx.py: the module is right (every
-check passes on torch), the exported graph is not what the module computes."""
+"""Torch adapters whose *export* breaks, for tests/onnx_checks/test_onnx.py: the module is
+right (every check passes on torch), the exported graph is not what the module computes."""
 
 import torch
 import torch.nn.functional as F

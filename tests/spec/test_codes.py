@@ -17,7 +17,7 @@ from tck.reference import catalogue, codes
 from tck.reference.conventions import CHOICES
 from tck.reports.causes import is_generic, specificity
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Where codes are emitted or expected: the checks, the adapters and mutants, the reports.
 EMITTERS = ("conformance", "adapters", "reports", "fixtures", "bench", "reference")
 CODE_SHAPED = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")

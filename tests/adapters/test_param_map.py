@@ -17,7 +17,7 @@ from tck.adapters.param_map import MAP_SCHEMA, Ref, check_map, read_map, refs
 
 pytestmark = pytest.mark.spec("0.5", "10.3")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A map using every field: a fused qkv weight and bias cut by slices, a weight stored
 # [in, out], an absent bias, a reshape, calling names, a mask polarity.

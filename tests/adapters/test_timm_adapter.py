@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_fingerprint_cli import assert_agrees
+from cli.test_fingerprint_cli import assert_agrees
 
 from tck.cli import main
 from tck.conformance.runner.fingerprint_cli import build_fingerprint

@@ -25,7 +25,7 @@ import pytest
 
 from tck.cli import main
 
-SUPPORT = Path(__file__).resolve().parent / "support"
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 TCK = (sys.executable, "-m", "tck")
 REFERENCE = ("--adapter", "reference", "--only", "layer_norm")
 USER_FFN = ("--adapter", "user_layer:block", "--component", "ffn")  # an nn.Module instance
@@ -290,8 +290,6 @@ def layer_norm_module(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    for key in ("TCK_INSTANCE_COMPONENT", "TCK_INSTANCE_MAP", "TCK_ONNX_MAP"):
-        monkeypatch.delenv(key, raising=False)
     sys.modules.pop("user_layer", None)
     return tmp_path
 
@@ -402,7 +400,7 @@ def test_a_printer_of_10_mb_per_call_costs_no_more_memory_than_a_silent_one():
     """The peak resident memory of a run whose adapter prints 10 MB per call, against the
     same run printing nothing (scripts/capture_memory.py; docs/reliability.md has the
     figures). Held whole, the output was 1.3 GB over the silent run's 0.34 GB."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from capture_memory import peak_mb
 
     silent, _ = peak_mb(0)

@@ -26,7 +26,7 @@ from support.forked_run import tck_run
 from tck.adapters import mutants
 from tck.adapters.mutants import matrix
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("TCK_DETECTION_OUT", ROOT / "reports" / "out" / "detection"))
 PROFILE = "ci"
 TIMEOUT_S = 300

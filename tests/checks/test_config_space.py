@@ -25,7 +25,7 @@ from tck.reference.inputs import Shape, make_inputs
 
 pytestmark = pytest.mark.spec("0.5", "0.6", "2.2", "10.6")
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: support.* imports from here
 
 
 # ------------------------------------------------------------------------------ resolve
@@ -189,7 +189,7 @@ def _run(adapter: str, tmp_path: Path, *args: str) -> dict:
 
     out, log = tmp_path / "out", tmp_path / "log.txt"
     code = tck_run(
-        ["--adapter", adapter, "--out", str(out), *args], cwd=HERE, log=log, timeout_s=900
+        ["--adapter", adapter, "--out", str(out), *args], cwd=TESTS, log=log, timeout_s=900
     )
     document = json.loads((out / "results.json").read_text())
     document["exit_code"] = code
@@ -287,3 +287,70 @@ def test_attention_output_bias_is_its_own_part() -> None:
     assert "attention_out_bias=True" in str(whole.admits(config))
     qwen2 = Config(attention_bias=True, attention_out_bias=False)
     assert "attention_out_bias=False" in str(ConfigSpace(biases={"attention": True}).admits(qwen2))
+
+
+# --------------------------------------------------------- the built-in adapters' limits
+
+
+def test_split_heads_keeps_one_head_width_of_d_model_over_n_heads() -> None:
+    """SPEC.md §3.3: a module that cuts d_model into n_heads equal heads takes no other head
+    width; a need of one is a reason naming the constraint, a config with one is refused."""
+    space = ConfigSpace(split_heads=True)
+    config = space.resolve({"n_heads": 3}, DEFAULT_CONFIG)
+    assert isinstance(config, Config) and config.head_dim_k == config.head_dim_v == 8
+    assert space.resolve({"d_k": 6}, DEFAULT_CONFIG).d_k is None  # type: ignore[union-attr]
+    for overrides in ({"d_k": 5}, {"d_v": 12}, {"d_model": 25}):
+        reason = space.resolve(overrides, DEFAULT_CONFIG)
+        assert isinstance(reason, str) and "split_heads" in reason, (overrides, reason)
+    assert space.admits(Config(d_model=24, n_heads=4, d_k=6, d_v=6)) is None
+    assert "d_model / n_heads" in str(space.admits(Config(d_model=24, n_heads=4, d_k=8)))
+    assert space.describe() == "d_k = d_v = d_model / n_heads"
+
+
+def _declared(name: str) -> dict[str, str]:
+    from tck.adapters import load_adapter
+
+    return spaces.declared(load_adapter(name).subjects())["supports"]
+
+
+def test_torch_nn_declares_the_limits_of_nn_multiheadattention() -> None:
+    """torch.nn's subjects built on nn.MultiheadAttention declare one head width (the checks
+    that need another skip naming it); the fast path its bias; seq2seq its tied tables. The
+    limits reach the results (``adapter.supports``) and so the report and fingerprint."""
+    from tck.adapters import load_adapter
+
+    said = _declared("torch.nn")
+    assert "d_k = d_v = d_model / n_heads" in said["encoder_layer"]
+    assert "attention with bias" in said["mha[self_fast_path]"]
+    assert "tied embedding and head" in said["seq2seq"]
+    assert "layer_norm" not in said and "attention" not in said  # no limit, none declared
+    mha = next(s for s in load_adapter("torch.nn").subjects() if s.name == "mha")
+    with pytest.raises(Unsupported, match="split_heads"):
+        spaces.subject_config(mha, DEFAULT_CONFIG, {"d_k": 5, "d_v": 7})
+    # and the adapter builds every config the space gives
+    adapter = load_adapter("torch.nn")
+    for subject in adapter.subjects():
+        if subject.supports is not None and "cpu" in adapter.devices(subject):
+            config = spaces.subject_config(subject, DEFAULT_CONFIG, {"n_heads": 2})
+            adapter.build(subject, config, seed=0)
+
+
+def test_transformers_adapters_declare_their_fixed_biases_and_tying() -> None:
+    pytest.importorskip("transformers")
+    bert, vit, gpt2 = _declared("hf.bert"), _declared("hf.vit"), _declared("hf.gpt2")
+    assert "ffn with bias" in bert["encoder_layer[eager]"]
+    assert "attention with bias" in bert["mha[sdpa]"]
+    # ViTConfig.qkv_bias switches q, k and v alone (SPEC.md §0.5): free, the rest fixed
+    assert "attention with bias" not in vit["mha[eager]"]
+    assert "attention output projection with bias" in vit["mha[eager]"]
+    assert "tied embedding and head" in gpt2["causal_lm[eager]"]
+    assert "n_kv_heads=None" in gpt2["causal_self_attention[sdpa]"]
+
+
+def test_timm_declares_every_bias_but_qkv() -> None:
+    try:
+        from tck.adapters import timm_vit
+    except ImportError:
+        pytest.skip("timm is not installed (tox -e timm)")
+    said = timm_vit.SPACE.describe()
+    assert "head with bias" in said and "attention with bias" not in said

@@ -13,7 +13,7 @@ import pytest
 
 from tck.adapters.onnx_runtime import _float32_rounded, dynamic_axes
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: support.* imports from here
 
 
 def test_dynamic_axes_by_input_name():
@@ -185,7 +185,7 @@ def test_exported_reference_components(tmp_path):
 )
 def test_broken_exports_are_named(tmp_path, adapter, code):
     document = run_checks(
-        f"support.onnx_adapters:{adapter}", tmp_path, "-k", "oracle or dynamic", cwd=HERE
+        f"support.onnx_adapters:{adapter}", tmp_path, "-k", "oracle or dynamic", cwd=TESTS
     )
     results = by_key(document)
     assert results[("equality.oracle", "layer_norm", None, None)]["status"] == "pass"
@@ -205,7 +205,7 @@ def test_float_mask_fully_masked_row_is_nan_after_export(tmp_path):
     """An additive -inf float mask: torch gives zeros for a row with no key, the exported
     graph NaN."""
     document = run_checks(
-        "support.onnx_adapters:float_mask", tmp_path, "-k", "masks and fully_masked", cwd=HERE
+        "support.onnx_adapters:float_mask", tmp_path, "-k", "masks and fully_masked", cwd=TESTS
     )
     results = by_key(document)
     assert results[("masks.fully_masked_rows", "attention", None, None)]["status"] == "pass"
@@ -404,11 +404,11 @@ def test_exports_share_one_registry_per_opset_and_give_the_same_graph(monkeypatc
 def test_a_parameter_without_initialiser_is_exported_afresh():
     """A module tensor no initialiser holds (export dropped an unused parameter): the swap
     cannot be checked, so each parameter set is exported as before."""
-    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(TESTS))
     try:
         from support.onnx_adapters import unused_parameter
     finally:
-        sys.path.remove(str(HERE))
+        sys.path.remove(str(TESTS))
     from tck.adapters.onnx_runtime import clear_caches, with_onnx
 
     ort = with_onnx(unused_parameter, reuse=True)
@@ -426,11 +426,11 @@ def test_a_parameter_without_initialiser_is_exported_afresh():
 
 
 def test_a_failed_export_fails_again_without_tracing():
-    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(TESTS))
     try:
         from support.onnx_adapters import data_dependent
     finally:
-        sys.path.remove(str(HERE))
+        sys.path.remove(str(TESTS))
     from tck.adapters import AdapterFailure
     from tck.adapters.onnx_runtime import clear_caches, with_onnx
 
@@ -486,11 +486,11 @@ def test_a_template_serves_calls_of_its_own_sizes():
     """Export may bake a size into a graph whose inputs look dynamic (fixed_batch: a
     Reshape to batch * length rows): a parameter set first called at other sizes gets an
     export of its own, as before templates; one called at the template's sizes swaps."""
-    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(TESTS))
     try:
         from support.onnx_adapters import fixed_batch
     finally:
-        sys.path.remove(str(HERE))
+        sys.path.remove(str(TESTS))
     from tck.adapters.onnx_runtime import clear_caches, with_onnx
     from tck.conformance.toolkit.harness import DEFAULT_CONFIG
     from tck.reference.inputs import Shape, make_inputs

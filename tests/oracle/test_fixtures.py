@@ -33,7 +33,7 @@ from tck.reference import COMPONENTS, Config, Conventions, oracle
 from tck.reference.expected import expected as oracle_output
 from tck.reference.tolerance import FLOOR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = fixtures.DATA_DIR
 ENTRIES = fixtures.entries()
 NAMES = [e["name"] for e in ENTRIES]

@@ -26,7 +26,7 @@ from tck.reference.inputs import Shape, make_inputs
 
 pytestmark = pytest.mark.spec("0.2", "0.5", "10.3")
 
-MANUAL = Path(__file__).resolve().parent.parent / "docs" / "guide" / "layouts.md"
+MANUAL = Path(__file__).resolve().parents[2] / "docs" / "guide" / "layouts.md"
 SECTION = "## A model with its own layout"
 MAX_ADAPTER_LINES = 30
 

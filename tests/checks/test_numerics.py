@@ -150,7 +150,7 @@ def test_old_adapters_keep_working_and_skip_what_they_lack():
         careful.gradients(tck, inst, {"x": np.zeros((1, 2, 3))}, np.zeros((1, 2, 3)))
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

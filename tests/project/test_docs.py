@@ -4,7 +4,7 @@
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAX_README_LINES = 300  # a newcomer reads it to the end; the manual holds the rest
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOP_LEVEL = {
     "src/tck": "tck",
     "reference": "tck.reference",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Bottom to top; a module may import from its own floor and the floors below it.
 FLOORS: list[tuple[str, ...]] = [

@@ -29,7 +29,7 @@ from tck.reference.inputs import Shape, make_inputs
 from tck.reference.model import build
 from tck.reference.tolerance import k_forward, k_gradient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC_CLAUSES = set(re.findall(r"^### §(\d+\.\d+) ", (ROOT / "SPEC.md").read_text("utf-8"), re.M))
 
 

@@ -126,8 +126,6 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "block_map.json").write_text(json.dumps(BLOCK_MAP))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    for key in ("TCK_INSTANCE_COMPONENT", "TCK_INSTANCE_MAP"):
-        monkeypatch.delenv(key, raising=False)
     sys.modules.pop("my_models", None)
     return tmp_path
 

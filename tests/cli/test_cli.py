@@ -1,18 +1,21 @@
 """The tck command, run as a user runs it: a subprocess, a results folder, an exit status."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_spec_traceability import NOT_CHECKABLE, spec_clauses
+from spec.test_spec_traceability import NOT_CHECKABLE, spec_clauses
 
-from tck.adapters import load_adapter
+from tck.adapters import AdapterError, load_adapter
 from tck.cli import main
 
 SCHEMA_KEYS = {"schema", "adapter", "environment", "summary", "results"}
-# Clauses whose checks run only with tck run --export onnx (tests/test_onnx.py runs them).
+# Clauses whose checks run only with tck run --export onnx (tests/onnx_checks/test_onnx.py
+# runs them).
 EXPORT_ONLY = {"10.9": "export to ONNX"}
 RESULT_KEYS = {"check", "clause", "component", "status", "diagnosis", "metrics", "repro"}
 
@@ -180,3 +183,67 @@ def test_the_progress_bar_counts_the_rows_a_run_reports():
     bar.pytest_xdist_node_collection_finished(None, ids)
     assert bar.progress.tasks[0].total == 2
     bar.pytest_sessionfinish()
+
+
+def _tiny_bert(folder: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=16,
+    )
+    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+
+
+def test_tck_run_hands_the_model_to_its_workers_as_options(tmp_path, capsys):
+    """--model reaches the adapter factory in the worker process (-n 1) as the plugin's
+    --tck-model option: the run is green, and the environment of the calling process is
+    the same before and after."""
+    model, out = tmp_path / "model", tmp_path / "out"
+    _tiny_bert(model)
+    before = dict(os.environ)
+    code = main(["run", "--model", str(model), "--only", "embedding", "-n", "1", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert dict(os.environ) == before
+    document = json.loads((out / "results.json").read_text())
+    assert document["adapter"]["name"] == "hf.bert:model"
+    assert document["summary"]["passed"] > 0 and document["summary"]["errors"] == 0
+
+
+def test_a_repro_snippet_passes_the_model_on():
+    """A failure's snippet reruns with the same model, component and map (load_adapter's
+    arguments, or the plugin's options), not with whatever the environment holds."""
+    from tck.conformance.runner import repro
+
+    target = {"model": "/models/bert", "component": None, "map_path": "/maps/m.json"}
+    snippet = repro.pytest_snippet(
+        adapter_spec="tck.adapters.pretrained:auto",
+        target=target,
+        seed=3,
+        module="mha",
+        test_id="test_x[s]",
+        title="t",
+    )
+    assert "'--tck-model=/models/bert'" in snippet and "'--tck-map=/maps/m.json'" in snippet
+    assert "--tck-component" not in snippet
+
+
+@pytest.mark.parametrize(
+    ("spec", "given", "message"),
+    [
+        ("reference", {"component": "mha"}, "apply to an nn.Module instance"),
+        ("reference", {"map_path": "m.json"}, "apply to an nn.Module instance"),
+        ("reference", {"model": "DIR"}, "--model applies to an adapter factory"),
+        ("tck.adapters.pretrained:bert", {"model": "no/such/dir"}, "save_pretrained folder"),
+        ("onnx:model.onnx", {}, "needs --component"),
+        ("onnx:model.onnx", {"component": "mha", "model": "DIR"}, "--model does not apply"),
+    ],
+)
+def test_load_adapter_takes_model_component_and_map_as_arguments(spec, given, message):
+    """What points an adapter at a given model comes as load_adapter's arguments, and
+    arguments that do not apply to the adapter named are refused in one line."""
+    with pytest.raises(AdapterError, match=re.escape(message)):
+        load_adapter(spec, **given)

@@ -22,8 +22,8 @@ import pytest
 
 from tck.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-SUPPORT = Path(__file__).resolve().parent / "support"
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 # fault -> (status, diagnosis code or None for any, words the message must hold)
 FAULTS = {

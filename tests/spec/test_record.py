@@ -27,7 +27,7 @@ import tomllib
 
 from tck.reference.components import COMPONENTS, RECORDS, TAGS, Component, select
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 NAMES = frozenset(COMPONENTS)
 

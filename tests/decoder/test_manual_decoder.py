@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-MANUAL = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adapters.md"
+MANUAL = Path(__file__).resolve().parents[2] / "docs" / "guide" / "adapters.md"
 SECTION = "## Point tck at your decoder-only model"
 ADAPTER_MARKER = "# ---- the adapter"
 MAX_ADAPTER_LINES = 15

@@ -72,7 +72,7 @@ def test_length_one_pass_is_reported_unverified(tmp_path: Path, monkeypatch) -> 
     from tck.conformance.runner.cli import run_checks
     from tck.reports import load_results
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
     out = tmp_path / "out"
     results = run_checks(
         ["--pyargs", "tck.conformance.checks.test_equality", "-k", "test_oracle"],

@@ -35,7 +35,7 @@ from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import Config
 from tck.reference.inputs import Shape, make_inputs
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: support.* imports from here
 CUDA = torch.cuda.is_available()
 NO_CUDA = "needs a CUDA device (torch.cuda.is_available() is False here)"
 BACKEND_SUBJECTS = [
@@ -387,7 +387,7 @@ def test_backend_subjects_run_through_tck_run_on_the_cpu(tmp_path):
     """The pinning path through tck run: flash and math pass, efficient and cuDNN (no CPU
     kernel) skip with torch's refusal; nothing fails or errors."""
     document = _run(
-        "support.sdpa_cpu:adapter", tmp_path, "--only", "attention", "--device", "cpu", cwd=HERE
+        "support.sdpa_cpu:adapter", tmp_path, "--only", "attention", "--device", "cpu", cwd=TESTS
     )
     statuses: dict[str, set[str]] = {}
     for r in document["results"]:

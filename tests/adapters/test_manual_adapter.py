@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-MANUAL = Path(__file__).resolve().parent.parent / "docs" / "guide" / "adapters.md"
+MANUAL = Path(__file__).resolve().parents[2] / "docs" / "guide" / "adapters.md"
 SECTION = "## Point tck at your model"
 ADAPTER_MARKER = "# ---- the adapter"
 MAX_ADAPTER_LINES = 15

@@ -3,7 +3,8 @@ catalog has never seen (``tests/heldout``), each with one bug from a public repo
 a user would want as its top cause, plus correct implementations in other styles.
 
 ``test_heldout_run`` runs ``tck run`` (ci profile, seed 0, ``--only`` the module's components)
-on one module in a forked child (support/forked_run.py, as tests/test_detection.py does) and
+on one module in a forked child (support/forked_run.py, as tests/detection/test_detection.py
+does) and
 writes ``OUT/<name>/results.json``; a buggy module must have at least one failure or error, a
 correct one none. ``test_heldout_diagnosis_benchmark`` scores those files: the detection rate
 (buggy modules with a failure or error), the top-cause accuracy (the run's first root cause,
@@ -28,7 +29,7 @@ from support.forked_run import tck_run
 
 from tck.reports.causes import root_causes, top_cause
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(os.environ.get("TCK_HELDOUT_OUT", ROOT / "reports" / "out" / "heldout"))
 PROFILE = "ci"
 TIMEOUT_S = 300

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_fingerprint_cli import assert_agrees
+from cli.test_fingerprint_cli import assert_agrees
 
 from tck.adapters import Unsupported, load_adapter
 from tck.conformance.runner.fingerprint_cli import build_fingerprint
