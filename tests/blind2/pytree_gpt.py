@@ -21,6 +21,9 @@ from tck.adapters import ConfigSpace, Param, TorchEntry, TorchModuleAdapter
 from tck.reference import Config, Conventions
 
 LN_EPS = 1e-5
+# The dtype the softmax is formed in; None: the scores' own (float32 for 16-bit inputs).
+# torch.float32 computes it in float32 always, as transformers' eager attention does (declared).
+SOFTMAX_DTYPE = None
 
 
 def upcast(dtype: torch.dtype) -> torch.dtype:
@@ -37,6 +40,13 @@ def layer_norm(x, g, b, eps=LN_EPS):
 
 def gelu_new(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def softmax(scores):
+    """jax.nn.softmax written out: shift by the row maximum, exponentiate, normalise."""
+    shifted = scores - scores.amax(-1, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(-1, keepdim=True)
 
 
 def linear(x, w, b):
@@ -74,13 +84,12 @@ def attention(p, prefix, x, n_head, keep, layer_cache):
     q, k, v = split_heads(q, n_head), split_heads(k, n_head), split_heads(v, n_head)
     if layer_cache is not None:
         if "k" in layer_cache:
-            k = torch.cat([layer_cache["k"], k], dim=2)
-            v = torch.cat([layer_cache["v"], v], dim=2)
+            k, v = (torch.cat([layer_cache[name], new], dim=2) for name, new in (("k", k), ("v", v)))
         layer_cache["k"], layer_cache["v"] = k, v
     scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    scores = scores.to(upcast(scores.dtype))
+    scores = scores.to(SOFTMAX_DTYPE or upcast(scores.dtype))
     scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1).to(v.dtype)
+    weights = softmax(scores).to(v.dtype)
     out = merge_heads(weights @ v)
     return linear(out, p[f"{prefix}c_proj_w"], p[f"{prefix}c_proj_b"])
 
@@ -260,7 +269,8 @@ def make_step(fn_kind):
 
 
 # finfo.min through masked_fill: a query with no key left attends evenly to every key
-GPT2 = Conventions(norm_placement="pre", activation="gelu_tanh", embedding_scale="none", fully_masked_rows="uniform")
+GPT2 = Conventions(norm_placement="pre", activation="gelu_tanh", embedding_scale="none", fully_masked_rows="uniform",
+                   float32_steps=("softmax",) if SOFTMAX_DTYPE == torch.float32 else ())
 
 adapter = TorchModuleAdapter("pytree-gpt", [
     TorchEntry("layer_norm", make=LayerNormOnly, forward=lambda m, x: m(x), param_map={"weight": "g", "bias": "b"}),

@@ -115,8 +115,7 @@ class Attention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         n_rep = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(n_rep, dim=1)
-        v = v.repeat_interleave(n_rep, dim=1)
+        k, v = (t.repeat_interleave(n_rep, dim=1) for t in (k, v))  # kv head j serves query heads j*n_rep to (j+1)*n_rep - 1
         keep, has_key = mask
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         y = y * has_key
