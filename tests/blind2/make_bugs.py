@@ -445,7 +445,7 @@ BUGS = [
         "        self.layer = nn.ModuleList([BertLayer(config) for _ in range(config.n_layers)])",
         "        self.layer = nn.ModuleList([BertLayer(config)] * config.n_layers)",
         "the encoder's layers are one module repeated (list multiplication): every layer shares one set of weights",
-        ["params.round_trip_changed"],
+        ["params.round_trip_changed", "params.count_wrong"],
         "",
         "",
         ["encoder"],
