@@ -7,6 +7,12 @@ the report's first root cause against the bug's expected codes.
     python tests/blind/run.py --only-bug hub.gqa_tiled --only-bug gpt.softmax_axis
     python tests/blind/run.py --clean              # the correct implementations alone
     python tests/blind/run.py --tck-python /path/to/venv/bin/python
+    python tests/blind/run.py --set tests/blind2 --jobs 2 --json out.json   # another set
+
+A *set* is a folder holding ``bugs.json``, the implementations its bugs patch, optionally
+``implementations.json`` (implementation -> the components its adapter exposes; set 1, this
+folder, keeps its table below) and optionally ``controls.json``: one-line rewrites that stay
+correct, each of which must run with 0 failing rows (a *control passed*).
 
 A bug is *detected* when its run has any fail or error row. Its *first root cause* is
 ``tck.reports.causes.root_causes(results)[0]["code"]``, the cause the HTML report leads with,
@@ -33,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-BUGS_FILE = HERE / "bugs.json"
+BUGS_FILE = HERE / "bugs.json"  # set 1's table (the default set)
 
 # Components each implementation exposes (its adapter's subjects): --clean runs all of them.
 IMPLEMENTATIONS: dict[str, list[str]] = {
@@ -67,13 +73,30 @@ print(json.dumps({
 """
 
 
-def load_bugs() -> list[dict[str, Any]]:
-    return json.loads(BUGS_FILE.read_text(encoding="utf-8"))
+def load_bugs(set_dir: Path = HERE) -> list[dict[str, Any]]:
+    return json.loads((set_dir / "bugs.json").read_text(encoding="utf-8"))
 
 
-def patched_source(bug: dict[str, Any]) -> str:
+def load_controls(set_dir: Path = HERE) -> list[dict[str, Any]]:
+    """The set's correct one-line rewrites (controls.json; none when the set has no file)."""
+    path = set_dir / "controls.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+
+def load_implementations(set_dir: Path = HERE) -> dict[str, list[str]]:
+    """Implementation -> the components its adapter exposes: the set's implementations.json,
+    or for set 1 (which has none) the table above."""
+    path = set_dir / "implementations.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    if set_dir.resolve() == HERE:
+        return IMPLEMENTATIONS
+    raise ValueError(f"{set_dir} has no implementations.json")
+
+
+def patched_source(bug: dict[str, Any], set_dir: Path = HERE) -> str:
     """The implementation's text with the bug's one line replaced (exactly one occurrence)."""
-    source = (HERE / f"{bug['impl']}.py").read_text(encoding="utf-8")
+    source = (set_dir / f"{bug['impl']}.py").read_text(encoding="utf-8")
     lines = source.split("\n")
     hits = [i for i, line in enumerate(lines) if line == bug["original"]]
     if len(hits) != 1:
@@ -255,9 +278,25 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="codes judged after the freeze to name a class no code named (PROTOCOL.md)",
     )
+    parser.add_argument(
+        "--set",
+        type=Path,
+        default=HERE,
+        help="the benchmark's folder (bugs.json, implementations); default tests/blind",
+    )
+    parser.add_argument(
+        "--no-controls", action="store_true", help="run the bugs only, not the set's controls"
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    args.set = args.set.resolve()
+    if not (args.set / "bugs.json").is_file():
+        parser.error(f"--set {args.set}: no bugs.json there")
+    try:
+        implementations = load_implementations(args.set)
+    except (OSError, ValueError) as err:
+        parser.error(f"--set: {err}")
 
     if not _imports_tck(args.tck_python):
         print(
@@ -267,50 +306,64 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     if args.clean:
-        return _clean(args)
+        return _clean(args, implementations)
     try:
         addenda = load_addenda(args.addenda)
     except (OSError, ValueError) as err:
         print(f"error: --addenda: {err}", file=sys.stderr)
         return 2
-    unknown_addenda = sorted(set(addenda) - {b["id"] for b in load_bugs()})
+    unknown_addenda = sorted(set(addenda) - {b["id"] for b in load_bugs(args.set)})
     if unknown_addenda:
         print(
             f"error: --addenda names unknown bug(s): {', '.join(unknown_addenda)}", file=sys.stderr
         )
         return 2
 
-    bugs = load_bugs()
+    bugs = load_bugs(args.set)
+    controls = [] if args.no_controls else load_controls(args.set)
     wanted = {b for spec in args.only_bug for b in spec.split(",") if b}
-    unknown = sorted(wanted - {b["id"] for b in bugs})
+    unknown = sorted(wanted - {b["id"] for b in [*bugs, *load_controls(args.set)]})
     if unknown:
         parser.error(f"unknown bug id(s): {', '.join(unknown)}")
     if wanted:
         bugs = [b for b in bugs if b["id"] in wanted]
+        controls = [c for c in load_controls(args.set) if c["id"] in wanted]
+    unknown_impls = sorted({r["impl"] for r in [*bugs, *controls]} - set(implementations))
+    if unknown_impls:
+        parser.error(f"--set {args.set}: no components listed for {', '.join(unknown_impls)}")
 
     def job(bug: dict[str, Any]) -> dict[str, Any]:
+        is_control = bug in controls
         try:
-            source = patched_source(bug)
+            source = patched_source(bug, args.set)
         except ValueError as err:
-            return score(bug, {"runner_error": str(err)}, addenda.get(bug["id"]))
-        record = run_one(
-            bug["id"], bug["impl"], source, bug["components"], args.tck_python, args.timeout,
-            args.keep,
-        )  # fmt: skip
+            record: dict[str, Any] = {"runner_error": str(err)}
+        else:
+            record = run_one(
+                bug["id"], bug["impl"], source, bug["components"], args.tck_python,
+                args.timeout, args.keep,
+            )  # fmt: skip
+        if is_control:
+            row = score_control(bug, record)
+            mark = "ok " if row["passed"] else "FAL"
+            print(f"[{mark}] {bug['id']}: {row['failing']} failing", file=sys.stderr, flush=True)
+            return row
         row = score(bug, record, addenda.get(bug["id"]))
         mark = "ok " if row["right_class_first"] else ("det" if row["detected"] else "---")
         print(f"[{mark}] {bug['id']}: {row['first_cause']}", file=sys.stderr, flush=True)
         return row
 
+    work = [*bugs, *controls]
     done: dict[int, dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(job, bug): i for i, bug in enumerate(bugs)}
+        futures = {pool.submit(job, item): i for i, item in enumerate(work)}
         for future in as_completed(futures):
             done[futures[future]] = future.result()
             if args.json:  # after every bug: an interrupted run keeps what it measured
                 finished = [done[i] for i in sorted(done)]
-                _write_json(args, finished, addenda, complete=len(done) == len(bugs))
+                _write_json(args, finished, addenda, complete=len(done) == len(work))
     scored = [done[i] for i in range(len(bugs))]
+    scored_controls = [done[i] for i in range(len(bugs), len(work))]
 
     rows = [["bug", "detected", "first root cause", "right class first", "expected"]]
     for r in scored:
@@ -354,7 +407,40 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
     print(_table(by_family))
+    if scored_controls:
+        print()
+        rows = [["control", "failing rows", "passed", "root causes"]]
+        for c in scored_controls:
+            rows.append(
+                [
+                    c["id"],
+                    "ERROR" if c["runner_error"] else str(c["failing"]),
+                    "yes" if c["passed"] else "no",
+                    ", ".join(c["causes"]) or "-",
+                ]
+            )
+        print(_table(rows))
+        passed = sum(c["passed"] for c in scored_controls)
+        print(f"controls passed (0 failing rows): {passed}/{len(scored_controls)}")
     return 0
+
+
+def score_control(control: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """A control passes when its run has no fail or error row (and the runner had no error)."""
+    failing = record.get("failing")
+    return {
+        "id": control["id"],
+        "impl": control["impl"],
+        "control": True,
+        "failing": failing,
+        "passed": failing == 0 and not record.get("runner_error"),
+        "causes": record.get("causes") or [],
+        "summary": record.get("summary"),
+        "duration_s": record.get("duration_s"),
+        "runner_error": record.get("runner_error"),
+        "output_tail": record.get("output_tail") if record.get("runner_error") else None,
+        "folder": record.get("folder"),
+    }
 
 
 def _write_json(
@@ -365,8 +451,17 @@ def _write_json(
     complete: bool,
 ) -> None:
     """The machine-readable results so far; ``complete`` once every selected bug ran."""
+    controls = [r for r in scored if r.get("control")]
+    scored = [r for r in scored if not r.get("control")]
+    controls_file = args.set / "controls.json"
     payload = {
-        "bugs_sha256": hashlib.sha256(BUGS_FILE.read_bytes()).hexdigest(),
+        "set": str(args.set),
+        "bugs_sha256": hashlib.sha256((args.set / "bugs.json").read_bytes()).hexdigest(),
+        "controls_sha256": (
+            hashlib.sha256(controls_file.read_bytes()).hexdigest()
+            if controls_file.is_file()
+            else None
+        ),
         "git_head": _git_head(),
         "tck_python": args.tck_python,
         "complete": complete,
@@ -380,19 +475,22 @@ def _write_json(
             "right_class_first_with_addenda": (
                 sum(r["right_class_first_with_addenda"] for r in scored) if addenda else None
             ),
+            "controls": len(controls),
+            "controls_passed": sum(c["passed"] for c in controls),
         },
         "bugs": scored,
+        "controls": controls,
     }
     args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
 
 
-def _clean(args: argparse.Namespace) -> int:
+def _clean(args: argparse.Namespace, implementations: dict[str, list[str]]) -> int:
     """Each correct implementation on every component it exposes: a false failure here is a
     finding of its own (the benchmark's numbers assume the unpatched code passes)."""
     rows = [["implementation", "failing rows", "root causes", "summary"]]
     records = {}
-    for impl, components in IMPLEMENTATIONS.items():
-        source = (HERE / f"{impl}.py").read_text(encoding="utf-8")
+    for impl, components in implementations.items():
+        source = (args.set / f"{impl}.py").read_text(encoding="utf-8")
         record = run_one(
             f"clean-{impl}", impl, source, components, args.tck_python, args.timeout, args.keep
         )
