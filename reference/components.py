@@ -461,6 +461,9 @@ _STACK = ("norm_placement", "final_norm", "activation", *_NORM)  # a layer, and 
 # §11.1: RoPE or not, and how; the sliding window of its causal mask (§4.5)
 _DECODER_ATTENTION = ("positions", "rope_layout", "pe_base", "sliding_window", "rope_scaling")
 _NORMED = ("norm_statistics", "softmax")
+# a decoder's attention: its softmax, and RoPE's angles where it rotates (§11.1)
+_DECODER_ATTENDED = ("softmax", "rope_angles")
+_DECODER_NORMED = ("norm_statistics", *_DECODER_ATTENDED)
 _ELEMENTWISE = (("weight", "value"), ("bias", "value"))  # a scale or a lookup per element
 
 
@@ -794,6 +797,7 @@ def _records() -> tuple[Component, ...]:
             fields=(*_DECODER_ATTENTION, "fully_masked_rows"),
             area="attention",
             tags=frozenset({"kv_cache"}),
+            quantities=_DECODER_ATTENDED,
         ),
         Component(
             name="gated_ffn",
@@ -829,6 +833,7 @@ def _records() -> tuple[Component, ...]:
             ),
             tolerance="composite",
             tags=frozenset({"kv_cache"}),
+            quantities=_DECODER_NORMED,
         ),
         Component(
             name="causal_lm",
@@ -853,6 +858,7 @@ def _records() -> tuple[Component, ...]:
             tolerance="composite",
             tags=frozenset({"kv_cache", "logits"}),
             output_shape=lambda i, c: (*np.shape(i["ids"]), c.vocab_size),
+            quantities=_DECODER_NORMED,
         ),
     )
 

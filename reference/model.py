@@ -58,13 +58,40 @@ def computed_in_input_dtype(*quantities: str) -> Iterator[None]:
         _IN_INPUT_DTYPE = before
 
 
+# SPEC.md §10.12: quantities a float64 run forms in float32 and rounds back once, as a float64
+# build with float32 islands does (Llama's RMSNorm of ``x.float()``, its float32 RoPE angles,
+# an eager softmax in float32): the yardstick such a subject is held to
+# (``tck.conformance.toolkit.careful.island_careful``).
+_IN_FLOAT32: frozenset[str] = frozenset()
+
+
+@contextlib.contextmanager
+def computed_in_float32(*quantities: str) -> Iterator[None]:
+    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) of float64
+    tensors in float32 and rounds each result back to float64 once (SPEC.md §10.12)."""
+    unknown = set(quantities) - set(QUANTITIES)
+    if unknown:
+        raise ValueError(f"unknown quantities {sorted(unknown)}: choose from {QUANTITIES}")
+    global _IN_FLOAT32
+    before, _IN_FLOAT32 = _IN_FLOAT32, frozenset(quantities)
+    try:
+        yield
+    finally:
+        _IN_FLOAT32 = before
+
+
 def _careful(x: Tensor, quantity: str) -> bool:
     """Is ``quantity`` of a half-precision ``x`` to be formed in float32 (§10.10)?"""
     return x.dtype in _HALF and quantity not in _IN_INPUT_DTYPE
 
 
+def _island(x: Tensor, quantity: str) -> bool:
+    """Is ``quantity`` of a float64 ``x`` to be formed in float32 (§10.12)?"""
+    return x.dtype == torch.float64 and quantity in _IN_FLOAT32
+
+
 def _working(x: Tensor, quantity: str) -> Tensor:
-    return x.float() if _careful(x, quantity) else x
+    return x.float() if _careful(x, quantity) or _island(x, quantity) else x
 
 
 # ----------------------------------------------------------------------- functional pieces
@@ -244,6 +271,8 @@ def rope(
     if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis: 16-bit angles
         omega = omega.to(x.dtype)
         theta = positions.to(device=x.device, dtype=x.dtype)[:, None] * omega
+    elif _island(x, "rope_angles"):  # §10.12: angles, cos and sin in float32
+        theta = positions.to(device=x.device, dtype=torch.float32)[:, None] * omega.float()
     else:  # §10.10: the angle pos * w formed in float64, rounded once as cos and sin
         theta = positions.to(device=x.device, dtype=torch.float64)[:, None] * omega  # (L, d/2)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
@@ -692,6 +721,8 @@ def rope_at(
     if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis, as rope()
         omega = omega.to(x.dtype)
         theta = positions.to(device=x.device, dtype=x.dtype)[:, None, :, None] * omega
+    elif _island(x, "rope_angles"):  # §10.12, as rope()
+        theta = positions.to(device=x.device, dtype=torch.float32)[:, None, :, None] * omega.float()
     else:
         theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (B, 1, L, d/2)

@@ -25,8 +25,10 @@ from tck.reference.components import record, select
 from tck.reference.inputs import Inputs, Shape
 from tck.reference.tolerance import (
     DTYPES,
+    FLOOR,
     careful_error,
     compare,
+    floor_of,
     gradient_scale,
     k_gradient,
     round_to,
@@ -59,6 +61,43 @@ def _instance(tck: Harness, dtype: str) -> Instance:
     return inst
 
 
+def _judge(
+    tck: Harness,
+    inst: Instance,
+    inputs: Inputs,
+    cotangent: np.ndarray,
+    test: dict[str, np.ndarray],
+    gold: dict[str, np.ndarray],
+    relative: float,
+) -> tuple[dict[str, Any], tuple[float, str, Any]]:
+    """Each gradient tensor under the rule with a naive error of ``relative`` times its
+    scale: the ratio per tensor, and the worst (rank, name, comparison)."""
+    dtype = inst.dtype
+    per_tensor: dict[str, Any] = {}
+    worst: tuple[float, str, Any] | None = None
+    for name in sorted(gold):
+        if np.shape(test[name]) != np.shape(gold[name]):
+            raise CheckFailure(
+                "gradients.wrong_shape",
+                f"the gradient for {name} has shape {np.shape(test[name])}, its input or "
+                f"parameter {np.shape(gold[name])}",
+                {"dtype": dtype, "grad_of": name},
+            )
+        careful_err = relative * _scale(gold[name])
+        k = k_gradient(tck.component, name)
+        # float64: the floor scales with the terms the gradient sums (gradient_scale)
+        scale = gradient_scale(gold[name], inputs, cotangent) if dtype == "float64" else None
+        result = compare(
+            test[name], gold[name], dtype=dtype, careful_err=careful_err, k=k, scale=scale
+        )
+        per_tensor[name] = round(result.ratio, 4) if np.isfinite(result.ratio) else "inf"
+        rank = np.inf if result.nan_mismatch else result.ratio
+        if worst is None or rank > worst[0]:
+            worst = (rank, name, result)
+    assert worst is not None  # every component here has an input or a parameter
+    return per_tensor, worst
+
+
 @spec("10.8", id="gradients.gradients")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gradients(tck: Harness, dtype: str) -> None:
@@ -83,33 +122,23 @@ def test_gradients(tck: Harness, dtype: str) -> None:
     # naive maximum error is sometimes lucky (a few elements), while all of them come out of
     # the same computation in the same dtype.
     relative = max(careful_error(ref[name], gold[name])[0] / _scale(gold[name]) for name in gold)
-    per_tensor: dict[str, Any] = {}
-    worst: tuple[float, str, Any] | None = None
-    for name in sorted(gold):
-        if np.shape(test[name]) != np.shape(gold[name]):
-            raise CheckFailure(
-                "gradients.wrong_shape",
-                f"the gradient for {name} has shape {np.shape(test[name])}, its input or "
-                f"parameter {np.shape(gold[name])}",
-                {"dtype": dtype, "grad_of": name},
+    per_tensor, worst = _judge(tck, inst, inputs, cotangent, test, gold, relative)
+    if not worst[2].passed and dtype == "float64" and floor_of("float64") > FLOOR["float64"]:
+        # float32 islands (SPEC.md §10.12): the reference with the same steps in float32 is
+        # the yardstick, as the naive run is below float64 (needed only past the floor)
+        island = careful.island_gradients(tck, inst, inputs, cotangent)
+        if island is not None and set(island) >= set(gold):
+            relative = max(
+                careful_error(island[name], gold[name])[0] / _scale(gold[name]) for name in gold
             )
-        careful_err = relative * _scale(gold[name])
-        k = k_gradient(tck.component, name)
-        # float64: the floor scales with the terms the gradient sums (gradient_scale)
-        scale = gradient_scale(gold[name], inputs, cotangent) if dtype == "float64" else None
-        result = compare(
-            test[name], gold[name], dtype=dtype, careful_err=careful_err, k=k, scale=scale
-        )
-        per_tensor[name] = round(result.ratio, 4) if np.isfinite(result.ratio) else "inf"
-        rank = np.inf if result.nan_mismatch else result.ratio
-        if worst is None or rank > worst[0]:
-            worst = (rank, name, result)
-    assert worst is not None  # every component here has an input or a parameter
+            per_tensor, worst = _judge(tck, inst, inputs, cotangent, test, gold, relative)
     _, name, result = worst
     metrics = {**result.metrics(), "dtype": dtype, "grad_of": name, "ratios": per_tensor}
     tck.note(metrics)
     if not result.passed:
-        row = _padding_row_only(inst, name, test[name], gold[name], dtype, careful_err, k)
+        row = _padding_row_only(
+            inst, name, test[name], gold[name], dtype, result.careful_err, result.k
+        )
         if row is not None:
             raise CheckFailure(
                 "gradients.padding_row",

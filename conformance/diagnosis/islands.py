@@ -96,7 +96,9 @@ def candidate_steps(component: str) -> tuple[str, ...]:
     has positions."""
     rec = record(component)
     steps: list[str] = []
-    for quantity in rec.quantities or ():
+    # a record that does not know its quantities (None) may form any of them
+    quantities = tuple(_BY_QUANTITY) if rec.quantities is None else rec.quantities
+    for quantity in quantities:
         steps += _BY_QUANTITY.get(quantity, ())
     if "pe_layout" in rec.fields:  # the sinusoidal table (§2.1), alone or inside
         steps.append("positional_table")

@@ -6,7 +6,8 @@ the CPU) and the naive reference's in the test dtype. Functions of a check's har
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +31,65 @@ def careful(h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.
     dtype (``tck.conformance.diagnosis.precision``)."""
     naive, handle = careful_model(h, inst, inst.dtype, h.device)
     return np.asarray(naive.run(handle, dict(inputs)), dtype=np.float64)
+
+
+# Conventions.float32_steps -> the quantities the torch reference can form in float32
+# (``tck.reference.model.computed_in_float32``); a table or a constant kept in float32 has
+# no such quantity, and the island floor alone covers it.
+ISLAND_QUANTITIES = {
+    "norm_statistics": "norm_statistics",
+    "softmax": "softmax",
+    "rope_angles": "rope_angles",
+    "rope_table": "rope_angles",
+}
+
+
+def island_careful(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray]
+) -> np.ndarray | None:
+    """The yardstick of a float64 subject with float32 islands (SPEC.md §10.12): the torch
+    reference in float64 with the declared steps formed in float32 (every step it can form
+    so, where the subject declares none: an island the suite detected). A float32 rounding
+    is amplified by what follows it (a softmax by the size of its scores, a RoPE angle by
+    |q| |k|), so inputs 30 times larger err 30 to 900 times more: the island floor alone,
+    scaled by the output, does not bound that, the same rounding in the reference does.
+    None when the reference cannot run the subject."""
+    with _islands_in_float32(inst) as formed:
+        if formed:
+            try:
+                return careful(h, inst, inputs)
+            except (Unsupported, ValueError, KeyError):
+                pass
+    return None
+
+
+def island_gradients(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
+) -> dict[str, np.ndarray] | None:
+    """``island_careful`` for gradients: float64 autograd through the torch reference with
+    the subject's float32 steps formed in float32 (SPEC.md §10.8, §10.12)."""
+    with _islands_in_float32(inst) as formed:
+        if formed:
+            try:
+                return gold_gradients(h, inst, inputs, cotangent)
+            except (Unsupported, ValueError, KeyError):
+                pass
+    return None
+
+
+@contextlib.contextmanager
+def _islands_in_float32(inst: Instance) -> Iterator[bool]:
+    """Within the block the torch reference forms the subject's float32 steps in float32
+    (every step it can, where the subject declares none: an island the suite detected);
+    yields whether there is any such step."""
+    from tck.reference.model import QUANTITIES, computed_in_float32
+
+    steps = inst.conventions.float32_steps
+    quantities = {ISLAND_QUANTITIES[s] for s in steps if s in ISLAND_QUANTITIES}
+    if not steps:
+        quantities = set(QUANTITIES)
+    with computed_in_float32(*sorted(quantities)):
+        yield bool(quantities)
 
 
 def careful_model(

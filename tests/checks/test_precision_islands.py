@@ -45,7 +45,12 @@ pytestmark = pytest.mark.spec("10.12")
 
 MODELS = tuple(island_models.ISLANDS)
 # The subject of each model that holds its island (llama_rope's RMSNorm is all float64).
-ISLAND_SUBJECT = {"llama_norm": "rms_norm", "llama_rope": "rope", "gpt_block": "decoder_block"}
+ISLAND_SUBJECT = {
+    "llama_norm": "rms_norm",
+    "llama_rope": "rope",
+    "gpt_block": "decoder_block",
+    "gpt_attention": "causal_self_attention",
+}
 TIMEOUT_S = 600.0
 FLOAT64_SKIP = re.compile(r"not float64|float64[- ]only|(does not|cannot) run in float64")
 

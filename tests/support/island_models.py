@@ -9,7 +9,12 @@ in float32 on purpose inside a float64 build (a *float32 island*, SPEC.md §10.1
   float64;
 - ``gpt_block``: a nanoGPT block (karpathy/nanoGPT ``model.py``) whose ``NewGELU`` keeps
   ``sqrt(2/pi)`` as a float32 tensor (``torch.tensor(math.sqrt(2 / math.pi))``, converted to
-  float64 with the module: its value stays the float32 rounding); the island is a constant.
+  float64 with the module: its value stays the float32 rounding); the island is a constant;
+- ``gpt_attention``: nanoGPT's causal self-attention with its softmax taken of
+  ``att.float()`` and returned ``.type_as(att)``, as transformers' eager attention does
+  (``softmax(..., dtype=torch.float32)``); the island is the softmax. Its scores grow with
+  the square of the inputs, so float32's rounding of them grows too: the suite's calls at
+  30 times the usual magnitude are where a bound scaled by the output alone falls short.
 
 ``adapter(name, declared=..., bug=...)`` exposes one of them through ``TorchModuleAdapter`` in
 float64; ``declared`` puts the island in its ``Conventions.float32_steps``, ``bug`` replaces the
@@ -28,7 +33,12 @@ from tck.adapters import Chunk, ConfigSpace, TorchEntry, TorchModuleAdapter
 from tck.reference import Conventions, canonical_conventions
 
 MAX_SEQ_LEN = 4096  # Meta's table covers params.max_seq_len * 2 positions
-ISLANDS = {"llama_norm": "norm_statistics", "llama_rope": "rope_table", "gpt_block": "constants"}
+ISLANDS = {
+    "llama_norm": "norm_statistics",
+    "llama_rope": "rope_table",
+    "gpt_block": "constants",
+    "gpt_attention": "softmax",
+}
 
 
 class RMSNorm(nn.Module):  # meta-llama/llama model.py
@@ -96,9 +106,9 @@ class LayerNorm(nn.Module):  # nanoGPT's, by hand, so that a bug can be injected
 
 
 class CausalSelfAttention(nn.Module):  # nanoGPT's
-    def __init__(self, n_embd: int, n_head: int, block_size: int):
+    def __init__(self, n_embd: int, n_head: int, block_size: int, softmax_float32: bool = False):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.softmax_float32 = n_head, softmax_float32
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         mask = torch.tril(torch.ones(block_size, block_size))
@@ -110,7 +120,10 @@ class CausalSelfAttention(nn.Module):  # nanoGPT's
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        y = torch.softmax(att, dim=-1) @ v  # (B, nh, T, hs)
+        if self.softmax_float32:  # transformers' eager attention: the softmax in float32
+            y = torch.softmax(att.float(), dim=-1).type_as(att) @ v
+        else:
+            y = torch.softmax(att, dim=-1) @ v  # (B, nh, T, hs)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -128,14 +141,18 @@ class Block(nn.Module):  # nanoGPT's
         return x + self.mlp(self.ln_2(x))
 
 
-def _gpt_param_map() -> dict:
-    yours = {"self_attn.o": "attn.c_proj", "norm1": "ln_1", "norm2": "ln_2", "ffn.fc1": "mlp.0"}
-    yours |= {"ffn.fc2": "mlp.2"}
+def _gpt_param_map(attention: str = "attn.") -> dict:
+    """Canonical -> nanoGPT names: of a block, or (``attention=""``) of its attention."""
+    yours = {"self_attn.o": f"{attention}c_proj"}
+    if attention:
+        yours |= {"norm1": "ln_1", "norm2": "ln_2", "ffn.fc1": "mlp.0", "ffn.fc2": "mlp.2"}
     param_map: dict = {}
     for p in ("weight", "bias"):
         param_map |= {f"{k}.{p}": f"{v}.{p}" for k, v in yours.items()}
-        fused = f"attn.c_attn.{p}"
+        fused = f"{attention}c_attn.{p}"
         param_map |= {f"self_attn.{n}.{p}": Chunk(fused, i, 3) for i, n in enumerate("qkv")}
+    if not attention:  # the attention alone: its parameters have no self_attn. prefix
+        param_map = {k.removeprefix("self_attn."): v for k, v in param_map.items()}
     return param_map
 
 
@@ -177,6 +194,16 @@ def adapter(name: str, *, declared: bool = False, bug: bool = False) -> TorchMod
                 forward=lambda m, x: m(x),
                 param_map=_gpt_param_map(),
                 conventions=_conventions("decoder_block", steps),
+            )
+        ]
+    elif name == "gpt_attention":
+        entries = [
+            TorchEntry(
+                "causal_self_attention",
+                make=lambda c: CausalSelfAttention(c.d_model, c.n_heads, c.max_len, True),
+                forward=lambda m, x: m(x),
+                param_map=_gpt_param_map(""),
+                conventions=_conventions("causal_self_attention", steps),
             )
         ]
     else:
