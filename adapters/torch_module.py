@@ -351,7 +351,7 @@ class TorchModuleAdapter(Adapter):
             for k, v in kwargs.items()
             if isinstance(v, torch.Tensor) and v.is_floating_point()
         }
-        named = dict(handle.module.named_parameters())
+        named = _named_parameters(handle.module)
         mapping = handle.param_map()
         absent = sorted(k for k, ref in mapping.items() if isinstance(ref, Absent))
         if absent:
@@ -443,7 +443,7 @@ class TorchModuleAdapter(Adapter):
         return tensor.to(dtype or self.dtype) if tensor.is_floating_point() else tensor
 
     def params(self, handle: TorchHandle) -> dict[str, np.ndarray]:
-        named = dict(handle.module.named_parameters())
+        named = _named_parameters(handle.module)
         out = {}
         for canonical, ref in handle.param_map().items():
             if isinstance(ref, Absent):
@@ -463,7 +463,7 @@ class TorchModuleAdapter(Adapter):
         return sum(p.numel() for p in unique.values())
 
     def load(self, handle: TorchHandle, params: Arrays) -> None:
-        named = dict(handle.module.named_parameters())
+        named = _named_parameters(handle.module)
         mapping = handle.param_map()
         unknown = sorted(set(params) - set(mapping))
         if unknown:
@@ -507,6 +507,14 @@ class TorchModuleAdapter(Adapter):
             dim, start, stop = ref.slice
             return tensor.narrow(dim, start, stop - start)
         return tensor
+
+
+def _named_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every name of every parameter, a shared one under each of its names: a stack built
+    as ``[layer] * n`` holds one layer's tensors under ``layers.0.*`` and ``layers.1.*``
+    alike, and its map names both. Loading then writes each layer's weights into the one
+    tensor (the last wins), so the checks find the sharing instead of a missing name."""
+    return dict(module.named_parameters(remove_duplicate=False))
 
 
 def _owner(ref: ParamRef) -> str:

@@ -351,3 +351,33 @@ def test_subjects_set_the_fast_path_themselves_and_restore_it() -> None:
     finally:
         torch.backends.mha.set_fastpath_enabled(before)
     assert np.isnan(out[1]).all() and not np.isnan(out[0]).any()
+
+
+@spec("0.2", "10.3")
+def test_a_stack_of_one_shared_layer_loads_and_reads_back_what_sharing_keeps() -> None:
+    """A stack built as ``[layer] * n`` holds one tensor under ``layers.0.*`` and
+    ``layers.1.*`` (``named_parameters`` lists it once): its map resolves every name, the
+    last layer's weights win, and reading back shows it, so the parameter checks name the
+    sharing (params.round_trip_changed, params.count_wrong) instead of a missing name."""
+    from tck.adapters import TorchEntry, TorchModuleAdapter
+    from tck.adapters.torch_nn import _encoder, _encoder_factory, _encoder_map
+
+    def shared(config: Config) -> torch.nn.Module:
+        model = _encoder_factory(False)(config)
+        model.layers = torch.nn.ModuleList([model.layers[0]] * len(model.layers))
+        return model
+
+    stack = TorchModuleAdapter(
+        "shared",
+        [TorchEntry("encoder", make=shared, forward=_encoder, param_map=_encoder_map(False))],
+    )
+    subject = stack.subjects()[0]
+    handle = stack.build(subject, CONFIG, seed=0)
+    params = init_params("encoder", CONFIG, subject.conventions, seed=0)
+    stack.load(handle, params)
+    back = stack.params(handle)
+    name = "layers.0.self_attn.q.weight"
+    np.testing.assert_array_equal(back[name], params[name.replace("layers.0", "layers.1")])
+    assert not np.array_equal(back[name], params[name])
+    # the shared layer's scalars count once: fewer than the canonical stack's
+    assert stack.param_count(handle) < sum(int(np.size(v)) for v in params.values())
