@@ -169,29 +169,38 @@ def test_compare_fast_path_is_the_rule() -> None:
 
 def test_oracle_memo_keys_read_only_parameters_only() -> None:
     """Twin subjects (eager, sdpa) of one checkpoint share read-only parameters: the oracle's
-    answers to one check on the first serve the same check on the second. Writable
-    parameters (a loaded instance's) and other inputs are never served from the memo."""
+    answers to one check on the first serve the same check on the second, whatever runs in
+    between on other parameters. Writable parameters (a loaded instance's) and other inputs
+    are never served from the memo."""
     import numpy as np
 
     from tck.conformance.toolkit.harness import OracleMemo
     from tck.reference import Config, Conventions
 
-    weight = np.ones((2, 2))
-    weight.setflags(write=False)
-    params = {"w": weight}
+    def read_only(array: np.ndarray) -> np.ndarray:
+        array.setflags(write=False)
+        return array
+
+    params, layer = {"w": read_only(np.ones((2, 2)))}, {"w": read_only(np.ones((2, 2)))}
     inputs = {"x": np.arange(4.0).reshape(1, 2, 2)}
     other = {"x": inputs["x"] + 1}
     config, conventions = Config(), Conventions()
     memo = OracleMemo()
     key = memo.key("linear", inputs, params, config, conventions)
     assert key is not None
-    gold = memo.put(key, np.full(3, 2.0), params, owner=1)
+    gold = memo.put(key, np.full(3, 2.0), params, owner=1)  # the model, eager
     memo.put(memo.key("linear", other, params, config, conventions), np.zeros(3), params, owner=1)
-    again = memo.get(memo.key("linear", dict(inputs), dict(params), config, conventions))
-    assert again is not None and np.array_equal(again, gold)  # every call of the check
+    memo.put(memo.key("linear", inputs, layer, config, conventions), np.ones(3), layer, owner=2)
+    again = memo.get(memo.key("linear", dict(inputs), dict(params), config, conventions), 3)
+    assert again is not None and np.array_equal(again, gold)  # the model, sdpa
     assert not again.flags.writeable  # a check writing into it fails loudly
-    assert memo.get(memo.key("linear", {"x": inputs["x"] * 3}, params, config, conventions)) is None
-    assert memo.get(memo.key("ffn", inputs, params, config, conventions)) is None
+    assert (
+        memo.get(memo.key("linear", {"x": inputs["x"] * 3}, params, config, conventions), 3) is None
+    )
+    assert memo.get(memo.key("ffn", inputs, params, config, conventions), 3) is None
     assert memo.key("linear", inputs, {"w": np.ones((2, 2))}, config, conventions) is None
-    memo.put(memo.key("linear", other, params, config, conventions), np.zeros(3), params, owner=2)
-    assert memo.get(key) is None  # another check's calls: the first's are dropped
+    memo.release(3)  # the twin's check is over: the model's answers go, layer 0's stay
+    assert memo.get(key, 4) is None
+    assert memo.get(memo.key("linear", inputs, layer, config, conventions), 4) is not None
+    memo.put(memo.key("linear", other, layer, config, conventions), np.zeros(3), layer, owner=5)
+    assert memo.get(memo.key("linear", inputs, layer, config, conventions), 6) is None

@@ -79,9 +79,8 @@ def gold_gradients(
     # eager and sdpa twins of a checkpoint ask the same: computed once (OracleMemo)
     asked = {**inputs, "\0cotangent": np.asarray(cotangent)}
     key = GRADIENT_MEMO.key(h.component, asked, inst.params, inst.config, inst.conventions)
-    found = GRADIENT_MEMO.get(key)
+    found = GRADIENT_MEMO.get(key, id(h))
     if found is not None:
-        h.memo_used = True
         return found
     naive, handle = careful_model(h, inst, "float64")
     gold = naive.grad(handle, dict(inputs), cotangent)

@@ -107,7 +107,6 @@ class Harness:
             tuple[int, str, str], tuple[TorchModuleAdapter, Any, Instance]
         ] = {}
         self.combination_searches = 0  # tck.conformance.diagnosis.explain.matching_combination
-        self.memo_used = False  # the oracle's answers came from OracleMemo (release clears it)
         self.runs: dict[int, int] = {}  # id(instance) -> calls of run (state hypotheses)
         self._outputs: list[np.ndarray] = []  # what run() returned, the last few
 
@@ -240,10 +239,8 @@ class Harness:
         self.naive_handles.clear()
         self._recipes.clear()
         self._outputs = []
-        if self.memo_used:  # the twin has had the oracle's answers: nobody else asks them
-            _ORACLE_MEMO.clear()
-            GRADIENT_MEMO.clear()
-            self.memo_used = False
+        _ORACLE_MEMO.release(id(self))  # a twin's check: the answers it used go
+        GRADIENT_MEMO.release(id(self))
 
     def recipe(self, inputs: Mapping[str, np.ndarray]) -> tuple[Shape, int] | None:
         """How ``inputs`` were made (shape, seed), if by ``self.inputs`` (possibly changed
@@ -268,9 +265,8 @@ class Harness:
     ) -> np.ndarray:
         conventions = conventions or inst.conventions
         key = _ORACLE_MEMO.key(self.component, inputs, inst.params, inst.config, conventions)
-        found = _ORACLE_MEMO.get(key)
+        found = _ORACLE_MEMO.get(key, id(self))
         if found is not None:
-            self.memo_used = True
             return found
         gold = expected(self.component, inputs, inst.params, inst.config, conventions)
         return _ORACLE_MEMO.put(key, gold, inst.params, id(self))
@@ -377,26 +373,26 @@ class Harness:
 
 
 class OracleMemo:
-    """The oracle's outputs for one check on one subject, kept for the same check on the
-    next subject. A checkpoint checked as it is offers each attention implementation
-    (eager, sdpa) as a subject sharing one set of canonical parameters, and the checks run
-    subject after subject: the second asks the oracle exactly what the first did (at a
-    checkpoint's full length, one float64 forward of every layer: 25 CPU seconds for GPT-2
-    small at 1024 tokens). The oracle is a pure function of the call, so the second gets the
-    first's answers, read-only.
+    """The oracle's outputs for one check on one subject, kept for the same check on its
+    twin. A checkpoint checked as it is offers each attention implementation (eager, sdpa)
+    as a subject sharing one set of canonical parameters, and the twin's check asks the
+    oracle exactly what the first asked (at a checkpoint's full length, one float64 forward
+    of every layer: 25 CPU seconds for GPT-2 small at 1024 tokens). The oracle is a pure
+    function of the call, so the twin gets the first's answers, read-only.
 
     Only parameters nobody can write are keyed, by identity: read-only numpy arrays (the
     checkpoint's export, ``pretrained._export``), held here so that their ids stay theirs.
-    Inputs are keyed by content. The entries are one harness' (one check on one subject):
-    a put from another harness drops them, and so does the end of a check that used them
-    (``Harness.release``), so a full-length output (GPT-2's logits at 1024 tokens, 0.4 GB)
-    lives from one subject's check to its twin's, no longer."""
-
-    LIMIT = 64  # entries; a check makes a few calls
+    Inputs are keyed by content. Entries are grouped by parameter set, and a group holds one
+    check's answers (one harness'): another check on the same parameters replaces them, and
+    the twin's check drops them when it ends (``release``). Other subjects run in between
+    (layer 0's pieces come between the model's eager and sdpa subjects) on their own
+    parameters, so they neither use nor evict the group. A full-length output (GPT-2's
+    logits at 1024 tokens, 0.4 GB) thus lives from one subject's check to its twin's."""
 
     def __init__(self) -> None:
         self._entries: dict[Any, tuple[Any, Any]] = {}
-        self._owner: int | None = None
+        self._owners: dict[Any, int] = {}  # parameter set -> the harness that asked
+        self._used: dict[int, set[Any]] = {}  # harness -> the groups it was answered from
 
     @staticmethod
     def key(
@@ -432,25 +428,39 @@ class OracleMemo:
             return None
         return key
 
-    def get(self, key: Any) -> Any:
+    def get(self, key: Any, owner: int) -> Any:
+        """The kept answer for ``key``, read-only, or None; ``owner`` (a harness' id) is
+        noted as its user, for ``release``."""
         found = None if key is None else self._entries.get(key)
-        return None if found is None else _read_only(found[0])
+        if found is None:
+            return None
+        self._used.setdefault(owner, set()).add(key[1])
+        return _read_only(found[0])
 
     def put(self, key: Any, gold: Any, params: Any, owner: int) -> Any:
         """Keep ``gold`` (an array, or a dict of arrays: gradients) for ``key``, asked by
         ``owner`` (a harness' id); the caller gets read-only views, so a check that wrote
-        into one would fail loudly, not change the next check's."""
-        if owner != self._owner:
-            self.clear()
-            self._owner = owner
-        if key is None or len(self._entries) >= self.LIMIT:
+        into one would fail loudly, not change the twin's."""
+        if key is None:
             return gold
+        group = key[1]
+        if self._owners.get(group, owner) != owner:  # another check: the last one's go
+            self._drop(group)
+        self._owners[group] = owner
         self._entries[key] = (gold, params)
         return _read_only(gold)
 
+    def release(self, owner: int) -> None:
+        """``owner``'s check is over: the groups it was answered from go (it was the twin)."""
+        for group in self._used.pop(owner, set()):
+            self._drop(group)
+
+    def _drop(self, group: Any) -> None:
+        self._entries = {k: v for k, v in self._entries.items() if k[1] != group}
+        self._owners.pop(group, None)
+
     def clear(self) -> None:
-        self._entries = {}
-        self._owner = None
+        self._entries, self._owners, self._used = {}, {}, {}
 
 
 def _read_only(value: Any) -> Any:
