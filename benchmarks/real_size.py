@@ -1,28 +1,36 @@
-"""The full verdict on a real-size checkpoint: a benchmark, not a test.
+"""The full verdict on real-size checkpoints: a benchmark, not a test.
 
-    python benchmarks/real_size.py bert --layers 12 [--seq 512] [--out DIR] [-- TCK-ARGS]
-    python benchmarks/real_size.py vit --layers 12
-    python benchmarks/real_size.py gpt2 --layers 12         # GPT-2 small: d 768, 1024 positions
-    python benchmarks/real_size.py llama --layers 30        # SmolLM-135M's shape, 9 over 3 heads
+    python benchmarks/real_size.py                    # the four shapes, then a Markdown table
+    python benchmarks/real_size.py gpt2 llama         # some of them
+    python benchmarks/real_size.py bert --layers 2,6,12 [--seq 512] [--out DIR] [-- TCK-ARGS]
 
-It saves a checkpoint of BERT-base's shape (d 768, 12 heads, d_ff 3072, 512 positions) or
-ViT-B/16's (224 px, patch 16, d 768, 12 heads, d_ff 3072), or a decoder: GPT-2 small's
-(d 768, 12 heads, d_ff 3072, 1024 positions, vocabulary 50257, tied) or a small Llama's
-(SmolLM-135M: d 576, 9 query heads over 3 key/value heads, d_ff 1536, 2048 positions,
-vocabulary 49152, tied, theta 10000) with random weights (seed 0) via ``save_pretrained``
-into a temporary folder, then times ``tck run --model DIR -n 0`` (the adapter picked from
-config.json) under ``/usr/bin/time -v`` when it exists (wall, user and system CPU
-seconds, peak memory), and prints one JSON line: the timing, the verdict's summary and the
-checks that took longest. ``--layers 2,6,12`` scans depths to show the cost per layer.
-Nothing here asserts a time: machines differ (docs/performance.md, "Real sizes").
+The shapes, each with random weights (seed 0) saved by ``save_pretrained`` into a temporary
+folder:
+
+- ``gpt2``: GPT-2 small (12 layers, d 768, 12 heads, d_ff 3072, 1024 positions, vocabulary
+  50257, tied);
+- ``llama``: a small Llama, SmolLM-135M's shape (30 layers, d 576, 9 query heads over 3
+  key/value heads, d_ff 1536, 2048 positions, vocabulary 49152, tied, theta 10000);
+- ``bert``: BERT-base (12 layers, d 768, 12 heads, d_ff 3072, 512 positions, no pooler);
+- ``vit``: ViT-B/16 at 224 px (12 layers, d 768, patch 16, 1000 classes).
+
+Each is checked by the real ``tck run --model DIR -n 0`` (the adapter picked from
+config.json) in a child process, waited for with ``os.wait4``: its wall time, user and
+system CPU seconds and peak resident memory (``ru_maxrss``, the child's own) are the
+kernel's accounting. One JSON line per run (timing, verdict, slowest checks), then a
+Markdown table with the date, the machine (cores, CPU model), the load average before and
+after each run, the torch and transformers versions. Nothing here asserts a time: machines
+differ, and on a shared machine the CPU seconds are the figure to compare
+(docs/performance.md, "Real sizes").
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
-import re
+import platform
 import shutil
 import subprocess
 import sys
@@ -34,8 +42,14 @@ from typing import Any
 SIZES = {"d_model": 768, "heads": 12, "d_ff": 3072}
 
 
-def save_checkpoint(kind: str, layers: int, folder: Path, seq: int = 512) -> None:
-    """A randomly initialised BERT-base- or ViT-B/16-shaped model, saved as safetensors."""
+KINDS = ("gpt2", "llama", "bert", "vit")
+DEFAULT_LAYERS = {"gpt2": 12, "llama": 30, "bert": 12, "vit": 12}
+DEFAULT_SEQ = {"gpt2": 1024, "llama": 2048, "bert": 512, "vit": 512}  # ViT: 224 px, 197
+
+
+def save_checkpoint(kind: str, layers: int, folder: Path, seq: int = 512) -> int:
+    """A randomly initialised model of ``kind``'s shape, saved as safetensors; its number of
+    parameters (a tied table once)."""
     import torch
     import transformers
 
@@ -72,51 +86,51 @@ def save_checkpoint(kind: str, layers: int, folder: Path, seq: int = 512) -> Non
         config = transformers.ViTConfig(image_size=224, patch_size=16, num_labels=1000, **common)
         model = transformers.ViTForImageClassification(config)
     model.save_pretrained(folder, safe_serialization=True)
+    return sum({id(p): p.numel() for p in model.parameters()}.values())
 
 
-def _time_v(stderr: str) -> dict[str, float]:
-    """user, system, wall seconds and peak RSS from GNU time -v's report."""
-    found: dict[str, float] = {}
-    for key, pattern in (
-        ("user_s", r"User time \(seconds\): ([\d.]+)"),
-        ("sys_s", r"System time \(seconds\): ([\d.]+)"),
-        ("max_rss_mb", r"Maximum resident set size \(kbytes\): (\d+)"),
-        ("cpu_percent", r"Percent of CPU this job got: (\d+)%"),
-    ):
-        match = re.search(pattern, stderr)
-        if match:
-            found[key] = float(match.group(1))
-    if "max_rss_mb" in found:
-        found["max_rss_mb"] = round(found["max_rss_mb"] / 1024, 1)
-    return found
+def run_child(command: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
+    """Run ``command``, output to ``log``; the kernel's accounting of that one child."""
+    with log.open("wb") as sink:
+        started = time.perf_counter()
+        child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return {
+        "exit": child.returncode,
+        "wall_s": round(wall, 1),
+        "user_s": round(usage.ru_utime, 1),
+        "sys_s": round(usage.ru_stime, 1),
+        "max_rss_mb": round(usage.ru_maxrss / 1024, 1),  # Linux: kilobytes
+    }
 
 
 def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> dict[str, Any]:
     model = out / f"{kind}-{layers}L"
     shutil.rmtree(model, ignore_errors=True)
     started = time.perf_counter()
-    save_checkpoint(kind, layers, model, seq)
+    params = save_checkpoint(kind, layers, model, seq)
     saved_s = time.perf_counter() - started
     results = out / f"run-{kind}-{layers}L"
     shutil.rmtree(results, ignore_errors=True)
     command = [sys.executable, "-m", "tck", "run", "--model", str(model)]  # adapter: auto
     command += ["-n", "0", "--out", str(results), *extra]
-    timer = ["/usr/bin/time", "-v"] if Path("/usr/bin/time").exists() else []
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env.setdefault("HYPOTHESIS_PROFILE", "ci")
     load_before = os.getloadavg()[0]  # a shared machine: the figures need their load
-    started = time.perf_counter()
-    done = subprocess.run(timer + command, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - started
+    timing = run_child(command, env, out / f"run-{kind}-{layers}L.log")
     row: dict[str, Any] = {
         "kind": kind,
         "layers": layers,
         "seq": seq,
+        "params": params,
+        "float64_mb": round(params * 8 / 2**20, 1),
         "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "exit": done.returncode,
-        "wall_s": round(wall, 1),
         "save_s": round(saved_s, 1),
-        **_time_v(done.stderr),
+        **timing,
     }
+    row["rss_over_float64"] = round(row["max_rss_mb"] / row["float64_mb"], 2)
     document_path = results / "results.json"
     if document_path.is_file():
         document = json.loads(document_path.read_text())
@@ -141,28 +155,98 @@ def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> di
             if r["status"] in ("fail", "error")
         ]
     else:
-        row["stderr"] = done.stderr[-2000:]
+        row["log_tail"] = (out / f"run-{kind}-{layers}L.log").read_text(errors="replace")[-2000:]
     return row
+
+
+SHAPES = {
+    "gpt2": "GPT-2 small: {layers} layers, d 768, 12 heads, {seq} positions, vocabulary 50257",
+    "llama": "small Llama: {layers} layers, d 576, 9 over 3 KV heads, d_ff 1536, tied, "
+    "{seq} positions",
+    "bert": "BERT-base: {layers} layers, d 768, 12 heads, {seq} positions",
+    "vit": "ViT-B/16: {layers} layers, d 768, 224 px (197 tokens)",
+}
+
+
+def machine() -> str:
+    """Cores, CPU model, torch and transformers versions: the table's heading."""
+    import torch
+    import transformers
+
+    model = platform.processor() or "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [
+            ln.split(":", 1)[1].strip()
+            for ln in cpuinfo.read_text().splitlines()
+            if ln.startswith("model name")
+        ]
+        model = names[0] if names else model
+    return (
+        f"{os.cpu_count()} cores ({model}), torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', '1')}, hypothesis profile "
+        f"{os.environ.get('HYPOTHESIS_PROFILE', 'ci')}"
+    )
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The Markdown table of ``rows`` (one per run), with its heading."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"Measured {now} on {machine()}.",
+        "",
+        "| checkpoint | load (1 min, before / after) | wall | user + sys CPU | peak RSS "
+        "(float64 size, ratio) | verdict (exit code) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        summary = row.get("summary") or {}
+        verdict = (
+            f"{summary.get('passed', 0)} passed, {summary.get('failed', 0)} failed, "
+            f"{summary.get('errors', 0)} errors, {summary.get('skipped', 0)} skipped "
+            f"(exit {row['exit']})"
+            if summary
+            else f"no results (exit {row['exit']})"
+        )
+        cpu = row["user_s"] + row["sys_s"]
+        lines.append(
+            f"| {SHAPES[row['kind']].format(layers=row['layers'], seq=row['seq'])} "
+            f"| {row['load_1min'][0]:.1f} / {row['load_1min'][1]:.1f} | {row['wall_s']:.0f} s "
+            f"| {row['user_s']:.0f} + {row['sys_s']:.0f} = {cpu:.0f} s "
+            f"| {row['max_rss_mb'] / 1024:.2f} GB ({row['float64_mb'] / 1024:.2f} GB, "
+            f"{row['rss_over_float64']:.1f}x) | {verdict} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=("bert", "vit", "gpt2", "llama"))
-    parser.add_argument("--layers", default="12", help="comma-separated depths (default 12)")
+    parser.add_argument("kinds", nargs="*", help=f"of {', '.join(KINDS)} (default: all four)")
     parser.add_argument(
-        "--seq",
-        type=int,
-        default=None,
-        help="positions (default: BERT 512, GPT-2 1024, Llama 2048)",
+        "--layers", default=None, help="comma-separated depths (default: the shape's)"
     )
+    parser.add_argument("--seq", type=int, default=None, help="positions (default: the shape's)")
     parser.add_argument("--out", default=None, help="keep checkpoints and results here")
-    parser.add_argument("tck_args", nargs="*", help="passed on to tck run (after --)")
+    parser.add_argument("--tck-args", default="", help="passed on to tck run (one string)")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"unknown shape {', '.join(unknown)}: choose from {', '.join(KINDS)}")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="tck-real-size-"))
     out.mkdir(parents=True, exist_ok=True)
-    seq = args.seq or {"gpt2": 1024, "llama": 2048}.get(args.kind, 512)
-    for layers in (int(n) for n in args.layers.split(",")):
-        print(json.dumps(measure(args.kind, layers, out, seq, args.tck_args)), flush=True)
+    rows = []
+    for kind in args.kinds or KINDS:
+        depths = args.layers or str(DEFAULT_LAYERS[kind])
+        for layers in (int(n) for n in depths.split(",")):
+            seq = args.seq or DEFAULT_SEQ[kind]
+            row = measure(kind, layers, out, seq, args.tck_args.split())
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            if not args.out:  # a checkpoint at a time on disk
+                shutil.rmtree(out / f"{kind}-{layers}L", ignore_errors=True)
+    print()
+    print(table(rows))
     if not args.out:
         shutil.rmtree(out, ignore_errors=True)
     return 0

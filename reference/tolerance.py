@@ -167,6 +167,8 @@ def careful_error(
     careful, gold = np.asarray(careful, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if careful.shape != gold.shape:
         raise ValueError(f"careful run shape {careful.shape} is not the oracle's {gold.shape}")
+    if ignore is None and _all_finite(careful) and _all_finite(gold):  # one pass, not six
+        return float(np.abs(careful - gold).max(initial=0.0)), 0
     considered = (
         np.ones(gold.shape, bool) if ignore is None else ~np.broadcast_to(ignore, gold.shape)
     )
@@ -281,6 +283,8 @@ def compare(
     test, gold = np.asarray(test, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     if test.shape != gold.shape:
         raise ValueError(f"shape {test.shape} is not the expected {gold.shape}")
+    if ignore is None and _all_finite(test) and _all_finite(gold):  # require_finite holds
+        return _compare_finite(test, gold, dtype, careful_err, k, scale)
     considered = (
         np.ones(gold.shape, bool) if ignore is None else ~np.broadcast_to(ignore, gold.shape)
     )
@@ -323,4 +327,34 @@ def compare(
         k,
         int(test_bad.sum()),
         int(gold_bad.sum()),
+    )
+
+
+def _all_finite(array: np.ndarray) -> bool:
+    return bool(np.isfinite(array).all())
+
+
+def _compare_finite(
+    test: np.ndarray,
+    gold: np.ndarray,
+    dtype: str,
+    careful_err: float,
+    k: float,
+    scale: float | None,
+) -> Comparison:
+    """``compare`` where nothing is ignored and both sides are finite everywhere: the same
+    result in a few passes over the arrays instead of about twenty (a 1024-token logits
+    array of GPT-2 small is 51 M values; a token table's gradient 39 M)."""
+    err = np.abs(test - gold)  # inf where the difference overflows, as compare counts it
+    if scale is None:
+        scale = float(np.abs(gold).max(initial=0.0))
+    bound = k * careful_err + floor_of(dtype) * max(1.0, scale)
+    max_err = float(err.max(initial=0.0))
+    mean_err = float(err.mean()) if err.size else 0.0
+    worst = (
+        tuple(int(i) for i in np.unravel_index(int(err.argmax()), err.shape)) if err.size else None
+    )
+    ratio = max_err / bound if bound > 0 else float("inf")
+    return Comparison(
+        max_err <= bound, max_err, mean_err, bound, ratio, 0, worst, dtype, careful_err, k, 0, 0
     )

@@ -139,3 +139,68 @@ def test_stack_plan_rule(monkeypatch) -> None:
     assert "real-size stack" in stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float16"}, lower)
     monkeypatch.setenv(ENV, "off")
     assert stack_skip(stack, "masks.causal_no_leak", {}, every) is None
+
+
+def test_compare_fast_path_is_the_rule() -> None:
+    """Where nothing is ignored and both sides are finite, compare takes a shorter path:
+    the same comparison as the general one (which an all-False ignore mask forces)."""
+    import numpy as np
+
+    from tck.reference.tolerance import careful_error, compare
+
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        gold = rng.standard_normal((3, 5, 7)) * 10.0 ** rng.integers(-3, 4)
+        test = gold + rng.standard_normal(gold.shape) * 10.0 ** rng.integers(-17, -3)
+        test[1, 2, trial % 7] = gold[1, 2, trial % 7]
+        nothing = np.zeros(gold.shape, bool)
+        for dtype in ("float64", "float32", "bfloat16"):
+            fast = compare(test, gold, dtype=dtype, careful_err=1e-6, k=3.0)
+            general = compare(test, gold, dtype=dtype, careful_err=1e-6, k=3.0, ignore=nothing)
+            facts = ("passed", "max_abs_err", "bound", "ratio", "worst_index", "nan_mismatch")
+            assert [getattr(fast, f) for f in facts] == [getattr(general, f) for f in facts]
+            assert np.isclose(fast.mean_abs_err, general.mean_abs_err, rtol=1e-12, atol=0)
+        assert careful_error(test, gold) == careful_error(test, gold, nothing)
+    # not finite: the general path, NaN against a number is a mismatch
+    test = gold.copy()
+    test[0, 0, 0] = np.nan
+    assert compare(test, gold).nan_mismatch == 1
+
+
+def test_oracle_memo_keys_read_only_parameters_only() -> None:
+    """Twin subjects (eager, sdpa) of one checkpoint share read-only parameters: the oracle's
+    answers to one check on the first serve the same check on the second, whatever runs in
+    between on other parameters. Writable parameters (a loaded instance's) and other inputs
+    are never served from the memo."""
+    import numpy as np
+
+    from tck.conformance.toolkit.harness import OracleMemo
+    from tck.reference import Config, Conventions
+
+    def read_only(array: np.ndarray) -> np.ndarray:
+        array.setflags(write=False)
+        return array
+
+    params, layer = {"w": read_only(np.ones((2, 2)))}, {"w": read_only(np.ones((2, 2)))}
+    inputs = {"x": np.arange(4.0).reshape(1, 2, 2)}
+    other = {"x": inputs["x"] + 1}
+    config, conventions = Config(), Conventions()
+    memo = OracleMemo()
+    key = memo.key("linear", inputs, params, config, conventions)
+    assert key is not None
+    gold = memo.put(key, np.full(3, 2.0), params, owner=1)  # the model, eager
+    memo.put(memo.key("linear", other, params, config, conventions), np.zeros(3), params, owner=1)
+    memo.put(memo.key("linear", inputs, layer, config, conventions), np.ones(3), layer, owner=2)
+    again = memo.get(memo.key("linear", dict(inputs), dict(params), config, conventions), 3)
+    assert again is not None and np.array_equal(again, gold)  # the model, sdpa
+    assert not again.flags.writeable  # a check writing into it fails loudly
+    assert (
+        memo.get(memo.key("linear", {"x": inputs["x"] * 3}, params, config, conventions), 3) is None
+    )
+    assert memo.get(memo.key("ffn", inputs, params, config, conventions), 3) is None
+    assert memo.key("linear", inputs, {"w": np.ones((2, 2))}, config, conventions) is None
+    memo.release(3)  # the twin's check is over: the model's answers go, layer 0's stay
+    assert memo.get(key, 4) is None
+    assert memo.get(memo.key("linear", inputs, layer, config, conventions), 4) is not None
+    memo.put(memo.key("linear", other, layer, config, conventions), np.zeros(3), layer, owner=5)
+    assert memo.get(memo.key("linear", inputs, layer, config, conventions), 6) is None
