@@ -64,7 +64,12 @@ def _explained(component: str, alternative: Alternative, conventions=None, x_sca
     inputs = tck.inputs(inst, Shape())
     inputs = {**inputs, "x": inputs["x"] * x_scale} if x_scale != 1.0 else inputs
     spec = tck.gold(inst, inputs)
-    test = output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
+    # The subject computes the alternative on every call (a solved value is checked on a
+    # second call of the subject, explain.holds_on_second_call).
+    tck.run = lambda inst, inputs: output_of(  # type: ignore[method-assign]
+        component, inputs, inst.params, inst.config, inst.conventions, alternative
+    )
+    test = tck.run(inst, inputs)
     return explain(tck, inst, inputs, test, tck.compare(inst, test, spec)), inst
 
 
@@ -191,3 +196,55 @@ def test_a_scale_held_in_float32_is_precision_not_a_wrong_scale(component: str) 
     (code, message), _ = _explained(component, alternative)
     assert code == "numerics.float64_precision_lost", message
     assert "attention scale" in message
+
+
+def test_a_value_the_subject_follows_on_one_call_only_is_not_evidence() -> None:
+    """A solved value is checked on a second, independent call: a subject that behaves as
+    scale factor 0.37 on the failing input and as 2.5 on every other is not named
+    attention.scale_wrong at 0.37 (one output is fitted by construction)."""
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "causal_self_attention")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+
+    def scaled(value: float) -> Alternative:
+        return Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)})
+
+    def run(inst, given):  # type: ignore[no-untyped-def]
+        value = 0.37 if given is inputs else 2.5
+        return output_of(
+            "causal_self_attention",
+            given,
+            inst.params,
+            inst.config,
+            inst.conventions,
+            scaled(value),
+        )
+
+    tck.run = run  # type: ignore[method-assign]
+    test = tck.run(inst, inputs)
+    code, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert code != "attention.scale_wrong", message
+    assert "0.37" not in message
+
+
+def test_the_second_call_draws_new_inputs_of_the_same_kind() -> None:
+    from tck.conformance.diagnosis.explain import second_inputs
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "decoder_block")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+    for made in (inputs, dict(inputs)):  # the harness's own draw, and inputs it did not make
+        second = second_inputs(tck, inst, made)
+        assert second is not None and set(second) == set(inputs)
+        for name, value in inputs.items():
+            assert second[name].shape == value.shape and second[name].dtype == value.dtype
+            if np.issubdtype(value.dtype, np.floating):
+                assert not np.allclose(second[name], value), name
+            elif made is not inputs:  # redrawn by hand: masks, ids and positions kept
+                assert np.array_equal(second[name], value), name
