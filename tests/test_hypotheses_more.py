@@ -36,6 +36,9 @@ def first_oracle_failure(adapter: str) -> CheckFailure:
         ("rms_norm_gain_plus_one", "layer_norm.gain_plus_one"),
         ("residual_from_normed", "blocks.residual_after_norm"),
         ("vit_merge_no_permute", "attention.heads_merged_wrong_order"),
+        ("qkv_split_k_v_swapped", "attention.qkv_order_wrong"),
+        ("rms_norm_gain_unused", "layer_norm.gain_unused"),
+        ("lm_layers_share_weights", "blocks.layer_params_wrong"),
     ],
 )
 def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
@@ -117,3 +120,82 @@ def test_a_hypothesis_never_changes_the_oracle_module() -> None:
     np.testing.assert_array_equal(
         expected("encoder_layer", inputs, params, config, conventions), base
     )
+
+
+# ------------------------------------------------ parameters read in the wrong place, by class
+
+
+def _swapped(params, a: str, b: str):  # type: ignore[no-untyped-def]
+    """q and k (or any two of q, k, v) exchanged in every attention of ``params``."""
+    out = dict(params)
+    for key in params:
+        for leaf in ("weight", "bias"):
+            if key.endswith(f"{a}.{leaf}"):
+                other = key[: -len(f"{a}.{leaf}")] + f"{b}.{leaf}"
+                out[key], out[other] = params[other], params[key]
+    return out
+
+
+def _read_head_major(params, n_heads: int):  # type: ignore[no-untyped-def]
+    """q, k, v stacked [3, H, d] into one fused weight and read back as [H, 3, d]."""
+    out = dict(params)
+    for key in params:
+        for leaf in ("weight", "bias"):
+            if not key.endswith(f"q.{leaf}"):
+                continue
+            stem = key[: -len(f"q.{leaf}")]
+            fused = np.concatenate([np.asarray(params[f"{stem}{x}.{leaf}"]) for x in "qkv"])
+            per_head = fused.reshape(n_heads, 3, -1, *fused.shape[1:])
+            for i, x in enumerate("qkv"):
+                out[f"{stem}{x}.{leaf}"] = per_head[:, i].reshape(-1, *fused.shape[1:])
+    return out
+
+
+def _gains_one(params):  # type: ignore[no-untyped-def]
+    return {
+        k: (np.ones_like(v) if k.split(".")[-2].startswith("norm") and k.endswith("weight") else v)
+        for k, v in params.items()
+    }
+
+
+def _first_layer_everywhere(params):  # type: ignore[no-untyped-def]
+    out = dict(params)
+    for key in params:
+        if key.startswith("layers.") and not key.startswith("layers.0."):
+            out[key] = params["layers.0." + key.split(".", 2)[2]]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("component", "bug", "code"),
+    [
+        ("mha", lambda p, c: _swapped(p, "q", "k"), "attention.qkv_order_wrong"),
+        ("causal_self_attention", lambda p, c: _swapped(p, "k", "v"), "attention.qkv_order_wrong"),
+        ("encoder_layer", lambda p, c: _read_head_major(p, c.n_heads), "attention.qkv_order_wrong"),
+        ("decoder_block", lambda p, c: _gains_one(p), "layer_norm.gain_unused"),
+        ("encoder_layer", lambda p, c: _gains_one(p), "layer_norm.gain_unused"),
+        ("encoder", lambda p, c: _first_layer_everywhere(p), "blocks.layer_params_wrong"),
+        ("causal_lm", lambda p, c: _first_layer_everywhere(p), "blocks.layer_params_wrong"),
+    ],
+)
+def test_parameters_read_in_the_wrong_place_are_named(component: str, bug, code: str) -> None:  # type: ignore[no-untyped-def]
+    """A subject that computes the spec's function of misplaced parameters (written here,
+    not with the hypotheses' own code) on every call is named by the class's code."""
+    from tck.conformance.diagnosis.explain import explain
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    if component in ("encoder", "causal_lm"):
+        assert inst.config.n_layers > 1  # the class needs two layers to tell apart
+    wrong = bug(inst.params, inst.config)
+    tck.run = lambda inst, given: expected(  # type: ignore[method-assign]
+        component, given, wrong, inst.config, inst.conventions
+    )
+    inputs = tck.inputs(inst, Shape())
+    test = tck.run(inst, inputs)
+    code_found, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert code_found == code, message

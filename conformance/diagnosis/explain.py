@@ -301,7 +301,7 @@ def _hypotheses(
         evaluate(Alternative("", "", pieces=pieces))
     except (ValueError, KeyError):
         sublayers = [0]
-    found = first(more_hypotheses(component, inst.params, sublayers[0]))
+    found = first(more_hypotheses(component, inst.params, sublayers[0], inst.config))
     if found is None:
         found = first(
             itertools.chain(

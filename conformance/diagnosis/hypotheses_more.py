@@ -24,11 +24,25 @@ The codes (SPEC.md Appendix B):
   convention) where the weights are stored for ``weight`` (or the reverse, ``weight - 1``);
 - ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
   input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``, in every sublayer or
-  in one sublayer only (the k-th of the call, in the order the oracle runs them).
+  in one sublayer only (the k-th of the call, in the order the oracle runs them);
+- ``attention.qkv_order_wrong``: the query, key and value projections taken in another order
+  (a fused ``c_attn`` output split as k, q, v) or the fused weight read in the other layout,
+  head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse (§3.4), wherever the
+  canonical parameters hold q, k and v projections of one shape;
+- ``layer_norm.gain_unused``: the norm's gain is loaded but never multiplied (every norm, or
+  every norm of one name: ``norm1`` of each layer), wherever a norm weight is not all ones;
+- ``blocks.layer_params_wrong``: every layer of a stack reads the first layer's parameters,
+  or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
+  layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3).
+
+The parameter hypotheses are read off the canonical parameter layout (``tck.reference.params``:
+``q.weight``, ``norm1.weight``, ``layers.<i>.``), not off a list of components, so every
+component whose parameters hold those pieces gets them.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -211,15 +225,163 @@ def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alt
         )
 
 
+def _qkv_prefixes(params: Arrays) -> list[str]:
+    """Prefixes ``p`` with ``p + 'q.weight'``, ``'k.weight'`` and ``'v.weight'``."""
+    prefixes = sorted({k[: -len("q.weight")] for k in params if k.endswith("q.weight")})
+    return [p for p in prefixes if all(f"{p}{x}.weight" in params for x in "kv")]
+
+
+def _same_shapes(params: Arrays, prefix: str, pairs: Iterator[tuple[str, str]]) -> bool:
+    return all(
+        np.shape(params[f"{prefix}{a}.weight"]) == np.shape(params[f"{prefix}{b}.weight"])
+        for a, b in pairs
+    )
+
+
+def _leaves(params: Arrays, prefix: str) -> list[str]:
+    """The leaves (weight, bias) that q, k and v of ``prefix`` all have."""
+    return [
+        leaf for leaf in ("weight", "bias") if all(f"{prefix}{x}.{leaf}" in params for x in "qkv")
+    ]
+
+
+def _relaid(fused: np.ndarray, n_heads: int, stored: str) -> list[np.ndarray]:
+    """q, k and v read from ``fused`` (the rows of q, k, v stacked in the layout ``stored``)
+    in the other layout: part-major ``[3, H, d]`` stored, head-major ``[H, 3, d]`` read, or
+    the reverse. Rows first: a weight ``[3*H*d, D]`` or a bias ``[3*H*d]``."""
+    rows, rest = fused.shape[0], fused.shape[1:]
+    d = rows // (3 * n_heads)
+    if stored == "part_major":  # memory [3, H, d]; read as [H, 3, d]
+        read = fused.reshape(n_heads, 3, d, *rest)
+        return [read[:, i].reshape(n_heads * d, *rest) for i in range(3)]
+    read = fused.reshape(3, n_heads * d, *rest)  # memory [H, 3, d]; read as [3, H, d]
+    return [read[i] for i in range(3)]
+
+
+def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
+    """The q, k, v projections in another order, or the fused weight in the other layout."""
+    prefixes = _qkv_prefixes(params or {})
+    if not prefixes or params is None:
+        return
+    for order in itertools.permutations("qkv"):
+        # with grouped-query heads (k and v narrower than q) only k and v can trade places
+        if order == ("q", "k", "v") or not all(
+            _same_shapes(params, p, zip("qkv", order, strict=True)) for p in prefixes
+        ):
+            continue
+        out = dict(params)
+        for prefix in prefixes:
+            for leaf in _leaves(params, prefix):
+                for to, source in zip("qkv", order, strict=True):
+                    out[f"{prefix}{to}.{leaf}"] = params[f"{prefix}{source}.{leaf}"]
+        yield Alternative(
+            "attention.qkv_order_wrong",
+            f"the output is the spec's with the query, key and value projections taken as "
+            f"{', '.join(order)}: a fused qkv projection split in the wrong order (or q, k, v "
+            "weights loaded into each other's places; SPEC.md §3.4, §0.2)",
+            params=out,
+        )
+    n_heads = getattr(config, "n_heads", 0)
+    if not all(_same_shapes(params, p, iter((("q", "k"), ("q", "v")))) for p in prefixes):
+        return  # a fused [3, H, d] weight needs as many key/value heads as query heads
+    for stored, read in (("part_major", "head-major [H, 3, d]"), ("head_major", "part-major")):
+        out = dict(params)
+        for prefix in prefixes:
+            for leaf in _leaves(params, prefix):
+                pieces = [
+                    np.asarray(params[f"{prefix}{x}.{leaf}"], dtype=np.float64) for x in "qkv"
+                ]
+                if not n_heads or pieces[0].shape[0] % n_heads:
+                    return
+                if stored == "part_major":
+                    fused = np.concatenate(pieces)
+                else:  # per head: its q rows, its k rows, its v rows
+                    d = pieces[0].shape[0] // n_heads
+                    fused = np.concatenate(
+                        [x[h * d : (h + 1) * d] for h in range(n_heads) for x in pieces]
+                    )
+                for x, relaid in zip("qkv", _relaid(fused, n_heads, stored), strict=True):
+                    out[f"{prefix}{x}.{leaf}"] = relaid
+        layout = "part-major [3, H, d]" if stored == "part_major" else "head-major [H, 3, d]"
+        yield Alternative(
+            "attention.qkv_order_wrong",
+            f"the output is the spec's with the fused qkv projection stored {layout} and read "
+            f"{read}: each head's query, key and value rows are taken from the wrong slices "
+            "of the fused weight (SPEC.md §3.4, §0.2)",
+            params=out,
+        )
+
+
+def gain_unused_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """Every norm's gain never multiplied, then each norm name's alone (norm1 of each layer)."""
+    if not params:
+        return
+    norms = [k for k in _norm_weights(component, params) if np.any(np.asarray(params[k]) != 1.0)]
+    groups: dict[str, list[str]] = {}
+    for k in norms:
+        groups.setdefault(_leaf(k), []).append(k)
+    candidates = [norms] + (list(groups.values()) if len(groups) > 1 else [])
+    for keys in candidates:
+        if not keys:
+            continue
+        ones = {
+            **params,
+            **{k: np.ones_like(np.asarray(params[k], dtype=np.float64)) for k in keys},
+        }
+        shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+        yield Alternative(
+            "layer_norm.gain_unused",
+            f"the output is the spec's with the norm gains set to one ({shown}): the norm "
+            "loads its weight but never multiplies by it (a hand-written norm that returns the "
+            "normalised x, SPEC.md §5.1, §5.3)",
+            params=ones,
+        )
+
+
+_LAYER = re.compile(r"^(.*?layers\.)(\d+)\.(.+)$")
+
+
+def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
+    """Every layer of a stack reading the first layer's parameters, or the last layer's."""
+    stacks: dict[str, dict[int, dict[str, str]]] = {}  # stack prefix -> layer -> rest -> key
+    for key in params or {}:
+        match = _LAYER.match(key)
+        if match:
+            stack, index, rest = match.groups()
+            stacks.setdefault(stack, {}).setdefault(int(index), {})[rest] = key
+    stacks = {s: layers for s, layers in stacks.items() if len(layers) > 1}
+    if not stacks or params is None:
+        return
+    for which, words in ((min, "the first layer's"), (max, "the last layer's")):
+        out = dict(params)
+        for layers in stacks.values():
+            source = layers[which(layers)]
+            for own in layers.values():
+                for rest, key in own.items():
+                    if rest in source and np.shape(params[source[rest]]) == np.shape(params[key]):
+                        out[key] = params[source[rest]]
+        yield Alternative(
+            "blocks.layer_params_wrong",
+            f"the output is the spec's with every layer of the stack reading {words} "
+            "parameters: a loop over the layers that indexes one fixed layer, or weights "
+            "looked up without the layer index (SPEC.md §7.3)",
+            params=out,
+        )
+
+
 def more_hypotheses(
-    component: str, params: Arrays | None, sublayers: int = 0
+    component: str, params: Arrays | None, sublayers: int = 0, config: Any = None
 ) -> Iterator[Alternative]:
     """Every hypothesis of this module for ``component`` with ``params``; ``sublayers``: how
-    many sublayers the call runs (0: not counted, no one-sublayer hypotheses)."""
+    many sublayers the call runs (0: not counted, no one-sublayer hypotheses); ``config``:
+    the instance's (the fused-qkv layouts need its head count)."""
     yield from head_split_hypotheses(component)
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
     yield from param_hypotheses_more(component, params)
+    yield from qkv_hypotheses(config, params)
+    yield from gain_unused_hypotheses(component, params)
+    yield from layer_params_hypotheses(params)
 
 
 def explained_by_one_other_field(
