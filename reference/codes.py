@@ -538,6 +538,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("layer_norm.gain_unused", "cause", "5.1 5.3", "the norm's gain (weight) is never applied"),
     (
+        "rope.rotation_inverted",
+        "cause",
+        "2.3",
+        "the rotation turns the other way (by -theta: the sign of sin flipped)",
+    ),
+    (
         "blocks.layer_params_wrong",
         "cause",
         "7.3 0.2",

@@ -46,6 +46,7 @@ def first_oracle_failure(adapter: str) -> CheckFailure:
         ("residual_from_normed_ffn", "blocks.residual_after_norm"),
         ("pe_float16_table", "numerics.table_low_precision"),
         ("layer_norm_seq_axes", "layer_norm.positions_interact"),
+        ("rope_rotation_inverted", "rope.rotation_inverted"),
     ],
 )
 def test_classes_name_their_mutant(mutant: str, code: str) -> None:
@@ -248,3 +249,38 @@ def test_the_second_call_draws_new_inputs_of_the_same_kind() -> None:
                 assert not np.allclose(second[name], value), name
             elif made is not inputs:  # redrawn by hand: masks, ids and positions kept
                 assert np.array_equal(second[name], value), name
+
+
+def _rope_sin_flipped(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+    """RoPE written with the sign of sin flipped (pairs turned by -theta), by hand."""
+    x = np.asarray(x, dtype=np.float64)
+    length, d = x.shape[-2], x.shape[-1]
+    positions = np.arange(length) if positions is None else np.asarray(positions)
+    omega = base ** (-np.arange(0, d, 2) / d) if frequencies is None else frequencies
+    theta = positions[:, None] * omega
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        a, b = x[..., : d // 2], x[..., d // 2 :]
+    ra, rb = a * np.cos(theta) + b * np.sin(theta), -a * np.sin(theta) + b * np.cos(theta)
+    out = np.empty_like(x)
+    if layout == "interleaved":
+        out[..., 0::2], out[..., 1::2] = ra, rb
+    else:
+        out[..., : d // 2], out[..., d // 2 :] = ra, rb
+    return out
+
+
+@pytest.mark.parametrize("component", ["rope", "causal_self_attention", "decoder_block"])
+@pytest.mark.parametrize("layout", ["interleaved", "half_split"])
+def test_a_rotation_turned_the_other_way_is_named(component: str, layout: str) -> None:
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope", rope_layout=layout)
+    conventions = None if component == "rope" else rope
+    turned = Alternative("", "", pieces={"rope": _rope_sin_flipped})
+    if component == "rope":
+        adapter = load_adapter("reference")
+        subject = next(s for s in adapter.subjects() if s.component == "rope")
+        declared = Harness(adapter, subject, seed=0).instance().conventions
+        conventions = dataclasses.replace(declared, rope_layout=layout)
+    (code, message), _ = _explained(component, turned, conventions)
+    assert code == "rope.rotation_inverted", message

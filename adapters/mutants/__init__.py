@@ -151,6 +151,8 @@ NAMES: tuple[str, ...] = (
     "qkv_split_k_v_swapped",
     "rms_norm_gain_unused",
     "lm_layers_share_weights",
+    # RoPE turned the other way (the sign of sin flipped)
+    "rope_rotation_inverted",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

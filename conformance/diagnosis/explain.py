@@ -255,6 +255,7 @@ def _hypotheses(
     from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
     from .hypotheses_solved import (
         norm_axes_hypotheses,
+        rope_direction_hypotheses,
         rope_target_hypotheses,
         searches_left,
         solved_hypotheses,
@@ -306,6 +307,7 @@ def _hypotheses(
         found = first(
             itertools.chain(
                 rope_target_hypotheses(component, inst.conventions),
+                rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),
             )
         )

@@ -5,6 +5,8 @@ parameterised families that no list of candidate values covers, solved numerical
   causal self-attention (§11.1); an implementation that rotates the queries only, the keys
   only, or the values as well. It applies to every component whose oracle runs the rotation
   (``tck.reference.variants.reaches(component, "rope_rows")``) under ``positions='rope'``.
+- ``rope.rotation_inverted``: every rotation by -theta instead of theta (the sign of sin
+  flipped: ``x * cos - rotate_half(x) * sin``), in every component whose oracle runs RoPE.
 - A convention field with a continuum of values (the catalogue's ``NUMERIC`` fields: an eps,
   a RoPE or sinusoidal base): the value is solved for by a one-dimensional search on a log
   scale, so a base of 1e6 or 123456 is named as well as the three usual ones; its code is
@@ -152,6 +154,31 @@ def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alterna
             "(SPEC.md §2.3, §11.1)",
             pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
         )
+
+
+def _rope_turned_back(  # type: ignore[no-untyped-def]
+    x, positions=None, *, base: float = 10000.0, layout: str = "interleaved", frequencies=None
+):
+    """§2.3 with every angle's sign flipped: the rotation at p is the spec's at -p
+    (``x * cos - rotate_half(x) * sin``, or sin and cos of -theta)."""
+    length = np.shape(x)[-2]
+    positions = np.arange(length) if positions is None else np.asarray(positions)
+    return oracle.rope(x, -positions, base=base, layout=layout, frequencies=frequencies)
+
+
+def rope_direction_hypotheses(component: str) -> Iterator[Alternative]:
+    """RoPE rotating the other way, in every component whose oracle runs the rotation (where
+    the declared conventions do not rotate, the oracle does not call it: the alternative then
+    equals the spec and is never evidence)."""
+    if not reaches(component, "rope"):
+        return
+    yield Alternative(
+        registered("rope.rotation_inverted"),
+        "the output is the spec's with the rotary encoding turned the other way: each pair is "
+        "rotated by -theta (x * cos - rotate_half(x) * sin, or sin taken with the wrong "
+        "sign), so the score q_i . k_j depends on j - i instead of i - j (SPEC.md §2.3)",
+        pieces={"rope": _rope_turned_back},
+    )
 
 
 def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
