@@ -25,11 +25,13 @@ The order is one a user can act on (docs/diagnosis.md):
    causal-leak finding is a consequence), so the count of failing rows, which grows with
    every composite, only breaks the remaining ties.
 
-A cached-decoding cause (a code of the registry's ``cache`` area) on a subject whose plain
-forward also fails with a named cause comes after the forward's causes, whatever its rank:
-cached decoding is checked against the subject's own full forward (SPEC.md §11.6), so a
-wrong forward (a causal leak, a norm over the sequence) makes the cached steps disagree and
-lets a cache hypothesis fit their difference by accident.
+A self-consistency cause (a code of the registry's ``cache``, ``batch`` or ``padding``
+area) on a subject whose plain forward also fails with a named cause comes after the
+forward's causes, whatever its rank: those checks compare the subject with itself on a
+rearranged call (cached steps against the full forward, SPEC.md §11.6; a padded row against
+the row alone, §10.2, §11.8; a left-padded row, §11.7), so a wrong forward (a causal leak,
+a norm over the sequence) makes them disagree too, and lets a cache hypothesis fit the
+difference by accident; the forward's own cause is the one to fix.
 """
 
 from __future__ import annotations
@@ -102,10 +104,15 @@ def level(result: Mapping[str, Any]) -> int:
     return LEVELS.index(found.level) if found is not None else len(LEVELS)
 
 
-def decoding(code: str) -> bool:
-    """Is ``code`` a cached-decoding finding (the registry's ``cache`` area, SPEC.md §11.6)?"""
+# The registry areas whose checks compare a subject with itself on a rearranged call.
+SELF_CONSISTENCY_AREAS = ("cache", "batch", "padding")
+
+
+def self_consistency(code: str) -> bool:
+    """Is ``code`` found by comparing the subject with itself on a rearranged call (cached
+    decoding, a batch's rows, left padding: the areas ``SELF_CONSISTENCY_AREAS``)?"""
     found = lookup(code)
-    return found is not None and found.area == "cache"
+    return found is not None and found.area in SELF_CONSISTENCY_AREAS
 
 
 def _generic_order(code: str) -> int:
@@ -178,14 +185,14 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         strength[code] = max(strength.get(code, 0), _strength(r))
         if reproduced(r):
             won.add(code)
-    # Subjects whose plain forward fails with a named cause (not a cached-decoding one, not a
-    # gradient's): their cached-decoding findings are consequences (module docstring).
+    # Subjects whose plain forward fails with a named cause (not a self-consistency one, not
+    # a generic code): their self-consistency findings are consequences (module docstring).
     forward_fails = {
         r["subject"]
         for r in failing
         if (code := (r.get("diagnosis") or {}).get("code", ""))
         and not is_generic(code)
-        and not decoding(code)
+        and not self_consistency(code)
     }
     groups: dict[str, dict[str, Any]] = {}
     for r in failing:
@@ -236,7 +243,7 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         key=lambda g: (
             int(g["known"]),
             int(g["weak"]),
-            int(decoding(g["code"]) and all(s in forward_fails for s in g["subjects"])),
+            int(self_consistency(g["code"]) and all(s in forward_fails for s in g["subjects"])),
             -g["specificity"],
             -int(g["reproduced"]),
             -g["evidence"],

@@ -118,6 +118,12 @@ def test_a_cache_finding_on_a_subject_whose_forward_fails_comes_after_the_forwar
         "mask.causal_leak",
         "cache.position_offset_wrong",
     ]
+    # a right-padded row, compared with itself alone, sees its pads through the same leak
+    padded = [
+        _at("causal_self_attention", "batch.padded_rows_differ", "decoder.batch_rows")
+        for _ in range(3)
+    ]
+    assert top_cause([*padded, *cached, leak]) == "mask.causal_leak"
     # a forward that only disagrees (no named cause) leaves the cache's cause first, and
     # a bug on the cached path alone (the forward passes) is the cache's
     generic = _at("causal_self_attention", "attention.oracle_mismatch")
