@@ -199,3 +199,68 @@ def test_parameters_read_in_the_wrong_place_are_named(component: str, bug, code:
         tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
     )
     assert code_found == code, message
+
+
+def _in_sublayer(which: int, variant):  # type: ignore[no-untyped-def]
+    """The oracle's sublayers, the ``which``-th (0-based, in call order) replaced by
+    ``variant`` (written here, not taken from the hypotheses)."""
+    from tck.conformance.diagnosis.alternatives import Alternative
+    from tck.reference import oracle
+
+    def pieces():  # type: ignore[no-untyped-def]
+        seen = [0]
+
+        def sublayer(x, params, norm_prefix, conventions, fn):  # type: ignore[no-untyped-def]
+            seen[0] += 1
+            if seen[0] - 1 == which:
+                return variant(x, params, norm_prefix, conventions, fn)
+            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+        return {"_sublayer": sublayer}
+
+    return Alternative("", "", pieces=pieces)
+
+
+@pytest.mark.parametrize("component", ["decoder_block", "encoder_layer"])
+@pytest.mark.parametrize("which", [0, 1])
+@pytest.mark.parametrize("bug", ["no_residual", "other_placement"])
+def test_one_sublayer_s_residual_or_placement_is_named(
+    component: str, which: int, bug: str
+) -> None:
+    """One sublayer without its residual add, or one sublayer normalised on the other side
+    of its residual (post-LN in a pre-LN layer, pre-LN in a post-LN one)."""
+    from tck.conformance.diagnosis.explain import explain
+    from tck.reference import oracle
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    post = inst.conventions.norm_placement == "post"
+
+    def no_residual(x, params, prefix, conventions, fn):  # type: ignore[no-untyped-def]
+        if post:
+            return oracle.norm(fn(x), params, prefix, conventions)
+        return fn(oracle.norm(x, params, prefix, conventions))
+
+    def other_placement(x, params, prefix, conventions, fn):  # type: ignore[no-untyped-def]
+        if post:
+            return x + fn(oracle.norm(x, params, prefix, conventions))
+        return oracle.norm(x + fn(x), params, prefix, conventions)
+
+    variant = {"no_residual": no_residual, "other_placement": other_placement}[bug]
+    code = {
+        "no_residual": "blocks.residual_missing",
+        "other_placement": "blocks.norm_placement_pre" if post else "blocks.norm_placement_post",
+    }[bug]
+    wrong = _in_sublayer(which, variant)
+    tck.run = lambda inst, given: output_of(  # type: ignore[method-assign]
+        component, given, inst.params, inst.config, inst.conventions, wrong
+    )
+    inputs = tck.inputs(inst, Shape())
+    test = tck.run(inst, inputs)
+    found, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert found == code, message
+    assert f"sublayer {which + 1} of" in message

@@ -25,6 +25,9 @@ The codes (SPEC.md Appendix B):
 - ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
   input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``, in every sublayer or
   in one sublayer only (the k-th of the call, in the order the oracle runs them);
+- ``blocks.residual_missing``: a sublayer without its residual add, in every sublayer or in
+  one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
+  other side of its residual add (the whole stack's placement is the convention field);
 - ``attention.qkv_order_wrong``: the query, key and value projections taken in another order
   (a fused ``c_attn`` output split as k, q, v) or the fused weight read in the other layout,
   head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse (§3.4), wherever the
@@ -91,10 +94,12 @@ def _residual_after_norm(x: Any, params: Any, norm_prefix: str, conventions: Any
     return h + fn(h)
 
 
-def _residual_after_norm_in(which: int) -> Callable[[], dict[str, Callable[..., Any]]]:
+def _residual_after_norm_in(
+    which: int, variant: Callable[..., Any] = _residual_after_norm
+) -> Callable[[], dict[str, Callable[..., Any]]]:
     """Pieces (built anew for each evaluation: the replacement counts its calls) under which
     only the ``which``-th sublayer of a call (0-based, in the order the oracle runs them)
-    takes its residual from the normalised input."""
+    runs ``variant`` (default: takes its residual from the normalised input)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         seen = [0]
@@ -102,12 +107,29 @@ def _residual_after_norm_in(which: int) -> Callable[[], dict[str, Callable[..., 
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
             seen[0] += 1
             if seen[0] - 1 == which:
-                return _residual_after_norm(x, params, norm_prefix, conventions, fn)
+                return variant(x, params, norm_prefix, conventions, fn)
             return oracle._sublayer(x, params, norm_prefix, conventions, fn)
 
         return {"_sublayer": sublayer}
 
     return pieces
+
+
+def _residual_dropped(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A sublayer without its residual add: f(Norm(x)) pre-LN, Norm(f(x)) post-LN (§7.1)."""
+    if conventions.norm_placement == "post":
+        return oracle.norm(fn(x), params, norm_prefix, conventions)
+    return fn(oracle.norm(x, params, norm_prefix, conventions))
+
+
+def _post_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A post-LN sublayer, Norm(x + f(x)), whatever the declared placement (§7.1)."""
+    return oracle.norm(x + fn(x), params, norm_prefix, conventions)
+
+
+def _pre_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A pre-LN sublayer, x + f(Norm(x)), whatever the declared placement (§7.1)."""
+    return x + fn(oracle.norm(x, params, norm_prefix, conventions))
 
 
 def counting_sublayers() -> tuple[dict[str, Callable[..., Any]], list[int]]:
@@ -169,8 +191,9 @@ def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
 
 
 def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternative]:
-    """A pre-LN residual taken from the normalised input: in every sublayer, then (when the
-    call runs ``sublayers`` > 1 of them) in each one alone."""
+    """A pre-LN residual taken from the normalised input, a residual add missing: in every
+    sublayer, then (when the call runs ``sublayers`` > 1 of them) in each one alone; one
+    sublayer alone normalised on the other side of its residual add."""
     if not reaches(component, "_sublayer"):
         return
     yield Alternative(
@@ -190,6 +213,38 @@ def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternat
             "itself (x + f(norm(x))); the other sublayers are right (SPEC.md §7.1)",
             pieces=_residual_after_norm_in(which),
         )
+    yield Alternative(
+        "blocks.residual_missing",
+        "the output is the spec's with no residual add in any sublayer (f(norm(x)) pre-LN, "
+        "norm(f(x)) post-LN, instead of x + f(norm(x)) or norm(x + f(x))): SPEC.md §7.1",
+        pieces={"_sublayer": _residual_dropped},
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        yield Alternative(
+            "blocks.residual_missing",
+            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
+            "the layers run them: attention, [cross-attention,] FFN per layer) missing its "
+            "residual add (f(norm(x)) pre-LN, norm(f(x)) post-LN); the other sublayers are "
+            "right (SPEC.md §7.1)",
+            pieces=_residual_after_norm_in(which, _residual_dropped),
+        )
+    # the whole stack's placement is the norm_placement convention (tried first); here one
+    # sublayer alone normalises on the other side of its residual add
+    # (the declared placement's own variant equals the spec: never evidence)
+    placements = (
+        ("blocks.norm_placement_post", "post-LN, norm(x + f(x))", _post_ln),
+        ("blocks.norm_placement_pre", "pre-LN, x + f(norm(x))", _pre_ln),
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        for code, formula, variant in placements:
+            yield Alternative(
+                code,
+                f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the "
+                "order the layers run them: attention, [cross-attention,] FFN per layer) "
+                f"computed {formula}, while the others follow the declared placement "
+                "(SPEC.md §7.1)",
+                pieces=_residual_after_norm_in(which, variant),
+            )
 
 
 def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:
