@@ -544,6 +544,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the rotation turns the other way (by -theta: the sign of sin flipped)",
     ),
     (
+        "ffn.activation_after_gating",
+        "cause",
+        "11.3",
+        "a gated FFN activates the product gate(x) * up(x) instead of gate(x) alone",
+    ),
+    (
         "blocks.layer_params_wrong",
         "cause",
         "7.3 0.2",

@@ -153,6 +153,8 @@ NAMES: tuple[str, ...] = (
     "lm_layers_share_weights",
     # RoPE turned the other way (the sign of sin flipped)
     "rope_rotation_inverted",
+    # SwiGLU's activation applied after the gating product
+    "swiglu_silu_after_product",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -36,7 +36,9 @@ The codes (SPEC.md Appendix B):
   every norm of one name: ``norm1`` of each layer), wherever a norm weight is not all ones;
 - ``blocks.layer_params_wrong``: every layer of a stack reads the first layer's parameters,
   or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
-  layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3).
+  layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3);
+- ``ffn.activation_after_gating``: a gated FFN computing ``down(act(gate(x) * up(x)))``,
+  wherever the oracle runs the gated FFN (§11.3).
 
 The parameter hypotheses are read off the canonical parameter layout (``tck.reference.params``:
 ``q.weight``, ``norm1.weight``, ``layers.<i>.``), not off a list of components, so every
@@ -424,6 +426,26 @@ def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
         )
 
 
+def _activated_after_gating(x: Any, params: Any, *, activation: str = "silu") -> np.ndarray:
+    """§11.3 with the activation applied to the gating product: down(act(gate(x) * up(x)))."""
+    act = oracle.GATE_ACTIVATIONS[activation]
+    hidden = act(oracle.linear(x, params, "gate.") * oracle.linear(x, params, "up."))
+    return oracle.linear(hidden, params, "down.")
+
+
+def gating_hypotheses(component: str) -> Iterator[Alternative]:
+    """A gated FFN that activates the product gate(x) * up(x) instead of gate(x) alone."""
+    if not reaches(component, "gated_feed_forward"):
+        return
+    yield Alternative(
+        "ffn.activation_after_gating",
+        "the output is the spec's with the gated FFN's activation applied after the gating "
+        "product, down(act(gate(x) * up(x))), instead of to the gate alone, "
+        "down(act(gate(x)) * up(x)) (SPEC.md §11.3)",
+        pieces={"gated_feed_forward": _activated_after_gating},
+    )
+
+
 def more_hypotheses(
     component: str, params: Arrays | None, sublayers: int = 0, config: Any = None
 ) -> Iterator[Alternative]:
@@ -437,6 +459,7 @@ def more_hypotheses(
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)
     yield from layer_params_hypotheses(params)
+    yield from gating_hypotheses(component)
 
 
 def explained_by_one_other_field(
