@@ -25,13 +25,15 @@ The order is one a user can act on (docs/diagnosis.md):
    causal-leak finding is a consequence), so the count of failing rows, which grows with
    every composite, only breaks the remaining ties.
 
-A self-consistency cause (a code of the registry's ``cache``, ``batch`` or ``padding``
-area) on a subject whose plain forward also fails with a named cause comes after the
-forward's causes, whatever its rank: those checks compare the subject with itself on a
-rearranged call (cached steps against the full forward, SPEC.md §11.6; a padded row against
-the row alone, §10.2, §11.8; a left-padded row, §11.7), so a wrong forward (a causal leak,
-a norm over the sequence) makes them disagree too, and lets a cache hypothesis fit the
-difference by accident; the forward's own cause is the one to fix.
+A self-consistency cause (a code that names a violation of the decoding regimes, SPEC.md
+§11.6 to §11.9) on a subject whose plain forward also fails with a named cause comes after
+the forward's causes, whatever its rank: those checks compare the subject with itself on a
+rearranged sequence (cached steps against the full forward, §11.6; a left-padded row
+against the row alone, §11.7; a row in a batch of different lengths against the row alone,
+§11.8; chunked calls, §11.9), so a wrong forward (a causal leak, a norm over the sequence)
+makes them disagree too, and lets a cache hypothesis fit the difference by accident; the
+forward's own cause is the one to fix. (A batch's rows mixing, §10.2, is no such
+consequence: a wrong forward of one row does not make rows interact.)
 """
 
 from __future__ import annotations
@@ -104,15 +106,16 @@ def level(result: Mapping[str, Any]) -> int:
     return LEVELS.index(found.level) if found is not None else len(LEVELS)
 
 
-# The registry areas whose checks compare a subject with itself on a rearranged call.
-SELF_CONSISTENCY_AREAS = ("cache", "batch", "padding")
+# The SPEC clauses of the decoding regimes, whose checks compare a subject with itself on a
+# rearranged sequence: cached decoding, left padding, rows of different lengths, chunks.
+SELF_CONSISTENCY_CLAUSES = ("11.6", "11.7", "11.8", "11.9")
 
 
 def self_consistency(code: str) -> bool:
-    """Is ``code`` found by comparing the subject with itself on a rearranged call (cached
-    decoding, a batch's rows, left padding: the areas ``SELF_CONSISTENCY_AREAS``)?"""
+    """Does ``code`` name a violation of a decoding regime (its registry clauses include one
+    of ``SELF_CONSISTENCY_CLAUSES``)?"""
     found = lookup(code)
-    return found is not None and found.area in SELF_CONSISTENCY_AREAS
+    return found is not None and any(c in SELF_CONSISTENCY_CLAUSES for c in found.clauses)
 
 
 def _generic_order(code: str) -> int:
