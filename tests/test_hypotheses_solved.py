@@ -284,3 +284,26 @@ def test_a_rotation_turned_the_other_way_is_named(component: str, layout: str) -
         conventions = dataclasses.replace(declared, rope_layout=layout)
     (code, message), _ = _explained(component, turned, conventions)
     assert code == "rope.rotation_inverted", message
+
+
+@pytest.mark.parametrize("component", ["rope", "causal_self_attention"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_rope_frequencies_rounded_to_sixteen_bits_are_named(component: str, dtype: str) -> None:
+    """inv_freq built in a 16-bit dtype, the angles then formed at full precision (written
+    here with torch's own rounding of the frequencies)."""
+    import torch
+
+    from tck.reference import oracle
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        d = np.shape(x)[-1]
+        inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=getattr(torch, dtype)) / d))
+        omega = inv_freq.double().numpy()
+        return oracle.rope(x, positions, base=base, layout=layout, frequencies=omega)
+
+    rotating = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    conventions = None if component == "rope" else rotating
+    (code, message), _ = _explained(
+        component, Alternative("", "", pieces={"rope": rope}), conventions
+    )
+    assert code == "numerics.rope_angles_low_precision", message

@@ -21,6 +21,8 @@ parameterised families that no list of candidate values covers, solved numerical
   statistics over the last two axes, (sequence, features), as ``nn.LayerNorm([L, D])`` or
   ``F.layer_norm(x, x.shape[-2:])`` compute them, in every component whose oracle runs that
   norm; positions then share statistics (in a decoder, the future leaks through them).
+- RoPE's inverse frequencies rounded to float16 or bfloat16 before the angles are formed
+  (``numerics.rope_angles_low_precision``), in every component whose oracle runs RoPE.
 - The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
   RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
   subject compared in float32 or float64 (float32 tables in a float64 subject are the
@@ -36,6 +38,7 @@ float32 tensor in a float64 build): ``numerics.float64_precision_lost``, naming 
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -379,6 +382,31 @@ def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
     return rope
 
 
+def _rope_frequencies_in(dtype: str, stepwise: bool) -> Callable[..., np.ndarray]:
+    """§2.3 with the inverse frequencies base^(-2i/d) (or §2.6's scaled ones) held in
+    ``dtype`` before the angles are formed: rounded once (an ``inv_freq`` computed in float64
+    and stored in ``dtype``) or, ``stepwise``, at every step of ``1 / base ** (2i / d)``
+    computed in ``dtype`` (``torch.arange(0, d, 2, dtype=torch.bfloat16)``)."""
+
+    def rope(  # type: ignore[no-untyped-def]
+        x, positions=None, *, base: float = 10000.0, layout: str = "interleaved", frequencies=None
+    ):
+        d = np.shape(x)[-1]
+        unscaled = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        if frequencies is not None and not np.allclose(frequencies, unscaled, rtol=1e-12):
+            omega = rounded_to(frequencies, dtype)  # §2.6's scaled frequencies, stored
+        elif stepwise:  # each 16-bit op computed in float32 and rounded (as torch on CPU)
+            f32 = np.float32
+            exponent = rounded_to(np.arange(0, d, 2, dtype=f32) / f32(d), dtype).astype(f32)
+            power = rounded_to(np.power(f32(base), exponent), dtype).astype(f32)
+            omega = rounded_to(f32(1.0) / power, dtype)
+        else:
+            omega = rounded_to(unscaled, dtype)
+        return oracle.rope(x, positions, base=base, layout=layout, frequencies=omega)
+
+    return rope
+
+
 def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alternative]:
     """Each table the component's oracle builds, stored in each 16-bit dtype."""
     if compared_in not in TABLE_COMPARISONS:
@@ -398,6 +426,17 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
                 f"in {compared_in}: the table's values are off by {dtype}'s rounding; build "
                 "and keep it in the model's dtype or better",
                 pieces={piece: make(dtype)},
+            )
+    if reaches(component, "rope"):
+        for dtype, stepwise in itertools.product(TABLE_DTYPES, (True, False)):
+            yield Alternative(
+                registered("numerics.rope_angles_low_precision"),
+                f"the output is the spec's with RoPE's inverse frequencies base^(-2i/d) "
+                f"{'computed' if stepwise else 'stored'} in {dtype} before the angles "
+                f"p * omega are formed (an inv_freq buffer built or kept in {dtype}): every "
+                f"angle is off by {dtype}'s rounding of its frequency, times the position "
+                "(SPEC.md §2.3, §10.10)",
+                pieces={"rope": _rope_frequencies_in(dtype, stepwise)},
             )
 
 
