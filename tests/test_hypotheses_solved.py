@@ -154,14 +154,29 @@ def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> No
 
 
 @pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "encoder_layer", "decoder_block"])
-def test_a_norm_over_the_sequence_too_is_named(component: str) -> None:
+@pytest.mark.parametrize("which", [0, 1])  # (sequence, features), the sequence alone
+def test_a_norm_over_the_sequence_too_is_named(component: str, which: int) -> None:
     from tck.conformance.diagnosis.hypotheses_solved import norm_axes_hypotheses
 
     piece = "rms_norm" if component == "rms_norm" else "layer_norm"  # the norm it runs
-    (alternative,) = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]
-    (code, message), _ = _explained(component, alternative)
+    ours = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]
+    assert len(ours) == 2
+    (code, message), _ = _explained(component, ours[which])
     assert code == "layer_norm.positions_interact", message
     assert not list(norm_axes_hypotheses("mha"))
+
+
+def test_an_rms_norm_over_the_positions_is_named() -> None:
+    """RMSNorm's mean square taken over the positions (dim=1) of each feature, by hand."""
+
+    def rms_norm(x, weight=None, *, eps=1e-5):  # type: ignore[no-untyped-def]
+        x = np.asarray(x, dtype=np.float64)
+        y = x / np.sqrt((x**2).mean(axis=1, keepdims=True) + eps)
+        return y if weight is None else y * np.asarray(weight)
+
+    (code, message), _ = _explained("rms_norm", Alternative("", "", pieces={"rms_norm": rms_norm}))
+    assert code == "layer_norm.positions_interact", message
+    assert "sequence axis" in message
 
 
 @pytest.mark.parametrize(

@@ -441,7 +441,14 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
 
 
 # The axes a norm's statistics may wrongly run over, besides the spec's last axis.
-NORM_AXES: tuple[tuple[int, ...], ...] = ((-2, -1),)
+# (sequence, features): nn.LayerNorm([L, D]); the sequence alone: mean(dim=1) for dim=-1.
+NORM_AXES: tuple[tuple[int, ...], ...] = ((-2, -1), (-2,))
+_AXES_WORDS = {
+    (-2, -1): "the last 2 axes (sequence and features: nn.LayerNorm([L, D]), "
+    "F.layer_norm(x, x.shape[-2:]))",
+    (-2,): "the sequence axis (x.mean(dim=1) for dim=-1: each feature normalised over the "
+    "positions)",
+}
 
 
 def _layer_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
@@ -480,16 +487,16 @@ def _rms_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
 
 
 def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
-    """LayerNorm and RMSNorm statistics over (sequence, features) instead of features."""
+    """LayerNorm and RMSNorm statistics over (sequence, features), or over the sequence
+    alone, instead of over the features."""
     for piece, make in (("layer_norm", _layer_norm_over), ("rms_norm", _rms_norm_over)):
         if not reaches(component, piece):
             continue
         for axes in NORM_AXES:
             yield Alternative(
                 registered("layer_norm.positions_interact"),
-                f"the output is the spec's with the {piece} statistics taken over the last "
-                f"{len(axes)} axes (sequence and features: nn.LayerNorm([L, D]), "
-                "F.layer_norm(x, x.shape[-2:])) instead of over the features of each "
+                f"the output is the spec's with the {piece} statistics taken over "
+                f"{_AXES_WORDS[axes]} instead of over the features of each "
                 "position: every position's output depends on the others (in a decoder, on "
                 "future tokens; SPEC.md §5.1, §5.3)",
                 pieces={piece: make(axes)},
