@@ -106,12 +106,12 @@ def test_the_attention_scale_is_solved_in_causal_components(component: str, fact
 
 def test_rope_targets_only_where_the_component_rotates() -> None:
     rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
-    assert len(list(rope_target_hypotheses("decoder_block", rope))) == 3
+    assert len(list(rope_target_hypotheses("decoder_block", rope))) == 6  # 7 subsets - (q, k)
     assert not list(rope_target_hypotheses("decoder_block", DECODER_CANONICAL))  # learned
     assert not list(rope_target_hypotheses("mha", rope))
 
 
-@pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v")])
+@pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v"), ("q", "v"), ("v",)])
 def test_rope_targets_are_named_in_a_block(targets: tuple[str, ...]) -> None:
     from tck.conformance.diagnosis.hypotheses_solved import _causal_self_attention_rotating
 

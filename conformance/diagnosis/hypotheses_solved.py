@@ -2,8 +2,9 @@
 parameterised families that no list of candidate values covers, solved numerically.
 
 - ``rope.applied_to_wrong_tensors``: RoPE (SPEC.md §2.3) rotates the queries and the keys of
-  causal self-attention (§11.1); an implementation that rotates the queries only, the keys
-  only, or the values as well. It applies to every component whose oracle runs the rotation
+  causal self-attention (§11.1); an implementation that rotates any other non-empty subset
+  of the queries, keys and values (q only, k only, v only, q and v, k and v, all three).
+  It applies to every component whose oracle runs the rotation
   (``tck.reference.variants.reaches(component, "rope_rows")``) under ``positions='rope'``.
 - ``rope.rotation_inverted``: every rotation by -theta instead of theta (the sign of sin
   flipped: ``x * cos - rotate_half(x) * sin``), in every component whose oracle runs RoPE.
@@ -55,8 +56,14 @@ from .alternatives import Alternative
 
 Evaluate = Callable[[Alternative], np.ndarray]
 
-# The rotation targets tried, the spec's (q, k) excluded.
-ROPE_TARGETS: tuple[tuple[str, ...], ...] = (("q",), ("k",), ("q", "k", "v"))
+# The rotation targets tried: every non-empty subset of (q, k, v) but the spec's (q, k).
+ROPE_TARGETS: tuple[tuple[str, ...], ...] = tuple(
+    subset
+    for size in (1, 2, 3)
+    for subset in itertools.combinations("qkv", size)
+    if subset != ("q", "k")
+)
+_TENSOR_WORDS = {"q": "queries", "k": "keys", "v": "values"}
 
 # Search ranges, natural log of the value: eps from 1e-14 to 1; a positional base from 10 to
 # 1e9 (RoPE bases in use run from 1e4 to 5e5 and 1e6; anything in between is as plausible);
@@ -144,15 +151,15 @@ def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alterna
     """RoPE applied to the queries only, the keys only, or to the values as well."""
     if getattr(conventions, "positions", None) != "rope" or not reaches(component, "rope_rows"):
         return
-    words = {
-        ("q",): "the queries only (the keys are not rotated)",
-        ("k",): "the keys only (the queries are not rotated)",
-        ("q", "k", "v"): "the values as well as the queries and keys",
-    }
     for targets in ROPE_TARGETS:
+        rotated = " and ".join(_TENSOR_WORDS[t] for t in targets)
+        missed = [_TENSOR_WORDS[t] for t in "qk" if t not in targets]
+        words = f"the {rotated} only" + (
+            f" (the {' and '.join(missed)} not rotated)" if missed else " (the values too)"
+        )
         yield Alternative(
             registered("rope.applied_to_wrong_tensors"),
-            f"the output is the spec's with the rotary encoding applied to {words[targets]}: "
+            f"the output is the spec's with the rotary encoding applied to {words}: "
             "RoPE rotates q and k, never v, so that the score q_i . k_j depends on i - j "
             "(SPEC.md §2.3, §11.1)",
             pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
