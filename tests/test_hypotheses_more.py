@@ -40,6 +40,7 @@ def first_oracle_failure(adapter: str) -> CheckFailure:
         ("rms_norm_gain_unused", "layer_norm.gain_unused"),
         ("lm_layers_share_weights", "blocks.layer_params_wrong"),
         ("swiglu_silu_after_product", "ffn.activation_after_gating"),
+        ("lm_log_softmax_logits", "model.returns_log_probabilities"),
     ],
 )
 def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:

@@ -155,6 +155,8 @@ NAMES: tuple[str, ...] = (
     "rope_rotation_inverted",
     # SwiGLU's activation applied after the gating product
     "swiglu_silu_after_product",
+    # a causal LM returning log-probabilities (the §8.2 check runs on seq2seq models only)
+    "lm_log_softmax_logits",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

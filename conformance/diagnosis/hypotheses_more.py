@@ -38,7 +38,9 @@ The codes (SPEC.md Appendix B):
   or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
   layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3);
 - ``ffn.activation_after_gating``: a gated FFN computing ``down(act(gate(x) * up(x)))``,
-  wherever the oracle runs the gated FFN (§11.3).
+  wherever the oracle runs the gated FFN (§11.3);
+- ``model.returns_log_probabilities`` / ``model.returns_probabilities``: the (log-)softmax
+  of the spec's output, wherever the component record calls the output logits (§8.2).
 
 The parameter hypotheses are read off the canonical parameter layout (``tck.reference.params``:
 ``q.weight``, ``norm1.weight``, ``layers.<i>.``), not off a list of components, so every
@@ -446,6 +448,30 @@ def gating_hypotheses(component: str) -> Iterator[Alternative]:
     )
 
 
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def normalised_logits_hypotheses(component: str) -> Iterator[Alternative]:
+    """A model whose output the record calls logits returning log-probabilities or
+    probabilities instead (SPEC.md §8.2: the softmax belongs to the loss)."""
+    if "logits" not in record(component).output:
+        return
+    yield Alternative(
+        "model.returns_log_probabilities",
+        "the output is the spec's with a log-softmax over the last axis applied to its "
+        "logits: the model returns log-probabilities, not logits (SPEC.md §8.2)",
+        after=_log_softmax,
+    )
+    yield Alternative(
+        "model.returns_probabilities",
+        "the output is the spec's with a softmax over the last axis applied to its logits: "
+        "the model returns probabilities, not logits (SPEC.md §8.2)",
+        after=lambda x: np.exp(_log_softmax(x)),
+    )
+
+
 def more_hypotheses(
     component: str, params: Arrays | None, sublayers: int = 0, config: Any = None
 ) -> Iterator[Alternative]:
@@ -460,6 +486,7 @@ def more_hypotheses(
     yield from gain_unused_hypotheses(component, params)
     yield from layer_params_hypotheses(params)
     yield from gating_hypotheses(component)
+    yield from normalised_logits_hypotheses(component)
 
 
 def explained_by_one_other_field(
