@@ -266,3 +266,30 @@ def test_one_sublayer_s_residual_or_placement_is_named(
     )
     assert found == code, message
     assert f"sublayer {which + 1} of" in message
+
+
+@pytest.mark.parametrize("component", ["decoder_block", "encoder_layer"])
+def test_every_projection_s_bias_dropped_is_named(component: str) -> None:
+    """One shared linear-layer class without its bias: every projection's bias unused at
+    once (attention and FFN alike), the norms' shifts kept."""
+    from tck.conformance.diagnosis.explain import explain
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    wrong = {
+        k: (np.zeros_like(v) if k.endswith(".bias") and ".norm" not in f".{k}" else v)
+        for k, v in inst.params.items()
+    }
+    assert any(k.endswith("fc1.bias") or k.endswith("up.bias") for k in wrong)
+    tck.run = lambda inst, given: expected(  # type: ignore[method-assign]
+        component, given, wrong, inst.config, inst.conventions
+    )
+    inputs = tck.inputs(inst, Shape())
+    test = tck.run(inst, inputs)
+    found, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert found == "params.bias_unused", message
+    assert "every linear projection" in message

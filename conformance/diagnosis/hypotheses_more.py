@@ -69,7 +69,13 @@ _NORM_WEIGHT = re.compile(r"(^|\.)(norm\d*|ln_\w+)\.weight$")
 # group's parameters, in every layer, are zeroed at once; the q/k/v triple first (a port
 # that drops the attention biases drops them together: Qwen2's q/k/v biases). The key bias
 # alone has no group: it adds q . b_k to every score of a query, which softmax cancels.
+_PROJECTION_BIASES = (
+    *("q.bias", "k.bias", "v.bias", "o.bias", "fc1.bias", "fc2.bias"),
+    *("gate.bias", "up.bias", "down.bias", "head.bias"),
+)
 BIAS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # one shared linear-layer class that drops its bias drops every projection's
+    ("every linear projection (one shared linear layer)", _PROJECTION_BIASES),
     ("the query, key and value projections", ("q.bias", "k.bias", "v.bias")),
     ("the query projection", ("q.bias",)),
     ("the value projection", ("v.bias",)),
