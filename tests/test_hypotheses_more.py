@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tck.adapters import load_adapter
-from tck.conformance.diagnosis.alternatives import fits, output_of
+from tck.conformance.diagnosis.alternatives import Alternative, fits, output_of
 from tck.conformance.diagnosis.hypotheses_more import more_hypotheses
 from tck.conformance.toolkit.harness import DEFAULT_CONFIG, Harness
 from tck.conformance.toolkit.results import CheckFailure
@@ -293,3 +293,35 @@ def test_every_projection_s_bias_dropped_is_named(component: str) -> None:
     )
     assert found == "params.bias_unused", message
     assert "every linear projection" in message
+
+
+@pytest.mark.parametrize("component", ["encoder_layer", "decoder_block"])
+def test_one_norm_at_another_eps_is_named(component: str) -> None:
+    """norm1 built with eps 1e-12 while norm2 keeps the declared eps (a module left at its
+    default): layer_norm.eps_wrong, naming the norm."""
+    import dataclasses as dc
+
+    from tck.conformance.diagnosis.explain import explain
+    from tck.reference import oracle
+
+    def norm(x, params, prefix, conventions):  # type: ignore[no-untyped-def]
+        if prefix.endswith("norm1."):
+            conventions = dc.replace(conventions, eps=1e-12)
+        return oracle.norm(x, params, prefix, conventions)
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    wrong = Alternative("", "", pieces={"norm": norm})
+    tck.run = lambda inst, given: output_of(  # type: ignore[method-assign]
+        component, given, inst.params, inst.config, inst.conventions, wrong
+    )
+    inputs = tck.inputs(inst, Shape())
+    inputs = {**inputs, "x": inputs["x"] * 1e-3}  # small rows: the eps shows
+    test = tck.run(inst, inputs)
+    found, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert found == "layer_norm.eps_wrong", message
+    assert "norm1 norms" in message

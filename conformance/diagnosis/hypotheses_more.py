@@ -49,6 +49,7 @@ component whose parameters hold those pieces gets them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -478,6 +479,41 @@ def normalised_logits_hypotheses(component: str) -> Iterator[Alternative]:
     )
 
 
+def _norm_with_eps(name: str, eps: float) -> Callable[..., Any]:
+    """§5.1-§5.3's norm with ``eps`` for the norms whose prefix ends in ``name``."""
+
+    def norm(x: Any, params: Any, prefix: str, conventions: Any) -> Any:
+        if prefix.endswith(name):
+            conventions = dataclasses.replace(conventions, eps=eps)
+        return oracle.norm(x, params, prefix, conventions)
+
+    return norm
+
+
+def one_norm_eps_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """One norm (every norm of one name: ``norm1`` of each layer) at another eps of the
+    catalogue's, the others at the declared one (a module built with its default eps,
+    ``nn.LayerNorm(dim)``, beside ones given the config's). The eps of every norm at once is
+    the convention field, tried first."""
+    from .explain import alternatives
+
+    if not params or not reaches(component, "norm"):
+        return
+    names = sorted({_leaf(k)[: -len("weight")] for k in params if _NORM_WEIGHT.search(k)})
+    if len(names) < 2:
+        return
+    for name in names:
+        for eps in alternatives("eps", None):
+            yield Alternative(
+                "layer_norm.eps_wrong",
+                f"the output is the spec's with the {name[:-1]} norms at eps={eps!r} and the "
+                "others at the declared eps: one norm is built with another eps (its "
+                "module's default, such as nn.LayerNorm(dim)'s 1e-5) than the configuration "
+                "gives the rest (SPEC.md §5.1)",
+                pieces={"norm": _norm_with_eps(name, eps)},
+            )
+
+
 def more_hypotheses(
     component: str, params: Arrays | None, sublayers: int = 0, config: Any = None
 ) -> Iterator[Alternative]:
@@ -493,6 +529,7 @@ def more_hypotheses(
     yield from layer_params_hypotheses(params)
     yield from gating_hypotheses(component)
     yield from normalised_logits_hypotheses(component)
+    yield from one_norm_eps_hypotheses(component, params)
 
 
 def explained_by_one_other_field(
