@@ -528,6 +528,33 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "10.9",
         "ONNX Runtime's graph optimisations change the result",
     ),
+    # --- parameters read in the wrong place (hypotheses by class on the canonical layout)
+    (
+        "attention.qkv_order_wrong",
+        "cause",
+        "3.4 0.2",
+        "the query, key and value projections are taken in the wrong order or layout "
+        "(a fused qkv weight split as k, q, v, or read head-major instead of part-major)",
+    ),
+    ("layer_norm.gain_unused", "cause", "5.1 5.3", "the norm's gain (weight) is never applied"),
+    (
+        "rope.rotation_inverted",
+        "cause",
+        "2.3",
+        "the rotation turns the other way (by -theta: the sign of sin flipped)",
+    ),
+    (
+        "ffn.activation_after_gating",
+        "cause",
+        "11.3",
+        "a gated FFN activates the product gate(x) * up(x) instead of gate(x) alone",
+    ),
+    (
+        "blocks.layer_params_wrong",
+        "cause",
+        "7.3 0.2",
+        "the layers of a stack read another layer's parameters (all the first's, or the last's)",
+    ),
 ]
 
 

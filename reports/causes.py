@@ -17,7 +17,23 @@ The order is one a user can act on (docs/diagnosis.md):
    comparison's own precision, then one that reproduces it at float32's only, then a
    property's finding; this comes before the number of failing rows, so a cause that
    reproduces the output exactly beats one that fits more rows;
-5. a forward finding before the gradient one it causes, then the number of failing rows.
+5. a forward finding before the gradient one it causes;
+6. the cause found on the smallest component before one found on a component built from it
+   (the component record's level: an op, a layer, a stack, a model): a bug in an op makes
+   every layer, stack and model using it fail too, with findings of their own (a norm whose
+   statistics span the sequence leaks the future through a decoder block: the block's
+   causal-leak finding is a consequence), so the count of failing rows, which grows with
+   every composite, only breaks the remaining ties.
+
+A self-consistency cause (a code that names a violation of the decoding regimes, SPEC.md
+§11.6 to §11.9) on a subject whose plain forward also fails with a named cause comes after
+the forward's causes, whatever its rank: those checks compare the subject with itself on a
+rearranged sequence (cached steps against the full forward, §11.6; a left-padded row
+against the row alone, §11.7; a row in a batch of different lengths against the row alone,
+§11.8; chunked calls, §11.9), so a wrong forward (a causal leak, a norm over the sequence)
+makes them disagree too, and lets a cache hypothesis fit the difference by accident; the
+forward's own cause is the one to fix. (A batch's rows mixing, §10.2, is no such
+consequence: a wrong forward of one row does not make rows interact.)
 """
 
 from __future__ import annotations
@@ -26,7 +42,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tck.reference.catalogue import convention_code
-from tck.reference.codes import SPECIFICITY, rank
+from tck.reference.codes import SPECIFICITY, lookup, rank
+from tck.reference.components import LEVELS, RECORDS
 
 
 def is_generic(code: str) -> bool:
@@ -82,6 +99,25 @@ def _strength(result: Mapping[str, Any]) -> int:
     return strength
 
 
+def level(result: Mapping[str, Any]) -> int:
+    """The position of the result's component in the record's LEVELS (0 an op, 3 a model);
+    past the end for a component the record lacks (an adapter's own subject)."""
+    found = RECORDS.get(str(result.get("component") or result.get("subject") or ""))
+    return LEVELS.index(found.level) if found is not None else len(LEVELS)
+
+
+# The SPEC clauses of the decoding regimes, whose checks compare a subject with itself on a
+# rearranged sequence: cached decoding, left padding, rows of different lengths, chunks.
+SELF_CONSISTENCY_CLAUSES = ("11.6", "11.7", "11.8", "11.9")
+
+
+def self_consistency(code: str) -> bool:
+    """Does ``code`` name a violation of a decoding regime (its registry clauses include one
+    of ``SELF_CONSISTENCY_CLAUSES``)?"""
+    found = lookup(code)
+    return found is not None and any(c in SELF_CONSISTENCY_CLAUSES for c in found.clauses)
+
+
 def _generic_order(code: str) -> int:
     """Among codes of one rank: a gradient disagreement follows from a forward one (and is
     ranked below it), a component's own code above the family codes ``*.assertion``.
@@ -103,10 +139,11 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     oracle mismatch of an encoder layer whose LayerNorm probe named unbiased variance is a
     symptom of that variance), and stands as its own cause only when its subject has none.
     Returns ``[{"code", "message", "subjects", "symptoms": [{check, subject, code,
-    message}], "specificity", "reproduced", "evidence", "weak", "known"}]`` in the order of
-    the module docstring: the symptoms include the results that carry the cause's code
-    themselves; ``evidence`` is the strongest of its results' (``evidence``), ``weak`` says
-    that every result is a 16-bit fit alone, ``known`` that the baseline had them all.
+    message}], "specificity", "reproduced", "evidence", "weak", "known", "level"}]`` in the
+    order of the module docstring: the symptoms include the results that carry the cause's
+    code themselves; ``evidence`` is the strongest of its results' (``evidence``), ``weak``
+    says that every result is a 16-bit fit alone, ``known`` that the baseline had them all,
+    ``level`` is the lowest of its results' (``level``).
     """
     failing = [r for r in results if r.get("status") in ("fail", "error")]
     # Several conventions explained at once (an Annotated-Transformer LayerNorm): the codes of
@@ -151,6 +188,15 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         strength[code] = max(strength.get(code, 0), _strength(r))
         if reproduced(r):
             won.add(code)
+    # Subjects whose plain forward fails with a named cause (not a self-consistency one, not
+    # a generic code): their self-consistency findings are consequences (module docstring).
+    forward_fails = {
+        r["subject"]
+        for r in failing
+        if (code := (r.get("diagnosis") or {}).get("code", ""))
+        and not is_generic(code)
+        and not self_consistency(code)
+    }
     groups: dict[str, dict[str, Any]] = {}
     for r in failing:
         diagnosis = r.get("diagnosis") or {}
@@ -174,10 +220,12 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "evidence": 0,
                 "weak": True,
                 "known": True,
+                "level": len(LEVELS),
                 "subjects": [],
                 "symptoms": [],
             },
         )
+        group["level"] = min(group["level"], level(r))
         if r["subject"] not in group["subjects"]:
             group["subjects"].append(r["subject"])
         group["evidence"] = max(group["evidence"], evidence(r))
@@ -198,10 +246,12 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         key=lambda g: (
             int(g["known"]),
             int(g["weak"]),
+            int(self_consistency(g["code"]) and all(s in forward_fails for s in g["subjects"])),
             -g["specificity"],
             -int(g["reproduced"]),
             -g["evidence"],
             -_generic_order(g["code"]),
+            g["level"],
             -len(g["symptoms"]),
             g["code"],
         ),

@@ -145,6 +145,18 @@ NAMES: tuple[str, ...] = (
     "cache_keys_prepended",
     "cache_padding_dropped",
     "cache_rope_keys_offset",
+    # parameters read in the wrong place, by class (the canonical layout's pieces): the key
+    # and value slices of a fused projection exchanged, a norm's gain never multiplied, every
+    # layer of a stack running the first layer's weights
+    "qkv_split_k_v_swapped",
+    "rms_norm_gain_unused",
+    "lm_layers_share_weights",
+    # RoPE turned the other way (the sign of sin flipped)
+    "rope_rotation_inverted",
+    # SwiGLU's activation applied after the gating product
+    "swiglu_silu_after_product",
+    # a causal LM returning log-probabilities (the §8.2 check runs on seq2seq models only)
+    "lm_log_softmax_logits",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

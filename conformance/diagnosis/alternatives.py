@@ -56,6 +56,8 @@ class Alternative:
     params: Arrays | None = None
     inputs: Arrays | None = None
     nan: str = "compare"
+    # applied to the oracle's output (a model that normalises its logits), None: nothing
+    after: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if self.nan not in NAN_RULES:
@@ -96,7 +98,8 @@ def output_of(
     pieces = alternative.pieces() if callable(alternative.pieces) else alternative.pieces
     variant = oracle_variant(pieces) if pieces else None
     call_inputs = inputs if alternative.inputs is None else alternative.inputs
-    return expected_under(variant, component, call_inputs, chosen, config, conv)
+    out = expected_under(variant, component, call_inputs, chosen, config, conv)
+    return out if alternative.after is None else alternative.after(out)
 
 
 def within(

@@ -24,11 +24,33 @@ The codes (SPEC.md Appendix B):
   convention) where the weights are stored for ``weight`` (or the reverse, ``weight - 1``);
 - ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
   input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``, in every sublayer or
-  in one sublayer only (the k-th of the call, in the order the oracle runs them).
+  in one sublayer only (the k-th of the call, in the order the oracle runs them);
+- ``blocks.residual_missing``: a sublayer without its residual add, in every sublayer or in
+  one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
+  other side of its residual add (the whole stack's placement is the convention field);
+- ``attention.qkv_order_wrong``: the query, key and value projections taken in another order
+  (a fused ``c_attn`` output split as k, q, v) or the fused weight read in the other layout,
+  head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse (§3.4), wherever the
+  canonical parameters hold q, k and v projections of one shape;
+- ``layer_norm.gain_unused``: the norm's gain is loaded but never multiplied (every norm, or
+  every norm of one name: ``norm1`` of each layer), wherever a norm weight is not all ones;
+- ``blocks.layer_params_wrong``: every layer of a stack reads the first layer's parameters,
+  or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
+  layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3);
+- ``ffn.activation_after_gating``: a gated FFN computing ``down(act(gate(x) * up(x)))``,
+  wherever the oracle runs the gated FFN (§11.3);
+- ``model.returns_log_probabilities`` / ``model.returns_probabilities``: the (log-)softmax
+  of the spec's output, wherever the component record calls the output logits (§8.2).
+
+The parameter hypotheses are read off the canonical parameter layout (``tck.reference.params``:
+``q.weight``, ``norm1.weight``, ``layers.<i>.``), not off a list of components, so every
+component whose parameters hold those pieces gets them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -48,7 +70,13 @@ _NORM_WEIGHT = re.compile(r"(^|\.)(norm\d*|ln_\w+)\.weight$")
 # group's parameters, in every layer, are zeroed at once; the q/k/v triple first (a port
 # that drops the attention biases drops them together: Qwen2's q/k/v biases). The key bias
 # alone has no group: it adds q . b_k to every score of a query, which softmax cancels.
+_PROJECTION_BIASES = (
+    *("q.bias", "k.bias", "v.bias", "o.bias", "fc1.bias", "fc2.bias"),
+    *("gate.bias", "up.bias", "down.bias", "head.bias"),
+)
 BIAS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # one shared linear-layer class that drops its bias drops every projection's
+    ("every linear projection (one shared linear layer)", _PROJECTION_BIASES),
     ("the query, key and value projections", ("q.bias", "k.bias", "v.bias")),
     ("the query projection", ("q.bias",)),
     ("the value projection", ("v.bias",)),
@@ -77,10 +105,12 @@ def _residual_after_norm(x: Any, params: Any, norm_prefix: str, conventions: Any
     return h + fn(h)
 
 
-def _residual_after_norm_in(which: int) -> Callable[[], dict[str, Callable[..., Any]]]:
+def _residual_after_norm_in(
+    which: int, variant: Callable[..., Any] = _residual_after_norm
+) -> Callable[[], dict[str, Callable[..., Any]]]:
     """Pieces (built anew for each evaluation: the replacement counts its calls) under which
     only the ``which``-th sublayer of a call (0-based, in the order the oracle runs them)
-    takes its residual from the normalised input."""
+    runs ``variant`` (default: takes its residual from the normalised input)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         seen = [0]
@@ -88,12 +118,29 @@ def _residual_after_norm_in(which: int) -> Callable[[], dict[str, Callable[..., 
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
             seen[0] += 1
             if seen[0] - 1 == which:
-                return _residual_after_norm(x, params, norm_prefix, conventions, fn)
+                return variant(x, params, norm_prefix, conventions, fn)
             return oracle._sublayer(x, params, norm_prefix, conventions, fn)
 
         return {"_sublayer": sublayer}
 
     return pieces
+
+
+def _residual_dropped(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A sublayer without its residual add: f(Norm(x)) pre-LN, Norm(f(x)) post-LN (§7.1)."""
+    if conventions.norm_placement == "post":
+        return oracle.norm(fn(x), params, norm_prefix, conventions)
+    return fn(oracle.norm(x, params, norm_prefix, conventions))
+
+
+def _post_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A post-LN sublayer, Norm(x + f(x)), whatever the declared placement (§7.1)."""
+    return oracle.norm(x + fn(x), params, norm_prefix, conventions)
+
+
+def _pre_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A pre-LN sublayer, x + f(Norm(x)), whatever the declared placement (§7.1)."""
+    return x + fn(oracle.norm(x, params, norm_prefix, conventions))
 
 
 def counting_sublayers() -> tuple[dict[str, Callable[..., Any]], list[int]]:
@@ -155,8 +202,9 @@ def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
 
 
 def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternative]:
-    """A pre-LN residual taken from the normalised input: in every sublayer, then (when the
-    call runs ``sublayers`` > 1 of them) in each one alone."""
+    """A pre-LN residual taken from the normalised input, a residual add missing: in every
+    sublayer, then (when the call runs ``sublayers`` > 1 of them) in each one alone; one
+    sublayer alone normalised on the other side of its residual add."""
     if not reaches(component, "_sublayer"):
         return
     yield Alternative(
@@ -176,6 +224,38 @@ def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternat
             "itself (x + f(norm(x))); the other sublayers are right (SPEC.md §7.1)",
             pieces=_residual_after_norm_in(which),
         )
+    yield Alternative(
+        "blocks.residual_missing",
+        "the output is the spec's with no residual add in any sublayer (f(norm(x)) pre-LN, "
+        "norm(f(x)) post-LN, instead of x + f(norm(x)) or norm(x + f(x))): SPEC.md §7.1",
+        pieces={"_sublayer": _residual_dropped},
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        yield Alternative(
+            "blocks.residual_missing",
+            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
+            "the layers run them: attention, [cross-attention,] FFN per layer) missing its "
+            "residual add (f(norm(x)) pre-LN, norm(f(x)) post-LN); the other sublayers are "
+            "right (SPEC.md §7.1)",
+            pieces=_residual_after_norm_in(which, _residual_dropped),
+        )
+    # the whole stack's placement is the norm_placement convention (tried first); here one
+    # sublayer alone normalises on the other side of its residual add
+    # (the declared placement's own variant equals the spec: never evidence)
+    placements = (
+        ("blocks.norm_placement_post", "post-LN, norm(x + f(x))", _post_ln),
+        ("blocks.norm_placement_pre", "pre-LN, x + f(norm(x))", _pre_ln),
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        for code, formula, variant in placements:
+            yield Alternative(
+                code,
+                f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the "
+                "order the layers run them: attention, [cross-attention,] FFN per layer) "
+                f"computed {formula}, while the others follow the declared placement "
+                "(SPEC.md §7.1)",
+                pieces=_residual_after_norm_in(which, variant),
+            )
 
 
 def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:
@@ -211,15 +291,245 @@ def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alt
         )
 
 
+def _qkv_prefixes(params: Arrays) -> list[str]:
+    """Prefixes ``p`` with ``p + 'q.weight'``, ``'k.weight'`` and ``'v.weight'``."""
+    prefixes = sorted({k[: -len("q.weight")] for k in params if k.endswith("q.weight")})
+    return [p for p in prefixes if all(f"{p}{x}.weight" in params for x in "kv")]
+
+
+def _same_shapes(params: Arrays, prefix: str, pairs: Iterator[tuple[str, str]]) -> bool:
+    return all(
+        np.shape(params[f"{prefix}{a}.weight"]) == np.shape(params[f"{prefix}{b}.weight"])
+        for a, b in pairs
+    )
+
+
+def _leaves(params: Arrays, prefix: str) -> list[str]:
+    """The leaves (weight, bias) that q, k and v of ``prefix`` all have."""
+    return [
+        leaf for leaf in ("weight", "bias") if all(f"{prefix}{x}.{leaf}" in params for x in "qkv")
+    ]
+
+
+def _relaid(fused: np.ndarray, n_heads: int, stored: str) -> list[np.ndarray]:
+    """q, k and v read from ``fused`` (the rows of q, k, v stacked in the layout ``stored``)
+    in the other layout: part-major ``[3, H, d]`` stored, head-major ``[H, 3, d]`` read, or
+    the reverse. Rows first: a weight ``[3*H*d, D]`` or a bias ``[3*H*d]``."""
+    rows, rest = fused.shape[0], fused.shape[1:]
+    d = rows // (3 * n_heads)
+    if stored == "part_major":  # memory [3, H, d]; read as [H, 3, d]
+        read = fused.reshape(n_heads, 3, d, *rest)
+        return [read[:, i].reshape(n_heads * d, *rest) for i in range(3)]
+    read = fused.reshape(3, n_heads * d, *rest)  # memory [H, 3, d]; read as [3, H, d]
+    return [read[i] for i in range(3)]
+
+
+def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
+    """The q, k, v projections in another order, or the fused weight in the other layout."""
+    prefixes = _qkv_prefixes(params or {})
+    if not prefixes or params is None:
+        return
+    for order in itertools.permutations("qkv"):
+        # with grouped-query heads (k and v narrower than q) only k and v can trade places
+        if order == ("q", "k", "v") or not all(
+            _same_shapes(params, p, zip("qkv", order, strict=True)) for p in prefixes
+        ):
+            continue
+        out = dict(params)
+        for prefix in prefixes:
+            for leaf in _leaves(params, prefix):
+                for to, source in zip("qkv", order, strict=True):
+                    out[f"{prefix}{to}.{leaf}"] = params[f"{prefix}{source}.{leaf}"]
+        yield Alternative(
+            "attention.qkv_order_wrong",
+            f"the output is the spec's with the query, key and value projections taken as "
+            f"{', '.join(order)}: a fused qkv projection split in the wrong order (or q, k, v "
+            "weights loaded into each other's places; SPEC.md §3.4, §0.2)",
+            params=out,
+        )
+    n_heads = getattr(config, "n_heads", 0)
+    if not all(_same_shapes(params, p, iter((("q", "k"), ("q", "v")))) for p in prefixes):
+        return  # a fused [3, H, d] weight needs as many key/value heads as query heads
+    for stored, read in (("part_major", "head-major [H, 3, d]"), ("head_major", "part-major")):
+        out = dict(params)
+        for prefix in prefixes:
+            for leaf in _leaves(params, prefix):
+                pieces = [
+                    np.asarray(params[f"{prefix}{x}.{leaf}"], dtype=np.float64) for x in "qkv"
+                ]
+                if not n_heads or pieces[0].shape[0] % n_heads:
+                    return
+                if stored == "part_major":
+                    fused = np.concatenate(pieces)
+                else:  # per head: its q rows, its k rows, its v rows
+                    d = pieces[0].shape[0] // n_heads
+                    fused = np.concatenate(
+                        [x[h * d : (h + 1) * d] for h in range(n_heads) for x in pieces]
+                    )
+                for x, relaid in zip("qkv", _relaid(fused, n_heads, stored), strict=True):
+                    out[f"{prefix}{x}.{leaf}"] = relaid
+        layout = "part-major [3, H, d]" if stored == "part_major" else "head-major [H, 3, d]"
+        yield Alternative(
+            "attention.qkv_order_wrong",
+            f"the output is the spec's with the fused qkv projection stored {layout} and read "
+            f"{read}: each head's query, key and value rows are taken from the wrong slices "
+            "of the fused weight (SPEC.md §3.4, §0.2)",
+            params=out,
+        )
+
+
+def gain_unused_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """Every norm's gain never multiplied, then each norm name's alone (norm1 of each layer)."""
+    if not params:
+        return
+    norms = [k for k in _norm_weights(component, params) if np.any(np.asarray(params[k]) != 1.0)]
+    groups: dict[str, list[str]] = {}
+    for k in norms:
+        groups.setdefault(_leaf(k), []).append(k)
+    candidates = [norms] + (list(groups.values()) if len(groups) > 1 else [])
+    for keys in candidates:
+        if not keys:
+            continue
+        ones = {
+            **params,
+            **{k: np.ones_like(np.asarray(params[k], dtype=np.float64)) for k in keys},
+        }
+        shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+        yield Alternative(
+            "layer_norm.gain_unused",
+            f"the output is the spec's with the norm gains set to one ({shown}): the norm "
+            "loads its weight but never multiplies by it (a hand-written norm that returns the "
+            "normalised x, SPEC.md §5.1, §5.3)",
+            params=ones,
+        )
+
+
+_LAYER = re.compile(r"^(.*?layers\.)(\d+)\.(.+)$")
+
+
+def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
+    """Every layer of a stack reading the first layer's parameters, or the last layer's."""
+    stacks: dict[str, dict[int, dict[str, str]]] = {}  # stack prefix -> layer -> rest -> key
+    for key in params or {}:
+        match = _LAYER.match(key)
+        if match:
+            stack, index, rest = match.groups()
+            stacks.setdefault(stack, {}).setdefault(int(index), {})[rest] = key
+    stacks = {s: layers for s, layers in stacks.items() if len(layers) > 1}
+    if not stacks or params is None:
+        return
+    for which, words in ((min, "the first layer's"), (max, "the last layer's")):
+        out = dict(params)
+        for layers in stacks.values():
+            source = layers[which(layers)]
+            for own in layers.values():
+                for rest, key in own.items():
+                    if rest in source and np.shape(params[source[rest]]) == np.shape(params[key]):
+                        out[key] = params[source[rest]]
+        yield Alternative(
+            "blocks.layer_params_wrong",
+            f"the output is the spec's with every layer of the stack reading {words} "
+            "parameters: a loop over the layers that indexes one fixed layer, or weights "
+            "looked up without the layer index (SPEC.md §7.3)",
+            params=out,
+        )
+
+
+def _activated_after_gating(x: Any, params: Any, *, activation: str = "silu") -> np.ndarray:
+    """§11.3 with the activation applied to the gating product: down(act(gate(x) * up(x)))."""
+    act = oracle.GATE_ACTIVATIONS[activation]
+    hidden = act(oracle.linear(x, params, "gate.") * oracle.linear(x, params, "up."))
+    return oracle.linear(hidden, params, "down.")
+
+
+def gating_hypotheses(component: str) -> Iterator[Alternative]:
+    """A gated FFN that activates the product gate(x) * up(x) instead of gate(x) alone."""
+    if not reaches(component, "gated_feed_forward"):
+        return
+    yield Alternative(
+        "ffn.activation_after_gating",
+        "the output is the spec's with the gated FFN's activation applied after the gating "
+        "product, down(act(gate(x) * up(x))), instead of to the gate alone, "
+        "down(act(gate(x)) * up(x)) (SPEC.md §11.3)",
+        pieces={"gated_feed_forward": _activated_after_gating},
+    )
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def normalised_logits_hypotheses(component: str) -> Iterator[Alternative]:
+    """A model whose output the record calls logits returning log-probabilities or
+    probabilities instead (SPEC.md §8.2: the softmax belongs to the loss)."""
+    if "logits" not in record(component).output:
+        return
+    yield Alternative(
+        "model.returns_log_probabilities",
+        "the output is the spec's with a log-softmax over the last axis applied to its "
+        "logits: the model returns log-probabilities, not logits (SPEC.md §8.2)",
+        after=_log_softmax,
+    )
+    yield Alternative(
+        "model.returns_probabilities",
+        "the output is the spec's with a softmax over the last axis applied to its logits: "
+        "the model returns probabilities, not logits (SPEC.md §8.2)",
+        after=lambda x: np.exp(_log_softmax(x)),
+    )
+
+
+def _norm_with_eps(name: str, eps: float) -> Callable[..., Any]:
+    """§5.1-§5.3's norm with ``eps`` for the norms whose prefix ends in ``name``."""
+
+    def norm(x: Any, params: Any, prefix: str, conventions: Any) -> Any:
+        if prefix.endswith(name):
+            conventions = dataclasses.replace(conventions, eps=eps)
+        return oracle.norm(x, params, prefix, conventions)
+
+    return norm
+
+
+def one_norm_eps_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """One norm (every norm of one name: ``norm1`` of each layer) at another eps of the
+    catalogue's, the others at the declared one (a module built with its default eps,
+    ``nn.LayerNorm(dim)``, beside ones given the config's). The eps of every norm at once is
+    the convention field, tried first."""
+    from .explain import alternatives
+
+    if not params or not reaches(component, "norm"):
+        return
+    names = sorted({_leaf(k)[: -len("weight")] for k in params if _NORM_WEIGHT.search(k)})
+    if len(names) < 2:
+        return
+    for name in names:
+        for eps in alternatives("eps", None):
+            yield Alternative(
+                "layer_norm.eps_wrong",
+                f"the output is the spec's with the {name[:-1]} norms at eps={eps!r} and the "
+                "others at the declared eps: one norm is built with another eps (its "
+                "module's default, such as nn.LayerNorm(dim)'s 1e-5) than the configuration "
+                "gives the rest (SPEC.md §5.1)",
+                pieces={"norm": _norm_with_eps(name, eps)},
+            )
+
+
 def more_hypotheses(
-    component: str, params: Arrays | None, sublayers: int = 0
+    component: str, params: Arrays | None, sublayers: int = 0, config: Any = None
 ) -> Iterator[Alternative]:
     """Every hypothesis of this module for ``component`` with ``params``; ``sublayers``: how
-    many sublayers the call runs (0: not counted, no one-sublayer hypotheses)."""
+    many sublayers the call runs (0: not counted, no one-sublayer hypotheses); ``config``:
+    the instance's (the fused-qkv layouts need its head count)."""
     yield from head_split_hypotheses(component)
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
     yield from param_hypotheses_more(component, params)
+    yield from qkv_hypotheses(config, params)
+    yield from gain_unused_hypotheses(component, params)
+    yield from layer_params_hypotheses(params)
+    yield from gating_hypotheses(component)
+    yield from normalised_logits_hypotheses(component)
+    yield from one_norm_eps_hypotheses(component, params)
 
 
 def explained_by_one_other_field(

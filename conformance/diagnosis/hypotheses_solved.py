@@ -2,9 +2,12 @@
 parameterised families that no list of candidate values covers, solved numerically.
 
 - ``rope.applied_to_wrong_tensors``: RoPE (SPEC.md §2.3) rotates the queries and the keys of
-  causal self-attention (§11.1); an implementation that rotates the queries only, the keys
-  only, or the values as well. It applies to every component whose oracle runs the rotation
+  causal self-attention (§11.1); an implementation that rotates any other non-empty subset
+  of the queries, keys and values (q only, k only, v only, q and v, k and v, all three).
+  It applies to every component whose oracle runs the rotation
   (``tck.reference.variants.reaches(component, "rope_rows")``) under ``positions='rope'``.
+- ``rope.rotation_inverted``: every rotation by -theta instead of theta (the sign of sin
+  flipped: ``x * cos - rotate_half(x) * sin``), in every component whose oracle runs RoPE.
 - A convention field with a continuum of values (the catalogue's ``NUMERIC`` fields: an eps,
   a RoPE or sinusoidal base): the value is solved for by a one-dimensional search on a log
   scale, so a base of 1e6 or 123456 is named as well as the three usual ones; its code is
@@ -19,6 +22,8 @@ parameterised families that no list of candidate values covers, solved numerical
   statistics over the last two axes, (sequence, features), as ``nn.LayerNorm([L, D])`` or
   ``F.layer_norm(x, x.shape[-2:])`` compute them, in every component whose oracle runs that
   norm; positions then share statistics (in a decoder, the future leaks through them).
+- RoPE's inverse frequencies rounded to float16 or bfloat16 before the angles are formed
+  (``numerics.rope_angles_low_precision``), in every component whose oracle runs RoPE.
 - The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
   RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
   subject compared in float32 or float64 (float32 tables in a float64 subject are the
@@ -34,6 +39,7 @@ float32 tensor in a float64 build): ``numerics.float64_precision_lost``, naming 
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -50,8 +56,14 @@ from .alternatives import Alternative
 
 Evaluate = Callable[[Alternative], np.ndarray]
 
-# The rotation targets tried, the spec's (q, k) excluded.
-ROPE_TARGETS: tuple[tuple[str, ...], ...] = (("q",), ("k",), ("q", "k", "v"))
+# The rotation targets tried: every non-empty subset of (q, k, v) but the spec's (q, k).
+ROPE_TARGETS: tuple[tuple[str, ...], ...] = tuple(
+    subset
+    for size in (1, 2, 3)
+    for subset in itertools.combinations("qkv", size)
+    if subset != ("q", "k")
+)
+_TENSOR_WORDS = {"q": "queries", "k": "keys", "v": "values"}
 
 # Search ranges, natural log of the value: eps from 1e-14 to 1; a positional base from 10 to
 # 1e9 (RoPE bases in use run from 1e4 to 5e5 and 1e6; anything in between is as plausible);
@@ -139,19 +151,44 @@ def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alterna
     """RoPE applied to the queries only, the keys only, or to the values as well."""
     if getattr(conventions, "positions", None) != "rope" or not reaches(component, "rope_rows"):
         return
-    words = {
-        ("q",): "the queries only (the keys are not rotated)",
-        ("k",): "the keys only (the queries are not rotated)",
-        ("q", "k", "v"): "the values as well as the queries and keys",
-    }
     for targets in ROPE_TARGETS:
+        rotated = " and ".join(_TENSOR_WORDS[t] for t in targets)
+        missed = [_TENSOR_WORDS[t] for t in "qk" if t not in targets]
+        words = f"the {rotated} only" + (
+            f" (the {' and '.join(missed)} not rotated)" if missed else " (the values too)"
+        )
         yield Alternative(
             registered("rope.applied_to_wrong_tensors"),
-            f"the output is the spec's with the rotary encoding applied to {words[targets]}: "
+            f"the output is the spec's with the rotary encoding applied to {words}: "
             "RoPE rotates q and k, never v, so that the score q_i . k_j depends on i - j "
             "(SPEC.md §2.3, §11.1)",
             pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
         )
+
+
+def _rope_turned_back(  # type: ignore[no-untyped-def]
+    x, positions=None, *, base: float = 10000.0, layout: str = "interleaved", frequencies=None
+):
+    """§2.3 with every angle's sign flipped: the rotation at p is the spec's at -p
+    (``x * cos - rotate_half(x) * sin``, or sin and cos of -theta)."""
+    length = np.shape(x)[-2]
+    positions = np.arange(length) if positions is None else np.asarray(positions)
+    return oracle.rope(x, -positions, base=base, layout=layout, frequencies=frequencies)
+
+
+def rope_direction_hypotheses(component: str) -> Iterator[Alternative]:
+    """RoPE rotating the other way, in every component whose oracle runs the rotation (where
+    the declared conventions do not rotate, the oracle does not call it: the alternative then
+    equals the spec and is never evidence)."""
+    if not reaches(component, "rope"):
+        return
+    yield Alternative(
+        registered("rope.rotation_inverted"),
+        "the output is the spec's with the rotary encoding turned the other way: each pair is "
+        "rotated by -theta (x * cos - rotate_half(x) * sin, or sin taken with the wrong "
+        "sign), so the score q_i . k_j depends on j - i instead of i - j (SPEC.md §2.3)",
+        pieces={"rope": _rope_turned_back},
+    )
 
 
 def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
@@ -352,6 +389,31 @@ def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
     return rope
 
 
+def _rope_frequencies_in(dtype: str, stepwise: bool) -> Callable[..., np.ndarray]:
+    """§2.3 with the inverse frequencies base^(-2i/d) (or §2.6's scaled ones) held in
+    ``dtype`` before the angles are formed: rounded once (an ``inv_freq`` computed in float64
+    and stored in ``dtype``) or, ``stepwise``, at every step of ``1 / base ** (2i / d)``
+    computed in ``dtype`` (``torch.arange(0, d, 2, dtype=torch.bfloat16)``)."""
+
+    def rope(  # type: ignore[no-untyped-def]
+        x, positions=None, *, base: float = 10000.0, layout: str = "interleaved", frequencies=None
+    ):
+        d = np.shape(x)[-1]
+        unscaled = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        if frequencies is not None and not np.allclose(frequencies, unscaled, rtol=1e-12):
+            omega = rounded_to(frequencies, dtype)  # §2.6's scaled frequencies, stored
+        elif stepwise:  # each 16-bit op computed in float32 and rounded (as torch on CPU)
+            f32 = np.float32
+            exponent = rounded_to(np.arange(0, d, 2, dtype=f32) / f32(d), dtype).astype(f32)
+            power = rounded_to(np.power(f32(base), exponent), dtype).astype(f32)
+            omega = rounded_to(f32(1.0) / power, dtype)
+        else:
+            omega = rounded_to(unscaled, dtype)
+        return oracle.rope(x, positions, base=base, layout=layout, frequencies=omega)
+
+    return rope
+
+
 def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alternative]:
     """Each table the component's oracle builds, stored in each 16-bit dtype."""
     if compared_in not in TABLE_COMPARISONS:
@@ -372,10 +434,28 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
                 "and keep it in the model's dtype or better",
                 pieces={piece: make(dtype)},
             )
+    if reaches(component, "rope"):
+        for dtype, stepwise in itertools.product(TABLE_DTYPES, (True, False)):
+            yield Alternative(
+                registered("numerics.rope_angles_low_precision"),
+                f"the output is the spec's with RoPE's inverse frequencies base^(-2i/d) "
+                f"{'computed' if stepwise else 'stored'} in {dtype} before the angles "
+                f"p * omega are formed (an inv_freq buffer built or kept in {dtype}): every "
+                f"angle is off by {dtype}'s rounding of its frequency, times the position "
+                "(SPEC.md §2.3, §10.10)",
+                pieces={"rope": _rope_frequencies_in(dtype, stepwise)},
+            )
 
 
 # The axes a norm's statistics may wrongly run over, besides the spec's last axis.
-NORM_AXES: tuple[tuple[int, ...], ...] = ((-2, -1),)
+# (sequence, features): nn.LayerNorm([L, D]); the sequence alone: mean(dim=1) for dim=-1.
+NORM_AXES: tuple[tuple[int, ...], ...] = ((-2, -1), (-2,))
+_AXES_WORDS = {
+    (-2, -1): "the last 2 axes (sequence and features: nn.LayerNorm([L, D]), "
+    "F.layer_norm(x, x.shape[-2:]))",
+    (-2,): "the sequence axis (x.mean(dim=1) for dim=-1: each feature normalised over the "
+    "positions)",
+}
 
 
 def _layer_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
@@ -414,16 +494,16 @@ def _rms_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
 
 
 def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
-    """LayerNorm and RMSNorm statistics over (sequence, features) instead of features."""
+    """LayerNorm and RMSNorm statistics over (sequence, features), or over the sequence
+    alone, instead of over the features."""
     for piece, make in (("layer_norm", _layer_norm_over), ("rms_norm", _rms_norm_over)):
         if not reaches(component, piece):
             continue
         for axes in NORM_AXES:
             yield Alternative(
                 registered("layer_norm.positions_interact"),
-                f"the output is the spec's with the {piece} statistics taken over the last "
-                f"{len(axes)} axes (sequence and features: nn.LayerNorm([L, D]), "
-                "F.layer_norm(x, x.shape[-2:])) instead of over the features of each "
+                f"the output is the spec's with the {piece} statistics taken over "
+                f"{_AXES_WORDS[axes]} instead of over the features of each "
                 "position: every position's output depends on the others (in a decoder, on "
                 "future tokens; SPEC.md §5.1, §5.3)",
                 pieces={piece: make(axes)},

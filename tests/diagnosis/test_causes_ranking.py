@@ -79,3 +79,53 @@ def test_under_a_baseline_new_causes_come_first() -> None:
     # a cause with one new failure among known ones is new
     again = {**new, "subject": "layer_norm", "diagnosis": old["diagnosis"]}
     assert top_cause([old, again, new]) == "layer_norm.unbiased_variance"
+
+
+def _at(component: str, code: str, check: str = "equality.oracle") -> dict[str, Any]:
+    return {**_r(component, code), "component": component, "check": check}
+
+
+@pytest.mark.spec("0.3")
+def test_the_smallest_component_s_cause_comes_before_its_composites() -> None:
+    """An RMSNorm over (sequence, features) leaks the future through every decoder built on
+    it: the composites' causal-leak findings outnumber the norm's own, which still leads."""
+    composites = [
+        _at(subject, "mask.causal_leak", "decoder.causal_no_leak")
+        for subject in ("decoder_block", "causal_lm")
+        for _ in range(3)
+    ]
+    norm = _at("rms_norm", "layer_norm.positions_interact", "norm.rows_independent")
+    assert top_cause([*composites, norm]) == "layer_norm.positions_interact"
+    causes = root_causes([*composites, norm])
+    assert [c["level"] for c in causes] == [0, 1]  # an op, then a layer (and a model)
+    # among causes of one component's level, rows still decide
+    assert top_cause([*composites, _at("decoder_block", "blocks.residual_missing")]) == (
+        "mask.causal_leak"
+    )
+
+
+@pytest.mark.spec("0.3")
+def test_a_cache_finding_on_a_subject_whose_forward_fails_comes_after_the_forward_s() -> None:
+    """A soft causal mask leaks in the full forward; the cached steps, checked against that
+    forward, disagree with it and a cache hypothesis may fit the difference: the forward's
+    cause leads, the cache's follows."""
+    cached = [
+        _at("causal_self_attention", "cache.position_offset_wrong", "decoder.kv_cache")
+        for _ in range(5)
+    ]
+    leak = _at("causal_self_attention", "mask.causal_leak", "decoder.causal_no_leak")
+    assert [c["code"] for c in root_causes([*cached, leak])] == [
+        "mask.causal_leak",
+        "cache.position_offset_wrong",
+    ]
+    # a right-padded row, compared with itself alone, sees its pads through the same leak
+    padded = [
+        _at("causal_self_attention", "batch.padded_rows_differ", "decoder.batch_rows")
+        for _ in range(3)
+    ]
+    assert top_cause([*padded, *cached, leak]) == "mask.causal_leak"
+    # a forward that only disagrees (no named cause) leaves the cache's cause first, and
+    # a bug on the cached path alone (the forward passes) is the cache's
+    generic = _at("causal_self_attention", "attention.oracle_mismatch")
+    assert top_cause([*cached, generic]) == "cache.position_offset_wrong"
+    assert top_cause(cached) == "cache.position_offset_wrong"

@@ -46,6 +46,7 @@ def first_oracle_failure(adapter: str) -> CheckFailure:
         ("residual_from_normed_ffn", "blocks.residual_after_norm"),
         ("pe_float16_table", "numerics.table_low_precision"),
         ("layer_norm_seq_axes", "layer_norm.positions_interact"),
+        ("rope_rotation_inverted", "rope.rotation_inverted"),
     ],
 )
 def test_classes_name_their_mutant(mutant: str, code: str) -> None:
@@ -64,7 +65,12 @@ def _explained(component: str, alternative: Alternative, conventions=None, x_sca
     inputs = tck.inputs(inst, Shape())
     inputs = {**inputs, "x": inputs["x"] * x_scale} if x_scale != 1.0 else inputs
     spec = tck.gold(inst, inputs)
-    test = output_of(component, inputs, inst.params, inst.config, inst.conventions, alternative)
+    # The subject computes the alternative on every call (a solved value is checked on a
+    # second call of the subject, explain.holds_on_second_call).
+    tck.run = lambda inst, inputs: output_of(  # type: ignore[method-assign]
+        component, inputs, inst.params, inst.config, inst.conventions, alternative
+    )
+    test = tck.run(inst, inputs)
     return explain(tck, inst, inputs, test, tck.compare(inst, test, spec)), inst
 
 
@@ -100,12 +106,12 @@ def test_the_attention_scale_is_solved_in_causal_components(component: str, fact
 
 def test_rope_targets_only_where_the_component_rotates() -> None:
     rope = dataclasses.replace(DECODER_CANONICAL, positions="rope")
-    assert len(list(rope_target_hypotheses("decoder_block", rope))) == 3
+    assert len(list(rope_target_hypotheses("decoder_block", rope))) == 6  # 7 subsets - (q, k)
     assert not list(rope_target_hypotheses("decoder_block", DECODER_CANONICAL))  # learned
     assert not list(rope_target_hypotheses("mha", rope))
 
 
-@pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v")])
+@pytest.mark.parametrize("targets", [("q",), ("k",), ("q", "k", "v"), ("q", "v"), ("v",)])
 def test_rope_targets_are_named_in_a_block(targets: tuple[str, ...]) -> None:
     from tck.conformance.diagnosis.hypotheses_solved import _causal_self_attention_rotating
 
@@ -148,14 +154,29 @@ def test_a_table_kept_in_sixteen_bits_is_named(component: str, dtype: str) -> No
 
 
 @pytest.mark.parametrize("component", ["layer_norm", "rms_norm", "encoder_layer", "decoder_block"])
-def test_a_norm_over_the_sequence_too_is_named(component: str) -> None:
+@pytest.mark.parametrize("which", [0, 1])  # (sequence, features), the sequence alone
+def test_a_norm_over_the_sequence_too_is_named(component: str, which: int) -> None:
     from tck.conformance.diagnosis.hypotheses_solved import norm_axes_hypotheses
 
     piece = "rms_norm" if component == "rms_norm" else "layer_norm"  # the norm it runs
-    (alternative,) = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]
-    (code, message), _ = _explained(component, alternative)
+    ours = [a for a in norm_axes_hypotheses(component) if f"the {piece} " in a.message]
+    assert len(ours) == 2
+    (code, message), _ = _explained(component, ours[which])
     assert code == "layer_norm.positions_interact", message
     assert not list(norm_axes_hypotheses("mha"))
+
+
+def test_an_rms_norm_over_the_positions_is_named() -> None:
+    """RMSNorm's mean square taken over the positions (dim=1) of each feature, by hand."""
+
+    def rms_norm(x, weight=None, *, eps=1e-5):  # type: ignore[no-untyped-def]
+        x = np.asarray(x, dtype=np.float64)
+        y = x / np.sqrt((x**2).mean(axis=1, keepdims=True) + eps)
+        return y if weight is None else y * np.asarray(weight)
+
+    (code, message), _ = _explained("rms_norm", Alternative("", "", pieces={"rms_norm": rms_norm}))
+    assert code == "layer_norm.positions_interact", message
+    assert "sequence axis" in message
 
 
 @pytest.mark.parametrize(
@@ -191,3 +212,113 @@ def test_a_scale_held_in_float32_is_precision_not_a_wrong_scale(component: str) 
     (code, message), _ = _explained(component, alternative)
     assert code == "numerics.float64_precision_lost", message
     assert "attention scale" in message
+
+
+def test_a_value_the_subject_follows_on_one_call_only_is_not_evidence() -> None:
+    """A solved value is checked on a second, independent call: a subject that behaves as
+    scale factor 0.37 on the failing input and as 2.5 on every other is not named
+    attention.scale_wrong at 0.37 (one output is fitted by construction)."""
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "causal_self_attention")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+
+    def scaled(value: float) -> Alternative:
+        return Alternative("", "", pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)})
+
+    def run(inst, given):  # type: ignore[no-untyped-def]
+        value = 0.37 if given is inputs else 2.5
+        return output_of(
+            "causal_self_attention",
+            given,
+            inst.params,
+            inst.config,
+            inst.conventions,
+            scaled(value),
+        )
+
+    tck.run = run  # type: ignore[method-assign]
+    test = tck.run(inst, inputs)
+    code, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert code != "attention.scale_wrong", message
+    assert "0.37" not in message
+
+
+def test_the_second_call_draws_new_inputs_of_the_same_kind() -> None:
+    from tck.conformance.diagnosis.explain import second_inputs
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "decoder_block")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape())
+    for made in (inputs, dict(inputs)):  # the harness's own draw, and inputs it did not make
+        second = second_inputs(tck, inst, made)
+        assert second is not None and set(second) == set(inputs)
+        for name, value in inputs.items():
+            assert second[name].shape == value.shape and second[name].dtype == value.dtype
+            if np.issubdtype(value.dtype, np.floating):
+                assert not np.allclose(second[name], value), name
+            elif made is not inputs:  # redrawn by hand: masks, ids and positions kept
+                assert np.array_equal(second[name], value), name
+
+
+def _rope_sin_flipped(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+    """RoPE written with the sign of sin flipped (pairs turned by -theta), by hand."""
+    x = np.asarray(x, dtype=np.float64)
+    length, d = x.shape[-2], x.shape[-1]
+    positions = np.arange(length) if positions is None else np.asarray(positions)
+    omega = base ** (-np.arange(0, d, 2) / d) if frequencies is None else frequencies
+    theta = positions[:, None] * omega
+    if layout == "interleaved":
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        a, b = x[..., : d // 2], x[..., d // 2 :]
+    ra, rb = a * np.cos(theta) + b * np.sin(theta), -a * np.sin(theta) + b * np.cos(theta)
+    out = np.empty_like(x)
+    if layout == "interleaved":
+        out[..., 0::2], out[..., 1::2] = ra, rb
+    else:
+        out[..., : d // 2], out[..., d // 2 :] = ra, rb
+    return out
+
+
+@pytest.mark.parametrize("component", ["rope", "causal_self_attention", "decoder_block"])
+@pytest.mark.parametrize("layout", ["interleaved", "half_split"])
+def test_a_rotation_turned_the_other_way_is_named(component: str, layout: str) -> None:
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope", rope_layout=layout)
+    conventions = None if component == "rope" else rope
+    turned = Alternative("", "", pieces={"rope": _rope_sin_flipped})
+    if component == "rope":
+        adapter = load_adapter("reference")
+        subject = next(s for s in adapter.subjects() if s.component == "rope")
+        declared = Harness(adapter, subject, seed=0).instance().conventions
+        conventions = dataclasses.replace(declared, rope_layout=layout)
+    (code, message), _ = _explained(component, turned, conventions)
+    assert code == "rope.rotation_inverted", message
+
+
+@pytest.mark.parametrize("component", ["rope", "causal_self_attention"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_rope_frequencies_rounded_to_sixteen_bits_are_named(component: str, dtype: str) -> None:
+    """inv_freq built in a 16-bit dtype, the angles then formed at full precision (written
+    here with torch's own rounding of the frequencies)."""
+    import torch
+
+    from tck.reference import oracle
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        d = np.shape(x)[-1]
+        inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=getattr(torch, dtype)) / d))
+        omega = inv_freq.double().numpy()
+        return oracle.rope(x, positions, base=base, layout=layout, frequencies=omega)
+
+    rotating = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    conventions = None if component == "rope" else rotating
+    (code, message), _ = _explained(
+        component, Alternative("", "", pieces={"rope": rope}), conventions
+    )
+    assert code == "numerics.rope_angles_low_precision", message
