@@ -58,11 +58,9 @@ def _runner() -> ModuleType:
     return module
 
 
-def score_blind_set(set_dir: Path, jobs: int) -> dict[str, Any]:
-    """Every bug and control of the set, scored as run.py scores them; totals, per-bug rows,
-    the controls that failed, wall time."""
+def _scored(set_dir: Path, cases: list[dict[str, Any]], jobs: int, control: bool) -> list:
+    """Each case (a bug, or a control) run and scored as run.py does, ``jobs`` at a time."""
     run = _runner()
-    bugs, controls = run.load_bugs(set_dir), run.load_controls(set_dir)
 
     def one(case: dict[str, Any]) -> dict[str, Any]:
         record = run.run_one(
@@ -74,22 +72,22 @@ def score_blind_set(set_dir: Path, jobs: int) -> dict[str, Any]:
             TIMEOUT_S,
             False,
         )
-        if case in controls:
-            return run.score_control(case, record)
-        return run.score(case, record)
+        return run.score_control(case, record) if control else run.score(case, record)
 
-    started = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        scored = list(pool.map(one, [*bugs, *controls]))
-    rows, checked = scored[: len(bugs)], scored[len(bugs) :]
+        return list(pool.map(one, cases))
+
+
+def score_blind_set(set_dir: Path, jobs: int) -> dict[str, Any]:
+    """Every bug of the set, scored as run.py scores it; totals, per-bug rows, wall time."""
+    started = time.monotonic()
+    rows = _scored(set_dir, _runner().load_bugs(set_dir), jobs, control=False)
     return {
         "bugs": len(rows),
         "detected": sum(r["detected"] for r in rows),
         "right_class_first": sum(r["right_class_first"] for r in rows),
         "bugs_with_expected_codes": sum(bool(r["expected_codes"]) for r in rows),
-        "runner_errors": [r["id"] for r in scored if r["runner_error"]],
-        "controls": len(checked),
-        "controls_failed": [c["id"] for c in checked if not c["passed"]],
+        "runner_errors": [r["id"] for r in rows if r["runner_error"]],
         "jobs": jobs,
         "wall_s": round(time.monotonic() - started, 1),
         "rows": [
@@ -103,7 +101,7 @@ def score_blind_set(set_dir: Path, jobs: int) -> dict[str, Any]:
 @pytest.mark.parametrize("name", sorted(FLOORS))
 def test_blind_benchmark(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A blind set's detection and right-class-first counts, printed and written to
-    OUT/NAME_scores.json, each above its regression floor; its controls all pass."""
+    OUT/NAME_scores.json, each above its regression floor."""
     jobs = int(os.environ.get("TCK_BLIND_JOBS", "2"))
     scores = score_blind_set(ROOT / "tests" / name, jobs)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -113,14 +111,28 @@ def test_blind_benchmark(name: str, capsys: pytest.CaptureFixture[str]) -> None:
         f"blind set tests/{name} (code the diagnosis was not written against): "
         f"detected {scores['detected']}/{total}, right class first "
         f"{scores['right_class_first']}/{total} "
-        f"({scores['right_class_first'] / total:.0%}; goal 90%), controls passed "
-        f"{scores['controls'] - len(scores['controls_failed'])}/{scores['controls']}, "
+        f"({scores['right_class_first'] / total:.0%}; goal 90%), "
         f"{scores['wall_s']:.0f} s with {jobs} jobs"
     )
     with capsys.disabled():
         print("\n" + summary)
     assert not scores["runner_errors"], f"the runner failed on {scores['runner_errors']}"
-    assert not scores["controls_failed"], f"correct rewrites failed: {scores['controls_failed']}"
     detected, right_first = FLOORS[name]
     assert scores["detected"] >= detected, summary
     assert scores["right_class_first"] >= right_first, summary
+
+
+@pytest.mark.detection
+@pytest.mark.parametrize("name", sorted(FLOORS))
+def test_blind_controls(name: str) -> None:
+    """A set's controls, correct one-line rewrites of its implementations (an equivalent
+    formulation, a declared float32 step), all pass: zero false failures on code the kit
+    was not written against."""
+    set_dir = ROOT / "tests" / name
+    controls = _runner().load_controls(set_dir)
+    if not controls:
+        pytest.skip(f"tests/{name} has no controls.json")
+    jobs = int(os.environ.get("TCK_BLIND_JOBS", "2"))
+    checked = _scored(set_dir, controls, jobs, control=True)
+    failed = {c["id"]: c["causes"][:3] or c["runner_error"] for c in checked if not c["passed"]}
+    assert not failed, f"correct rewrites failed (first causes): {failed}"
