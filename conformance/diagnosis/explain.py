@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tck.conformance.toolkit.harness import Harness, Instance, _area
+from tck.conformance.toolkit.harness import CAUSAL_SUBJECTS, Harness, Instance, _area
 from tck.reference import Conventions, record
 from tck.reference.catalogue import convention_code, plain_words
 from tck.reference.codes import code as registered
@@ -145,7 +145,7 @@ def explain(
             f"{result.nan_mismatch} position(s) are NaN in exactly one of the "
             f"implementation and the oracle (first at {result.worst_index})"
         )
-    numbers += padded_positions(inputs, test, result)
+    numbers += padded_positions(inputs, test, result, causal=h.component in CAUSAL_SUBJECTS)
     found = _hypotheses(h, inst, inputs, test, result)
     exact = found is not None  # reproduced at the failed comparison's own precision
     if found is None and inst.dtype == "float64" and floor_of("float64") == FLOOR["float64"]:
@@ -200,11 +200,15 @@ def explain(
     ), f"disagrees with the oracle: {numbers}"
 
 
-def padded_positions(inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison) -> str:
+def padded_positions(
+    inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison, *, causal: bool
+) -> str:
     """Where the failure lies with respect to padding (``key_padding``, True at real tokens,
     on a (B, L, ...) output): whether the worst index is a padded position, and how many
     non-finite positions are padded and how many real. Empty when the call has no padding
-    or the output is not laid out by (batch, position)."""
+    or the output is not laid out by (batch, position). ``causal``: a decoder-only subject,
+    whose padded query rows the spec does not promise (§11.7); elsewhere they are promised
+    by the formula or the declared ``padded_query_rows`` (§4.2)."""
     keep = inputs.get("key_padding")
     if keep is None or test.ndim < 2:
         return ""
@@ -214,10 +218,13 @@ def padded_positions(inputs: Mapping[str, np.ndarray], test: np.ndarray, result:
     parts = []
     index = result.worst_index
     if index is not None and len(index) >= 2 and not keep[index[0], index[1]]:
+        where = f"index {tuple(int(i) for i in index)} is a padded position (key_padding False)"
         parts.append(
-            f"index {tuple(int(i) for i in index)} is a padded position (key_padding is False "
-            "there): the spec promises nothing about a padded query's output in a causal "
+            f"{where}: the spec promises nothing about a padded query's output in a causal "
             "subject (SPEC.md §11.7), so look at the real positions first"
+            if causal
+            else f"{where}: a padded query still attends to the real keys by the formula, "
+            "unless the subject declares padded_query_rows='zero' (SPEC.md §4.2)"
         )
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(test).reshape(*keep.shape, -1).all(axis=-1)

@@ -92,12 +92,17 @@ def test_a_failure_at_a_padded_position_says_so() -> None:
     test = gold.copy()
     test[0, 2] = np.nan  # the padded query row of the first sequence
     result = compare(test, gold)
-    words = padded_positions({"key_padding": keep}, test, result)
+    words = padded_positions({"key_padding": keep}, test, result, causal=True)
     assert "non-finite at 1 padded and 0 real position(s)" in words
     assert "(0, 2, 0) is a padded position" in words, words
+    assert "§11.7" in words  # a decoder's padded rows are not promised
+    # an encoder's are (by the formula, or zero where declared): no "look elsewhere"
+    encoder = padded_positions({"key_padding": keep}, test, result, causal=False)
+    assert "§4.2" in encoder and "§11.7" not in encoder, encoder
     test[1, 0, 1] = np.nan
     assert "1 padded and 1 real" in padded_positions(
-        {"key_padding": keep}, test, compare(test, gold)
+        {"key_padding": keep}, test, compare(test, gold), causal=True
     )
-    assert padded_positions({}, test, result) == ""
-    assert padded_positions({"key_padding": np.ones((2, 3), bool)}, test, result) == ""
+    assert padded_positions({}, test, result, causal=True) == ""
+    no_pads = {"key_padding": np.ones((2, 3), bool)}
+    assert padded_positions(no_pads, test, result, causal=True) == ""
