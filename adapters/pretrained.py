@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tck.usage import read_user_json
+from tck.usage import INSTALL, read_user_json
 
 from . import checkpoint_config
 from .base import Arrays, Config, Subject, Unsupported
@@ -86,6 +86,20 @@ def _folder(folder: str | os.PathLike[str] | None) -> Path:
             "(pytorch_model.bin): save it again with save_pretrained(DIR, safe_serialization=True)"
         )
     return path
+
+
+def _model_class(name: str) -> Any:
+    """transformers' class ``name``, imported once the folder is known to be one (a wrong
+    path is the first thing to say); where transformers is missing, the line says how to
+    install it."""
+    try:
+        import transformers
+    except Exception as err:  # a broken install fails in many ways, not only ImportError
+        raise ImportError(
+            f"--model needs transformers ({INSTALL['hf']}); importing it failed: "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    return getattr(transformers, name)
 
 
 # Top-level parts of a checkpoint that tck does not check (a pooler, a task head): listed in
@@ -440,13 +454,11 @@ class _PretrainedBert(_AsIs, TorchModuleAdapter):
 
 def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     """hf.bert on the BertModel saved in ``folder``."""
-    from transformers import BertModel
-
+    path = _folder(folder)
     from . import hf
 
-    path = _folder(folder)
     reading = _read(path, "bert")
-    model, heads = _load(BertModel, path, add_pooling_layer=False)
+    model, heads = _load(_model_class("BertModel"), path, add_pooling_layer=False)
     models = _implementations(model, hf.IMPLEMENTATIONS)
     c = model.config
     note = _report(reading, c, heads)
@@ -470,13 +482,11 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
 def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     """hf.vit on the ViTForImageClassification saved in ``folder``."""
-    from transformers import ViTForImageClassification
-
+    path = _folder(folder)
     from . import hf
 
-    path = _folder(folder)
     reading = _read(path, "vit")
-    model, heads = _load(ViTForImageClassification, path)
+    model, heads = _load(_model_class("ViTForImageClassification"), path)
     models = _implementations(model, hf.IMPLEMENTATIONS)
     c = model.config
     note = _report(reading, c, heads)
@@ -527,13 +537,11 @@ def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     """hf.gpt2 on the GPT2LMHeadModel saved in ``folder``: its sizes,
     its position table (``n_positions``), its LayerNorm eps and activation (``gelu_new`` is
     the tanh GELU of SPEC.md §6.1), the head tied to the token table."""
-    from transformers import GPT2LMHeadModel
-
+    path = _folder(folder)
     from . import hf_decoder
 
-    path = _folder(folder)
     reading = _read(path, "gpt2")
-    model, heads = _load(GPT2LMHeadModel, path)
+    model, heads = _load(_model_class("GPT2LMHeadModel"), path)
     models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
     c = model.config
     fixed = {
@@ -571,33 +579,27 @@ def llama(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     """hf.llama on the LlamaForCausalLM saved in ``folder``: its sizes,
     key/value heads (SPEC.md §11.2), head width, RoPE base (``rope_theta``), RMSNorm eps,
     biases and tying, and its context (``max_position_embeddings``)."""
-    from transformers import LlamaForCausalLM
-
-    return _llama_like(folder, "llama", LlamaForCausalLM)
+    return _llama_like(folder, "llama", "LlamaForCausalLM")
 
 
 def mistral(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     """hf.mistral: Llama's subjects on the MistralForCausalLM saved in ``folder``, with its
     ``sliding_window`` as the declared convention of SPEC.md §4.5 (every layer windowed)."""
-    from transformers import MistralForCausalLM
-
-    return _llama_like(folder, "mistral", MistralForCausalLM)
+    return _llama_like(folder, "mistral", "MistralForCausalLM")
 
 
 def qwen2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
     """hf.qwen2: Llama's subjects on the Qwen2ForCausalLM saved in ``folder``: q, k and v
     with a bias, the output projection and the MLP without (SPEC.md §0.5)."""
-    from transformers import Qwen2ForCausalLM
-
-    return _llama_like(folder, "qwen2", Qwen2ForCausalLM)
+    return _llama_like(folder, "qwen2", "Qwen2ForCausalLM")
 
 
-def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: Any) -> TorchModuleAdapter:
+def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: str) -> TorchModuleAdapter:
+    path = _folder(folder)
     from . import hf_decoder
 
-    path = _folder(folder)
     reading = _read(path, family)
-    model, heads = _load(cls, path)
+    model, heads = _load(_model_class(cls), path)
     models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

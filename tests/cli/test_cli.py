@@ -247,3 +247,18 @@ def test_load_adapter_takes_model_component_and_map_as_arguments(spec, given, me
     arguments that do not apply to the adapter named are refused in one line."""
     with pytest.raises(AdapterError, match=re.escape(message)):
         load_adapter(spec, **given)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "auto"])
+def test_a_checkpoint_without_transformers_says_how_to_install_it(tmp_path, monkeypatch, family):
+    """--model on a folder that is one, where transformers cannot be imported: one line
+    with the install command (a wrong path is said first: the test above)."""
+    from tck.usage import INSTALL
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    for name in [m for m in sys.modules if m.startswith("tck.adapters.hf")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(AdapterError, match=re.escape(INSTALL["hf"])):
+        load_adapter(f"tck.adapters.pretrained:{family}", model=str(tmp_path))
