@@ -257,8 +257,11 @@ def test_a_checkpoint_without_transformers_says_how_to_install_it(tmp_path, monk
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (tmp_path / "model.safetensors").write_bytes(b"\0")
+    import tck.adapters
+
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
     for name in [m for m in sys.modules if m.startswith("tck.adapters.hf")]:
-        monkeypatch.delitem(sys.modules, name)
+        monkeypatch.delitem(sys.modules, name)  # and so do the hf adapters, imported anew
+        monkeypatch.delattr(tck.adapters, name.rpartition(".")[2], raising=False)
     with pytest.raises(AdapterError, match=re.escape(INSTALL["hf"])):
         load_adapter(f"tck.adapters.pretrained:{family}", model=str(tmp_path))
