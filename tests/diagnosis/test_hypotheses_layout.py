@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.oracle_failure import first_oracle_failure
 
 from tck.adapters import load_adapter
 from tck.conformance.diagnosis.hypotheses_layout import (
@@ -21,22 +22,10 @@ from tck.conformance.diagnosis.hypotheses_layout import (
     softmax_axis_hypotheses,
 )
 from tck.conformance.toolkit.harness import Harness
-from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import oracle
 from tck.reference.inputs import Shape
 from tck.reference.variants import oracle_variant
 from tck.reports.causes import root_causes, top_cause
-
-
-def first_oracle_failure(adapter: str) -> CheckFailure:
-    subject = load_adapter(adapter).subjects()[0]
-    tck = Harness(load_adapter(adapter), subject, seed=0)
-    inst = tck.instance()
-    inputs = tck.inputs(inst, Shape())
-    with pytest.raises(CheckFailure) as failure:
-        tck.assert_matches_oracle(inst, inputs)
-    assert tck.record.metrics.get("reproduced_by") == failure.value.code
-    return failure.value
 
 
 @pytest.mark.parametrize(

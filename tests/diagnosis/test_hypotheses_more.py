@@ -6,25 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.oracle_failure import first_oracle_failure
 
 from tck.adapters import load_adapter
 from tck.conformance.diagnosis.alternatives import Alternative, fits, output_of
 from tck.conformance.diagnosis.hypotheses_more import more_hypotheses
 from tck.conformance.toolkit.harness import DEFAULT_CONFIG, Harness
-from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import DECODER_CANONICAL, Conventions, init_params
 from tck.reference.expected import expected
 from tck.reference.inputs import Shape, make_inputs
-
-
-def first_oracle_failure(adapter: str) -> CheckFailure:
-    subject = load_adapter(adapter).subjects()[0]
-    tck = Harness(load_adapter(adapter), subject, seed=0)
-    inst = tck.instance()
-    inputs = tck.inputs(inst, Shape())
-    with pytest.raises(CheckFailure) as failure:
-        tck.assert_matches_oracle(inst, inputs)
-    return failure.value
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from support.oracle_failure import first_oracle_failure
 
 from tck.adapters import load_adapter
 from tck.conformance.diagnosis.alternatives import Alternative, output_of
@@ -20,20 +21,8 @@ from tck.conformance.diagnosis.hypotheses_solved import (
     rope_target_hypotheses,
 )
 from tck.conformance.toolkit.harness import Harness
-from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import DECODER_CANONICAL
 from tck.reference.inputs import Shape
-
-
-def first_oracle_failure(adapter: str) -> CheckFailure:
-    subject = load_adapter(adapter).subjects()[0]
-    tck = Harness(load_adapter(adapter), subject, seed=0)
-    inst = tck.instance()
-    inputs = tck.inputs(inst, Shape())
-    with pytest.raises(CheckFailure) as failure:
-        tck.assert_matches_oracle(inst, inputs)
-    assert tck.record.metrics.get("reproduced_by") == failure.value.code
-    return failure.value
 
 
 @pytest.mark.parametrize(
