@@ -121,20 +121,20 @@ def test_gradients(tck: Harness, dtype: str) -> None:
             "for every floating-point input and every canonical parameter)",
             {"dtype": dtype, "grad_of": missing[0]},
         )
+
     # The naive error, relative to each tensor's scale, pooled over every tensor: one tensor's
     # naive maximum error is sometimes lucky (a few elements), while all of them come out of
     # the same computation in the same dtype.
-    relative = max(careful_error(ref[name], gold[name])[0] / _scale(gold[name]) for name in gold)
-    per_tensor, worst = _judge(tck, inst, inputs, cotangent, test, gold, relative)
+    def relative(ref: dict[str, np.ndarray]) -> float:
+        return max(careful_error(ref[name], gold[name])[0] / _scale(gold[name]) for name in gold)
+
+    per_tensor, worst = _judge(tck, inst, inputs, cotangent, test, gold, relative(ref))
     if not worst[2].passed and dtype == "float64" and floor_of("float64") > FLOOR["float64"]:
         # float32 islands (SPEC.md §10.12): the reference with the same steps in float32 is
         # the yardstick, as the naive run is below float64 (needed only past the floor)
         island = careful.island_gradients(tck, inst, inputs, cotangent)
         if island is not None and set(island) >= set(gold):
-            relative = max(
-                careful_error(island[name], gold[name])[0] / _scale(gold[name]) for name in gold
-            )
-            per_tensor, worst = _judge(tck, inst, inputs, cotangent, test, gold, relative)
+            per_tensor, worst = _judge(tck, inst, inputs, cotangent, test, gold, relative(island))
     _, name, result = worst
     metrics = {**result.metrics(), "dtype": dtype, "grad_of": name, "ratios": per_tensor}
     tck.note(metrics)
