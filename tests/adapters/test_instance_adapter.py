@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.forked_run import run_tck
 from torch import nn
 
 from tck.adapters import AdapterError, Unsupported, load_adapter
@@ -130,16 +131,6 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _tck(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tck", "run", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
 def _verdict(done: subprocess.CompletedProcess, out: Path) -> dict:
     document = json.loads((out / "results.json").read_text())
     bad = [
@@ -186,7 +177,7 @@ def test_reads_config_and_never_writes(models: Path) -> None:
 
 def test_transformer_encoder_layer_instance(models: Path) -> None:
     out = models / "out"
-    done = _tck(
+    done = run_tck(
         ["--adapter", "my_models:trained_encoder_layer", "-n", "0", "--out", str(out)], models
     )
     document = _verdict(done, out)
@@ -205,7 +196,7 @@ def test_transformer_encoder_layer_instance(models: Path) -> None:
 @pytest.mark.parametrize("attr,subject", [("seq_first_mha", "mha"), ("final_norm", "layer_norm")])
 def test_mha_and_layer_norm_instances(models: Path, attr: str, subject: str) -> None:
     out = models / "out"
-    done = _tck(["--adapter", f"my_models:{attr}", "-n", "0", "--out", str(out)], models)
+    done = run_tck(["--adapter", f"my_models:{attr}", "-n", "0", "--out", str(out)], models)
     document = _verdict(done, out)
     assert _passed(document, "equality.oracle", subject)
 
@@ -213,7 +204,7 @@ def test_mha_and_layer_norm_instances(models: Path, attr: str, subject: str) -> 
 def test_unknown_module_with_component_and_map(models: Path) -> None:
     out = models / "out"
     args = ["--adapter", "my_models:block", "--component", "encoder_layer", "-n", "0"]
-    done = _tck([*args, "--map", str(models / "block_map.json"), "--out", str(out)], models)
+    done = run_tck([*args, "--map", str(models / "block_map.json"), "--out", str(out)], models)
     document = _verdict(done, out)
     assert _passed(document, "equality.oracle", "encoder_layer")
     notes = [n for ns in document["adapter"]["notes"].values() for n in ns]
@@ -223,7 +214,7 @@ def test_unknown_module_with_component_and_map(models: Path) -> None:
     calls = {k: v for k, v in BLOCK_MAP.items() if k != "params"}
     (models / "calls.json").write_text(json.dumps(calls))
     out = models / "out-nomap"
-    done = _tck([*args, "--map", str(models / "calls.json"), "--out", str(out)], models)
+    done = run_tck([*args, "--map", str(models / "calls.json"), "--out", str(out)], models)
     document = json.loads((out / "results.json").read_text())
     assert document["summary"]["failed"] == document["summary"]["errors"] == 0
     skipped = {r["check"]: r for r in document["results"] if r["status"] == "skip"}
@@ -250,7 +241,7 @@ def test_unknown_module_with_component_and_map(models: Path) -> None:
     ],
 )
 def test_usage_errors_are_one_line(models: Path, args: list[str], words: str) -> None:
-    done = _tck([*args, "--out", str(models / "out")], models)
+    done = run_tck([*args, "--out", str(models / "out")], models)
     assert done.returncode == 2, done.stderr
     assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -279,7 +270,7 @@ def _adapt_with_map(module: nn.Module, mapping: dict) -> object:
 def test_a_module_returning_a_model_output_is_unwrapped(models: Path) -> None:
     out = models / "out"
     args = ["--adapter", "my_models:output_block", "--component", "encoder_layer", "-n", "0"]
-    done = _tck([*args, "--map", str(models / "block_map.json"), "--out", str(out)], models)
+    done = run_tck([*args, "--map", str(models / "block_map.json"), "--out", str(out)], models)
     document = _verdict(done, out)
     assert _passed(document, "equality.oracle", "encoder_layer")
 
@@ -395,7 +386,7 @@ def test_transformers_decoder_instances(
         attr = name
     out = hf_models / "out"
     args = ["--adapter", f"hf_decoders:{attr}", "--component", component, "-n", "0"]
-    done = _tck([*args, "--only", component, "--out", str(out)], hf_models)
+    done = run_tck([*args, "--only", component, "--out", str(out)], hf_models)
     document = _verdict(done, out)
     assert document["summary"]["unverified"] == 0, document["summary"]
     for check in ("equality.oracle", "gradients.gradients", "decoder.kv_cache"):

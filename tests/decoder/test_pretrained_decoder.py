@@ -6,26 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.forked_run import run_tck
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.spec("0.2", "0.5", "2.3", "11.2", "11.5")
-
-
-def _tck(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tck", "run", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 def _save(model: torch.nn.Module, folder: Path) -> Path:
@@ -83,7 +72,9 @@ def _edit_config(folder: Path, **changes) -> None:
 
 
 def _run(model: Path, out: Path, only: str) -> dict:
-    done = _tck(["--model", str(model), "-n", "0", "--only", only, "--out", str(out)], out.parent)
+    done = run_tck(
+        ["--model", str(model), "-n", "0", "--only", only, "--out", str(out)], out.parent
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     document = json.loads((out / "results.json").read_text())
     summary = document["summary"]
@@ -265,7 +256,7 @@ def test_refused_in_one_line(tmp_path, capsys, family, edit, words) -> None:
 
 def test_adapter_that_contradicts_the_file(tmp_path) -> None:
     model = _gpt2(tmp_path / "gpt2")
-    done = _tck(["--adapter", "hf.llama", "--model", str(model), "-n", "0"], tmp_path)
+    done = run_tck(["--adapter", "hf.llama", "--model", str(model), "-n", "0"], tmp_path)
     assert done.returncode == 2 and "model_type 'gpt2' (hf.gpt2), not 'llama'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 

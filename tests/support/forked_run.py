@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -133,3 +134,15 @@ def _cpu_line(log: Path, usage: Any) -> None:
             f"tck_run: CPU {usage.ru_utime + usage.ru_stime:.2f} s "
             f"(user {usage.ru_utime:.2f}, sys {usage.ru_stime:.2f})\n"
         )
+
+
+def run_tck(args: list[str], cwd: Path, timeout_s: float = 900.0) -> subprocess.CompletedProcess:
+    """``python -m tck run ARGS`` in a child process from ``cwd``, its output captured (the
+    tests that read the exit code and the printed lines, not a log file)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tck", "run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
