@@ -80,6 +80,7 @@ def forwards(alignment: str) -> dict[str, Callable[..., Tensor]]:
         "mha": mha,
         "layer_norm": lambda m, x: m(x),
         "rms_norm": lambda m, x: m(x),
+        "scale_norm": lambda m, x: m(x),
         "ffn": lambda m, x: m(x),
         "activation": lambda m, x: m(x),
         "encoder_layer": encoder,

@@ -266,6 +266,36 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "RMSNorm is not equivariant to scaling a row",
     ),
     ("layer_norm.rms_wrong_statistics", "cause", "5.3", "RMSNorm rows have the wrong mean square"),
+    (
+        "layer_norm.scale_norm_not_scale_invariant",
+        "cause",
+        "5.4",
+        "ScaleNorm changes when a row is scaled (above eps it must not)",
+    ),
+    (
+        "layer_norm.scale_norm_wrong_norm",
+        "cause",
+        "5.4",
+        "ScaleNorm output rows do not have the gain's magnitude as their norm",
+    ),
+    (
+        "layer_norm.scale_norm_rms",
+        "cause",
+        "5.4",
+        "ScaleNorm divides by the root mean square, not the L2 norm (output norm sqrt(D) g)",
+    ),
+    (
+        "layer_norm.scale_norm_eps_not_clamped",
+        "cause",
+        "5.4",
+        "ScaleNorm adds eps to the norm (or inside its square root) instead of clamping it",
+    ),
+    (
+        "layer_norm.scale_norm_eps_wrong",
+        "cause",
+        "5.4",
+        "ScaleNorm rows with a norm near or below eps are not g x / max(||x||, eps)",
+    ),
     # --- positions
     ("positional.frequency_wrong", "symptom", "2.1 2.2", "the positional frequencies are wrong"),
     (

@@ -90,7 +90,7 @@ TAGS = (
     "attention",  # an attention op whose scores checks probe directly (§3.1, §3.3)
     "heads",  # its first input is already split into heads, [B, H, L, d] (§2.3, §3.1)
     "qkv",  # separate query, key and value [B, L, D]: self-attention passes one tensor (§3.3)
-    "norm",  # a normalisation op (§5.1, §5.3)
+    "norm",  # a normalisation op (§5.1, §5.3, §5.4)
     "centres",  # subtracts each row's mean (LayerNorm §5.1; RMSNorm §5.3 does not)
     "positional",  # a positional-encoding op, a function of integer positions (§2)
     "images",  # takes images [B, C, S, S] (§9.1)
@@ -104,6 +104,7 @@ TAGS = (
     "max_len",  # its positions are bounded by Config.max_len (§2.2)
     "large_inputs",  # §10.7's large-magnitude stress runs on it (softmax, norm statistics)
     "logits",  # its output is logits over a vocabulary or classes (§8.3, §9.5, §11.5)
+    "l2_norm",  # divides a row by its L2 norm, one scalar gain: output norm |g| (§5.4)
 )
 
 
@@ -612,6 +613,21 @@ def _records() -> tuple[Component, ...]:
             gradients=_ELEMENTWISE,
             quantities=("norm_statistics",),
             tags=frozenset({"norm", "large_inputs"}),
+        ),
+        Component(
+            name="scale_norm",
+            level="op",
+            family="transformer",
+            clauses=("5.4",),
+            inputs=(_X,),
+            output="[B, L, D]",
+            oracle=lambda i, p, c, conv: oracle.scale_norm(i["x"], p["weight"], eps=conv.eps),
+            layout=params.scale_norm_layout,
+            module=lambda c, conv, d: _model().ScaleNorm(c.d_model, conv.eps),
+            fields=("eps",),
+            area="layer_norm",
+            quantities=("norm_statistics",),
+            tags=frozenset({"norm", "l2_norm", "large_inputs"}),
         ),
         Component(
             name="ffn",

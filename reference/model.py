@@ -371,6 +371,21 @@ class RMSNorm(nn.Module):
         return y.to(x.dtype) * self.weight
 
 
+class ScaleNorm(nn.Module):
+    """§5.4: g * x / max(||x||, eps), one learned scalar gain (Nguyen & Salazar 2019, which
+    starts g at sqrt(d); the suite loads its own values)."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.full((1,), math.sqrt(d)))  # g, shape [1]
+
+    def forward(self, x: Tensor) -> Tensor:
+        xs = _working(x, "norm_statistics")  # §10.10: the sum of squares in float32 for half x
+        norm = torch.linalg.vector_norm(xs, dim=-1, keepdim=True)  # (..., 1)
+        return (xs / norm.clamp(min=self.eps)).to(x.dtype) * self.weight
+
+
 def make_norm(d: int, conventions: Conventions, bias: bool) -> LayerNorm | RMSNorm:
     """The norm a layer declares (§5.1-§5.3); ``bias``: a LayerNorm with a shift."""
     if conventions.norm_kind == "rms_norm":

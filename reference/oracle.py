@@ -464,6 +464,14 @@ def rms_norm(x, weight=None, *, eps: float = 1e-5) -> Array:
     return y if weight is None else y * _f64(weight)
 
 
+def scale_norm(x, gain=None, *, eps: float = 1e-5) -> Array:
+    """§5.4: g * x / max(||x||_2, eps) over the last axis, one scalar gain g (``gain``, [1])."""
+    x = _f64(x)
+    norm = np.sqrt((x**2).sum(axis=-1, keepdims=True))  # (..., 1): the L2 norm, not the RMS
+    y = x / np.maximum(norm, eps)  # a clamp, not eps added: exact unit norm above eps
+    return y if gain is None else y * _f64(gain).reshape(())
+
+
 def norm(x, params: Params, prefix: str, conventions: Conventions) -> Array:
     """The norm a layer declares (§5.1-§5.3), with parameters under ``prefix``."""
     if conventions.norm_kind == "rms_norm":

@@ -183,6 +183,11 @@ def rms_norm_layout(c: Config, conv: Conventions) -> Shapes:
     return {"weight": (c.d_model,)}
 
 
+def scale_norm_layout(c: Config, conv: Conventions) -> Shapes:
+    """§5.4: one scalar gain g, stored as weight [1]."""
+    return {"weight": (1,)}
+
+
 def ffn_layout(c: Config, conv: Conventions) -> Shapes:
     return _ffn("", c)
 

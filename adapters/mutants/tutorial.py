@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported
+from tck.adapters import Param, TorchEntry, TorchModuleAdapter, Unsupported
 from tck.adapters.config_space import parts_without_bias
 from tck.reference import Config, Conventions
 
@@ -98,6 +98,23 @@ class LayerNorm(nn.Module):
         var = xf.var(-1, keepdim=True, unbiased=False)
         y = ((xf - mean) / torch.sqrt(var + self.eps)).to(x.dtype)
         return self.gamma * y + self.beta
+
+
+class ScaleNorm(nn.Module):
+    """g * x / max(||x||, eps): one learned scalar g, started at sqrt(d) (Nguyen & Salazar
+    2019, "Transformers without Tears"), the norm clamped from below."""
+
+    def __init__(self, features: int, eps: float = 1e-5):
+        super().__init__()
+        self.g = nn.Parameter(torch.tensor(math.sqrt(features)))
+        self.eps = eps
+
+    def norm(self, x: Tensor) -> Tensor:
+        return torch.norm(x, dim=-1, keepdim=True).clamp(min=self.eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # as LayerNorm
+        return (xf / self.norm(xf)).to(x.dtype) * self.g
 
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -337,6 +354,15 @@ def layer_norm_entry(cls: Module = LayerNorm, **kw: Any) -> TorchEntry:
     return TorchEntry("layer_norm", make=make, forward=_call, param_map=norm_map(), **kw)
 
 
+def scale_norm_entry(cls: Module = ScaleNorm, **kw: Any) -> TorchEntry:
+    def make(c: Config) -> nn.Module:
+        return cls(c.d_model, eps=1e-5)
+
+    # g is 0-d, the canonical gain [1] (SPEC.md §5.4): Param reshapes between the two
+    param_map = {"weight": Param("g")}
+    return TorchEntry("scale_norm", make=make, forward=_call, param_map=param_map, **kw)
+
+
 def ffn_entry(
     cls: Module = PositionwiseFeedForward, activation: str = "relu", **kw: Any
 ) -> TorchEntry:
@@ -435,6 +461,7 @@ adapter = TorchModuleAdapter(
         attention_entry(),
         mha_entry(),
         layer_norm_entry(),
+        scale_norm_entry(),
         ffn_entry(),
         ffn_entry(activation="gelu", name="ffn[gelu]"),
         encoder_layer_entry(),

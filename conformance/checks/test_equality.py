@@ -62,7 +62,7 @@ def test_oracle(tck: Harness) -> None:
         pytest.skip("; ".join(unsupported))
 
 
-@spec("5.1", "5.2", "5.3", id="equality.low_variance_rows")
+@spec("5.1", "5.2", "5.3", "5.4", id="equality.low_variance_rows")
 @pytest.mark.components(*select("norm"))
 def test_low_variance_rows(tck: Harness) -> None:
     """Rows whose variance is near eps: where eps and its placement decide the output."""

@@ -133,7 +133,7 @@ def test_large_magnitudes(tck: Harness, dtype: str) -> None:
     _finish(tck, [unsupported] if unsupported else [], 1)
 
 
-@spec("10.7", "5.1", "5.3", id="numerics.low_variance_rows")
+@spec("10.7", "5.1", "5.3", "5.4", id="numerics.low_variance_rows")
 @dtypes
 @components(*select("norm"))
 def test_low_variance_rows(tck: Harness, dtype: str) -> None:
@@ -211,7 +211,7 @@ def outlier_activations(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-@spec("10.10", "10.7", "5.1", "5.3", id="numerics.outlier_activations")
+@spec("10.10", "10.7", "5.1", "5.3", "5.4", id="numerics.outlier_activations")
 @dtypes
 @components(*select("norm"), *NORM_FIRST)
 def test_outlier_activations(tck: Harness, dtype: str) -> None:

@@ -31,6 +31,7 @@ from tck.reference.inputs import Shape, make_inputs
         ("lm_layers_share_weights", "blocks.layer_params_wrong"),
         ("swiglu_silu_after_product", "ffn.activation_after_gating"),
         ("lm_log_softmax_logits", "model.returns_log_probabilities"),
+        ("scale_norm_gain_unused", "layer_norm.gain_unused"),
     ],
 )
 def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
@@ -62,6 +63,7 @@ def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
             },
         ),
         ("rms_norm", Conventions(norm_kind="rms_norm"), {"layer_norm.gain_plus_one"}),
+        ("scale_norm", Conventions(), {"layer_norm.gain_plus_one", "layer_norm.gain_unused"}),
         (
             "causal_self_attention",
             DECODER_CANONICAL,

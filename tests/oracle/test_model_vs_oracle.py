@@ -283,6 +283,18 @@ def test_rms_norm_matches_oracle(config, conv, b, length, seed):
     assert_matches(module(t(x)), oracle.rms_norm(x, params["weight"], eps=conv.eps))
 
 
+@spec("5.4")
+@given(config=configs(), conv=conventions, b=batches, length=lengths, seed=seeds)
+def test_scale_norm_matches_oracle(config, conv, b, length, seed):
+    module, params = loaded("scale_norm", config, conv, seed)
+    rng = np.random.default_rng(seed)
+    # row norms from far below eps (the clamp) to far above it
+    x = rng.standard_normal((b, length, config.d_model)) * 10.0 ** rng.uniform(
+        -9, 2, (b, length, 1)
+    )
+    assert_matches(module(t(x)), oracle.scale_norm(x, params["weight"], eps=conv.eps))
+
+
 @spec("6.1")
 @given(config=configs(), conv=conventions, b=batches, length=lengths, seed=seeds)
 def test_ffn_matches_oracle(config, conv, b, length, seed):

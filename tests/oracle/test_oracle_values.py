@@ -92,6 +92,20 @@ def test_rms_norm_by_hand():
     np.testing.assert_allclose(y, [3 / math.sqrt(12.5), 8 / math.sqrt(12.5)], rtol=1e-15)
 
 
+@spec("5.4")
+def test_scale_norm_by_hand():
+    # SPEC.md §5.4's example: g = 2, ||[3, 4, 0, 0]|| = 5; a zero row stays zero (the clamp)
+    y = oracle.scale_norm([[3.0, 4.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [2.0], eps=1e-5)
+    np.testing.assert_allclose(y, [[1.2, 1.6, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], rtol=1e-15)
+    # below eps the row is divided by eps: ||x|| = 2^-20 < 1e-5 -> g * 2^-20 / 1e-5
+    y = oracle.scale_norm([2.0**-20, 0.0], [2.0], eps=1e-5)
+    np.testing.assert_allclose(y, [2.0 * 2.0**-20 / 1e-5, 0.0], rtol=1e-15)
+    # one scalar gain: every row's norm is |g| above eps, whatever its width
+    rows = np.random.default_rng(0).standard_normal((3, 7)) * [[1e-3], [1.0], [1e3]]
+    norms = np.linalg.norm(oracle.scale_norm(rows, [-1.5], eps=1e-5), axis=-1)
+    np.testing.assert_allclose(norms, 1.5, rtol=1e-14)
+
+
 @spec("3.1")
 def test_attention_2x2_by_hand():
     # q = k = I, d_k = 2: scores = I / sqrt(2); row 0 weights [e, 1] / (e + 1), e = exp(1/sqrt 2)
