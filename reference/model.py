@@ -43,21 +43,6 @@ _HALF = (torch.float16, torch.bfloat16)
 _IN_INPUT_DTYPE: frozenset[str] = frozenset()
 
 
-@contextlib.contextmanager
-def computed_in_input_dtype(*quantities: str) -> Iterator[None]:
-    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) in the input
-    dtype, as a naive implementation does, instead of in float32 (SPEC.md §10.10)."""
-    unknown = set(quantities) - set(QUANTITIES)
-    if unknown:
-        raise ValueError(f"unknown quantities {sorted(unknown)}: choose from {QUANTITIES}")
-    global _IN_INPUT_DTYPE
-    before, _IN_INPUT_DTYPE = _IN_INPUT_DTYPE, frozenset(quantities)
-    try:
-        yield
-    finally:
-        _IN_INPUT_DTYPE = before
-
-
 # SPEC.md §10.12: quantities a float64 run forms in float32 and rounds back once, as a float64
 # build with float32 islands does (Llama's RMSNorm of ``x.float()``, its float32 RoPE angles,
 # an eager softmax in float32): the yardstick such a subject is held to
@@ -66,18 +51,30 @@ _IN_FLOAT32: frozenset[str] = frozenset()
 
 
 @contextlib.contextmanager
-def computed_in_float32(*quantities: str) -> Iterator[None]:
-    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) of float64
-    tensors in float32 and rounds each result back to float64 once (SPEC.md §10.12)."""
+def _switched(switch: str, quantities: tuple[str, ...]) -> Iterator[None]:
+    """Within the block, the module global ``switch`` (``_IN_INPUT_DTYPE`` or
+    ``_IN_FLOAT32``) holds ``quantities``; its value before comes back after."""
     unknown = set(quantities) - set(QUANTITIES)
     if unknown:
         raise ValueError(f"unknown quantities {sorted(unknown)}: choose from {QUANTITIES}")
-    global _IN_FLOAT32
-    before, _IN_FLOAT32 = _IN_FLOAT32, frozenset(quantities)
+    before = globals()[switch]
+    globals()[switch] = frozenset(quantities)
     try:
         yield
     finally:
-        _IN_FLOAT32 = before
+        globals()[switch] = before
+
+
+def computed_in_input_dtype(*quantities: str) -> contextlib.AbstractContextManager[None]:
+    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) in the input
+    dtype, as a naive implementation does, instead of in float32 (SPEC.md §10.10)."""
+    return _switched("_IN_INPUT_DTYPE", quantities)
+
+
+def computed_in_float32(*quantities: str) -> contextlib.AbstractContextManager[None]:
+    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) of float64
+    tensors in float32 and rounds each result back to float64 once (SPEC.md §10.12)."""
+    return _switched("_IN_FLOAT32", quantities)
 
 
 def _careful(x: Tensor, quantity: str) -> bool:
