@@ -195,16 +195,15 @@ def test_vit_checkpoint_with_qkv_bias_off_is_checked(tmp_path: Path) -> None:
     """A save_pretrained ViT with qkv_bias=False is read, not refused: its subjects fix
     attention_bias=False and attention_out_bias=True, hold exactly that canonical layout, and
     compute the oracle's output on the checkpoint's own weights (float64 sdpa: rounding only)."""
-    import torch
-    import transformers
+    from support.hf_checkpoints import save_vit
 
     from tck.adapters.pretrained import vit
     from tck.conformance.toolkit import spaces
     from tck.reference.expected import expected
     from tck.reference.inputs import Shape, make_inputs
 
-    torch.manual_seed(0)
-    config = transformers.ViTConfig(
+    save_vit(
+        tmp_path / "model",
         hidden_size=24,
         num_hidden_layers=1,
         num_attention_heads=3,
@@ -214,7 +213,6 @@ def test_vit_checkpoint_with_qkv_bias_off_is_checked(tmp_path: Path) -> None:
         num_labels=3,
         qkv_bias=False,
     )
-    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "model")
     adapter = vit(tmp_path / "model")
     subject = _subject(adapter, "encoder_layer[sdpa]")
     ours = spaces.subject_config(subject, DEFAULT_CONFIG, {})

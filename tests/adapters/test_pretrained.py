@@ -8,9 +8,11 @@ import hashlib
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+from support.hf_checkpoints import save_bert, save_vit
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,46 +33,38 @@ def _tck(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _save_bert(folder: Path) -> None:
-    import torch
-
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=50,
-        hidden_size=48,  # not the suite's default d_model (24): the checkpoint's own
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=80,
-        max_position_embeddings=64,
-        hidden_act="gelu_new",  # the tanh GELU: read from the config as a convention
-    )
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-
-
-def _save_vit(folder: Path) -> None:
-    import torch
-
-    torch.manual_seed(0)
-    config = transformers.ViTConfig(
-        hidden_size=40,
-        num_hidden_layers=3,
-        num_attention_heads=5,
-        intermediate_size=72,
-        image_size=12,
-        patch_size=4,
-        num_channels=3,
-        num_labels=4,
-        layer_norm_eps=1e-6,
-    )
-    transformers.ViTForImageClassification(config).save_pretrained(folder)
+# the checkpoints' own sizes, not the suite's default d_model (24); BERT's tanh GELU is read
+# from the config as a convention
+BERT = partial(
+    save_bert,
+    vocab_size=50,
+    hidden_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=80,
+    max_position_embeddings=64,
+    hidden_act="gelu_new",
+)
+VIT = partial(
+    save_vit,
+    hidden_size=40,
+    num_hidden_layers=3,
+    num_attention_heads=5,
+    intermediate_size=72,
+    image_size=12,
+    patch_size=4,
+    num_channels=3,
+    num_labels=4,
+    layer_norm_eps=1e-6,
+)
 
 
 @pytest.mark.parametrize(
     "adapter,save,d_model,expected_counts",
     [
         # embedding 50*48; encoder_layer 4*(48*48+48) + 2*48*80 + 80 + 48 + 2*2*48 (ViT: D=40, F=72)
-        ("hf.bert", _save_bert, 48, {"embedding": 2400, "encoder_layer[sdpa]": 17408}),
-        ("hf.vit", _save_vit, 40, {"encoder_layer[sdpa]": 12592}),
+        ("hf.bert", BERT, 48, {"embedding": 2400, "encoder_layer[sdpa]": 17408}),
+        ("hf.vit", VIT, 40, {"encoder_layer[sdpa]": 12592}),
     ],
 )
 def test_checkpoint_as_it_is(tmp_path, adapter, save, d_model, expected_counts) -> None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.hf_checkpoints import save_bert
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -22,16 +23,14 @@ LAYERS, POSITIONS = 4, 40
 
 
 def _save_bert(folder: Path) -> None:
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
+    save_bert(
+        folder,
         vocab_size=50,
         hidden_size=32,
         num_hidden_layers=LAYERS,
-        num_attention_heads=4,
         intermediate_size=64,
         max_position_embeddings=POSITIONS,
     )
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
 
 
 # hf.bert on the checkpoint, with a bug in its last layer only: the query projection's output

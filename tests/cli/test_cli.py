@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from spec.test_spec_traceability import NOT_CHECKABLE, spec_clauses
+from support.hf_checkpoints import save_bert
 
 from tck.adapters import AdapterError, load_adapter
 from tck.cli import main
@@ -185,25 +186,19 @@ def test_the_progress_bar_counts_the_rows_a_run_reports():
     bar.pytest_sessionfinish()
 
 
-def _tiny_bert(folder: Path) -> None:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=40,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=24,
-        max_position_embeddings=16,
-    )
-    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-
-
 def test_tck_run_hands_the_model_to_its_workers_as_options(tmp_path, capsys):
     """--model reaches the adapter factory in the worker process (-n 1) as the plugin's
     --tck-model option: the run is green, and the environment of the calling process is
     the same before and after."""
     model, out = tmp_path / "model", tmp_path / "out"
-    _tiny_bert(model)
+    pytest.importorskip("transformers")
+    save_bert(
+        model,
+        vocab_size=40,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=16,
+    )
     before = dict(os.environ)
     code = main(["run", "--model", str(model), "--only", "embedding", "-n", "1", "--out", str(out)])
     assert code == 0, capsys.readouterr().err[-2000:]

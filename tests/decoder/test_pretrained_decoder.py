@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 from support.forked_run import run_tck
+from support.hf_checkpoints import save, save_bert
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.spec("0.2", "0.5", "2.3", "11.2", "11.5")
-
-
-def _save(model: torch.nn.Module, folder: Path) -> Path:
-    model.save_pretrained(folder)
-    return folder
 
 
 def _gpt2(folder: Path, **options) -> Path:
@@ -37,7 +33,7 @@ def _gpt2(folder: Path, **options) -> Path:
         eos_token_id=None,
         **options,
     )
-    return _save(transformers.GPT2LMHeadModel(config), folder)
+    return save(transformers.GPT2LMHeadModel(config), folder)
 
 
 def _llama(folder: Path, **options) -> Path:
@@ -57,7 +53,7 @@ def _llama(folder: Path, **options) -> Path:
         eos_token_id=None,
     )
     config = transformers.LlamaConfig(**{**settings, **options})
-    return _save(transformers.LlamaForCausalLM(config), folder)
+    return save(transformers.LlamaForCausalLM(config), folder)
 
 
 def _edit_config(folder: Path, **changes) -> None:
@@ -172,7 +168,7 @@ def test_heads_not_checked_are_listed(tmp_path) -> None:
         max_position_embeddings=20,
         num_labels=3,
     )
-    model = _save(transformers.BertForSequenceClassification(config), tmp_path / "cls")
+    model = save(transformers.BertForSequenceClassification(config), tmp_path / "cls")
     document = _run(model, tmp_path / "out", "mha")
     note = _strict_note(document, "mha[eager]")
     assert "Not checked" in note and "classifier.weight" in note and "pooler.dense.weight" in note
@@ -181,16 +177,7 @@ def test_heads_not_checked_are_listed(tmp_path) -> None:
 
 
 def _bert(folder: Path) -> Path:
-    torch.manual_seed(4)
-    config = transformers.BertConfig(
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=20,
-        vocab_size=30,
-        max_position_embeddings=20,
-    )
-    return _save(transformers.BertModel(config, add_pooling_layer=False), folder)
+    return save_bert(folder, seed=4)
 
 
 def _edit_tensors(folder: Path, add: dict | None = None, drop: str | None = None) -> None:
@@ -243,8 +230,8 @@ def test_refused_in_one_line(tmp_path, capsys, family, edit, words) -> None:
     before a check runs, and a process per case would cost seconds of imports each."""
     from tck.cli import main
 
-    save = {"bert": _bert, "gpt2": _gpt2, "llama": _llama}[family]
-    model = save(tmp_path / "model")
+    make = {"bert": _bert, "gpt2": _gpt2, "llama": _llama}[family]
+    model = make(tmp_path / "model")
     edit(model)
     capsys.readouterr()
     code = main(["run", "--model", str(model), "-n", "0", "--out", str(tmp_path / "out")])
@@ -275,7 +262,7 @@ def _mistral(folder: Path, window: int = 6) -> Path:
         bos_token_id=None,
         eos_token_id=None,
     )
-    return _save(transformers.MistralForCausalLM(config), folder)
+    return save(transformers.MistralForCausalLM(config), folder)
 
 
 def test_mistral_window_read_and_named(tmp_path) -> None:
@@ -318,7 +305,7 @@ def test_qwen2_bias_on_qkv_not_o(tmp_path) -> None:
         bos_token_id=None,
         eos_token_id=None,
     )
-    model = _save(transformers.Qwen2ForCausalLM(config), tmp_path / "qwen2")
+    model = save(transformers.Qwen2ForCausalLM(config), tmp_path / "qwen2")
     document = _run(model, tmp_path / "out", "causal_self_attention")
     subject = "causal_self_attention[sdpa]"
     assert document["adapter"]["name"] == "hf.qwen2:qwen2"
