@@ -521,6 +521,56 @@ def _islands(conventions: Conventions, component: str, implementation: str) -> C
     return dataclasses.replace(conventions, float32_steps=steps)
 
 
+LLAMA_NOTES = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
+
+
+def _llama_attention_entry(
+    name: str,
+    make: Callable[[Config], nn.Module],
+    conventions: Conventions,
+    implementation: str,
+    what: str,
+) -> TorchEntry:
+    """causal_self_attention: layer 0's LlamaAttention of the model ``make`` builds."""
+    forward, step = _piece(_llama_attention)
+    return TorchEntry(
+        "causal_self_attention",
+        name=name,
+        make=make,
+        forward=forward,
+        step=step,
+        derives_positions=True,  # from the cache length: SPEC.md §11.9
+        param_map=lambda c: _llama_attention_map(
+            "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
+        ),
+        holds=lambda m: m.model.layers[0].self_attn,
+        conventions=_islands(conventions, "causal_self_attention", implementation),
+        notes=(what, *LLAMA_NOTES),
+    )
+
+
+def _llama_lm_entry(
+    name: str,
+    make: Callable[[Config], nn.Module],
+    conventions: Conventions,
+    implementation: str,
+    what: str,
+) -> TorchEntry:
+    """causal_lm: the whole LlamaForCausalLM ``make`` builds."""
+    forward, step = _model(_refuse_nan_padding)
+    return TorchEntry(
+        "causal_lm",
+        name=name,
+        make=make,
+        forward=forward,
+        step=step,
+        derives_positions=True,  # from the cache length: SPEC.md §11.9
+        param_map=_llama_model_map,
+        conventions=_islands(conventions, "causal_lm", implementation),
+        notes=(what, *LLAMA_NOTES),
+    )
+
+
 def _llama_entries() -> list[TorchEntry]:
     llama = LLAMA_CONVENTIONS
     entries = [
@@ -536,28 +586,15 @@ def _llama_entries() -> list[TorchEntry]:
     ]
     for impl in IMPLEMENTATIONS:
         conv = dataclasses.replace(llama, fully_masked_rows=ROWS[impl])
-        notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
-        attention_forward, attention_step = _piece(_llama_attention)
         block_forward, block_step = _piece(_llama_block)
-        model_forward, model_step = _model(_refuse_nan_padding)
         entries += [
-            TorchEntry(
-                "causal_self_attention",
-                name=f"causal_self_attention[{impl}]",
-                make=_one_layer(_llama, impl),
-                forward=attention_forward,
-                step=attention_step,
-                derives_positions=True,  # from the cache length: SPEC.md §11.9
-                param_map=lambda c: _llama_attention_map(
-                    "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
-                ),
-                holds=lambda m: m.model.layers[0].self_attn,
-                conventions=_islands(conv, "causal_self_attention", impl),
-                notes=(
-                    "LlamaAttention of layer 0, with the model's LlamaRotaryEmbedding (RoPE "
-                    "rotate_half: half-split pairs) and repeat_kv (grouped-query).",
-                    *notes,
-                ),
+            _llama_attention_entry(
+                f"causal_self_attention[{impl}]",
+                _one_layer(_llama, impl),
+                conv,
+                impl,
+                "LlamaAttention of layer 0, with the model's LlamaRotaryEmbedding (RoPE "
+                "rotate_half: half-split pairs) and repeat_kv (grouped-query).",
             ),
             TorchEntry(
                 "decoder_block",
@@ -569,22 +606,15 @@ def _llama_entries() -> list[TorchEntry]:
                 param_map=lambda c: _llama_block_map("", "model.layers.0.", c),
                 holds=lambda m: m.model.layers[0],
                 conventions=_islands(conv, "decoder_block", impl),
-                notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *notes),
+                notes=("LlamaDecoderLayer of layer 0: pre-RMSNorm, SwiGLU MLP.", *LLAMA_NOTES),
             ),
-            TorchEntry(
-                "causal_lm",
-                name=f"causal_lm[{impl}]",
-                make=lambda c, impl=impl: _llama(c, impl),
-                forward=model_forward,
-                step=model_step,
-                derives_positions=True,  # from the cache length: SPEC.md §11.9
-                param_map=_llama_model_map,
-                conventions=_islands(conv, "causal_lm", impl),
-                notes=(
-                    "LlamaForCausalLM: embed_tokens, RoPE in every attention, blocks, final "
-                    "RMSNorm, lm_head (tied to embed_tokens when Config.tie_weights).",
-                    *notes,
-                ),
+            _llama_lm_entry(
+                f"causal_lm[{impl}]",
+                lambda c, impl=impl: _llama(c, impl),
+                conv,
+                impl,
+                "LlamaForCausalLM: embed_tokens, RoPE in every attention, blocks, final "
+                "RMSNorm, lm_head (tied to embed_tokens when Config.tie_weights).",
             ),
         ]
     return entries + _llama_rope_scaling_entries()
@@ -609,43 +639,23 @@ def _llama_rope_scaling_entries() -> list[TorchEntry]:
     base = dataclasses.replace(LLAMA_CONVENTIONS, fully_masked_rows=ROWS[impl])
     linear = dataclasses.replace(base, **LLAMA_LINEAR)
     llama3 = dataclasses.replace(base, **LLAMA3_SCALED)
-    attention_forward, attention_step = _piece(_llama_attention)
-    model_forward, model_step = _model(_refuse_nan_padding)
-    notes = (LLAMA_FLOAT32_NOTE, MASK_NOTE, CACHE_NOTE, ROWS_NOTE)
     return [
-        TorchEntry(
-            "causal_self_attention",
-            name=f"causal_self_attention[{impl},linear]",
-            make=lambda c: _llama(dataclasses.replace(c, n_layers=1), impl, linear),
-            forward=attention_forward,
-            step=attention_step,
-            derives_positions=True,  # from the cache length: SPEC.md §11.9
-            param_map=lambda c: _llama_attention_map(
-                "", "model.layers.0.self_attn.", c.has_attention_bias, c.has_attention_out_bias
-            ),
-            holds=lambda m: m.model.layers[0].self_attn,
-            conventions=_islands(linear, "causal_self_attention", impl),
-            notes=(
-                "LlamaAttention with rope_parameters rope_type='linear', factor 2 (SPEC.md "
-                "§2.6): every RoPE frequency divided by 2.",
-                *notes,
-            ),
+        _llama_attention_entry(
+            f"causal_self_attention[{impl},linear]",
+            lambda c: _llama(dataclasses.replace(c, n_layers=1), impl, linear),
+            linear,
+            impl,
+            "LlamaAttention with rope_parameters rope_type='linear', factor 2 (SPEC.md "
+            "§2.6): every RoPE frequency divided by 2.",
         ),
-        TorchEntry(
-            "causal_lm",
-            name=f"causal_lm[{impl},llama3]",
-            make=lambda c: _llama(c, impl, llama3),
-            forward=model_forward,
-            step=model_step,
-            derives_positions=True,  # from the cache length: SPEC.md §11.9
-            param_map=_llama_model_map,
-            conventions=_islands(llama3, "causal_lm", impl),
-            notes=(
-                "LlamaForCausalLM with rope_parameters rope_type='llama3' (factor 8, "
-                "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, "
-                "rope_theta 500000; SPEC.md §2.6).",
-                *notes,
-            ),
+        _llama_lm_entry(
+            f"causal_lm[{impl},llama3]",
+            lambda c: _llama(c, impl, llama3),
+            llama3,
+            impl,
+            "LlamaForCausalLM with rope_parameters rope_type='llama3' (factor 8, "
+            "low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, "
+            "rope_theta 500000; SPEC.md §2.6).",
         ),
     ]
 
