@@ -27,6 +27,7 @@ patched copy of its implementation under the same module name.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -239,14 +240,23 @@ def _imports_tck(python: str) -> bool:
     return probe.returncode == 0
 
 
-def _git_head() -> str | None:
+@functools.cache
+def tck_git_head(python: str) -> str | None:
+    """The git HEAD of the tree ``python`` imports tck from: the code the runs measured, which
+    ``--tck-python`` may take from another checkout than this file's. None where that tree is
+    not a git checkout (an installed wheel) or ``python`` cannot say where tck is."""
+    where = "import pathlib, tck; print(pathlib.Path(tck.__file__).resolve().parent)"
     try:
+        found = subprocess.run([python, "-c", where], capture_output=True, text=True, timeout=120)
+        folder = found.stdout.strip()
+        if found.returncode != 0 or not folder:
+            return None
         proc = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10
+            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10
         )
-    except OSError:
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.strip() or None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -462,7 +472,7 @@ def _write_json(
             if controls_file.is_file()
             else None
         ),
-        "git_head": _git_head(),
+        "git_head": tck_git_head(args.tck_python),  # of the tck measured
         "tck_python": args.tck_python,
         "complete": complete,
         "totals": {

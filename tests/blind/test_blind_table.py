@@ -66,3 +66,36 @@ def test_each_adapter_offers_the_components_the_runner_names(impl: str) -> None:
         del sys.modules[spec.name]
     offered = sorted(s.component for s in module.adapter.subjects())
     assert offered == sorted(run.IMPLEMENTATIONS[impl])
+
+
+def test_the_recorded_head_is_the_one_of_the_tck_measured(tmp_path: Path) -> None:
+    """``--tck-python`` may import tck from another checkout: the results record that tree's
+    HEAD, not the HEAD of the tree holding run.py."""
+    import subprocess
+
+    other = tmp_path / "other"
+    (other / "src" / "tck").mkdir(parents=True)
+    (other / "src" / "tck" / "__init__.py").write_text("")
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=other,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "another checkout")
+    python = tmp_path / "python"  # an interpreter whose tck is the other checkout's
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{other / "src"}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    assert run.tck_git_head(str(python)) == git("rev-parse", "HEAD")
+    ours = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True
+    ).stdout.strip()
+    assert run.tck_git_head(str(python)) != ours
+    assert run.tck_git_head(str(tmp_path / "no_such_python")) is None
