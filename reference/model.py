@@ -379,8 +379,10 @@ class ScaleNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         xs = _working(x, "norm_statistics")  # §10.10: the sum of squares in float32 for half x
-        norm = torch.linalg.vector_norm(xs, dim=-1, keepdim=True)  # (..., 1)
-        return (xs / norm.clamp(min=self.eps)).to(x.dtype) * self.weight
+        # max(||x||, eps) as sqrt(max(sum x^2, eps^2)): the same number, a finite gradient at
+        # a zero row, and in a half dtype the square overflows as a naive one does
+        norm = torch.sqrt((xs * xs).sum(dim=-1, keepdim=True).clamp(min=self.eps**2))  # (..., 1)
+        return (xs / norm).to(x.dtype) * self.weight
 
 
 def make_norm(d: int, conventions: Conventions, bias: bool) -> LayerNorm | RMSNorm:

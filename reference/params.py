@@ -303,6 +303,8 @@ def init_params(
             value = 0.1 * rng.standard_normal(shape)
         elif is_norm:
             value = 1.0 + 0.1 * rng.standard_normal(shape)
+            if rec.has("l2_norm"):  # §5.4: near the paper's sqrt(D), so entries stay O(1)
+                value = value * np.sqrt(config.d_model)
         elif is_table or len(shape) < 2:
             value = rng.standard_normal(shape)
         else:  # a linear or conv weight: std 1/sqrt(fan_in) keeps activations O(1)

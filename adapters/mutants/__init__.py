@@ -158,10 +158,11 @@ NAMES: tuple[str, ...] = (
     # a causal LM returning log-probabilities (the §8.2 check runs on seq2seq models only)
     "lm_log_softmax_logits",
     # ScaleNorm (§5.4): the RMS in place of the L2 norm; eps added to the norm, not a clamp;
-    # its one gain never multiplied
+    # its one gain never multiplied; its sum of squares in float16 (§10.10)
     "scale_norm_rms",
     "scale_norm_eps_added",
     "scale_norm_gain_unused",
+    "scale_norm_low_precision",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

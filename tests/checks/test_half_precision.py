@@ -90,8 +90,10 @@ def test_careful_rope_forms_angles_in_float64_and_the_hypothesis_rounds_them(dty
 # ------------------------------------------------------------ findings that name the quantity
 
 
-@pytest.mark.spec("10.10", "5.1", "5.3")
-@pytest.mark.parametrize("mutant", ["layer_norm_low_precision", "rms_norm_low_precision"])
+@pytest.mark.spec("10.10", "5.1", "5.3", "5.4")
+@pytest.mark.parametrize(
+    "mutant", ["layer_norm_low_precision", "rms_norm_low_precision", "scale_norm_low_precision"]
+)
 def test_norm_with_float16_statistics_fails_in_float16_naming_the_statistics(mutant):
     adapter = load_adapter(f"mutants.{mutant}")
     name = adapter.subjects()[0].name
@@ -174,6 +176,7 @@ CORRECT = [
     ("reference", "layer_norm", "outlier_activations"),
     ("reference", "layer_norm[std_plus_eps]", "outlier_activations"),
     ("reference", "rms_norm", "outlier_activations"),
+    ("reference", "scale_norm", "outlier_activations"),
     ("reference", "encoder_layer[pre_gelu]", "outlier_activations"),
     ("reference", "attention", "softmax_sum_beyond_float16"),
     ("reference", "mha", "softmax_exp_beyond_float16"),
