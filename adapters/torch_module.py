@@ -485,6 +485,8 @@ class TorchModuleAdapter(Adapter):
                 value = torch.from_numpy(np.asarray(params[canonical], dtype=np.float64))
                 if isinstance(ref, Param):
                     value = _from_canonical(value, ref, target)
+                elif _singletons_apart(tuple(value.shape), tuple(target.shape)):
+                    value = value.reshape(target.shape)  # a plain name: up to singletons
                 if tuple(target.shape) != tuple(value.shape):
                     raise ValueError(
                         f"{self.name}: {canonical} has shape {tuple(value.shape)}, the module's "
@@ -524,12 +526,19 @@ def _owner(ref: ParamRef) -> str:
     return ref if isinstance(ref, str) else ref.name
 
 
+def _singletons_apart(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Do shapes ``a`` and ``b`` differ only by dimensions of size 1 (a 0-d gain and a
+    canonical ``[1]``, ``[D]`` and ``[1, D]``)? Then one is a reshape of the other with the
+    same element order, and no transposition can hide in it."""
+    return a != b and [n for n in a if n != 1] == [n for n in b if n != 1]
+
+
 def _to_canonical(tensor: torch.Tensor, ref: ParamRef, shape: tuple[int, ...]) -> torch.Tensor:
     """A module tensor (or its gradient), whole, in the canonical layout of ``ref``."""
     if isinstance(ref, Chunk):
         return ref.of(tensor)
-    if not isinstance(ref, Param):
-        return tensor
+    if not isinstance(ref, Param):  # a plain name: the canonical shape up to singletons
+        return tensor.reshape(shape) if _singletons_apart(tuple(tensor.shape), shape) else tensor
     if ref.slice is not None:
         dim, start, stop = ref.slice
         tensor = tensor.narrow(dim, start, stop - start)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tck.adapters import Param, TorchEntry, TorchModuleAdapter, Unsupported
+from tck.adapters import TorchEntry, TorchModuleAdapter, Unsupported
 from tck.adapters.config_space import parts_without_bias
 from tck.reference import Config, Conventions
 
@@ -358,9 +358,9 @@ def scale_norm_entry(cls: Module = ScaleNorm, **kw: Any) -> TorchEntry:
     def make(c: Config) -> nn.Module:
         return cls(c.d_model, eps=1e-5)
 
-    # g is 0-d, the canonical gain [1] (SPEC.md §5.4): Param reshapes between the two
-    param_map = {"weight": Param("g")}
-    return TorchEntry("scale_norm", make=make, forward=_call, param_map=param_map, **kw)
+    # g is 0-d, the canonical gain [1] (SPEC.md §5.4): a plain name reshapes across the
+    # singleton
+    return TorchEntry("scale_norm", make=make, forward=_call, param_map={"weight": "g"}, **kw)
 
 
 def ffn_entry(

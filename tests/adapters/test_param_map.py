@@ -322,3 +322,43 @@ def test_an_onnx_file_honours_shape_and_null(tmp_path: Path) -> None:
     ):
         with pytest.raises(OnnxFileError, match=words):
             OnnxFileAdapter(path, "layer_norm", bad)
+
+
+@pytest.mark.spec("0.2", "5.4")
+def test_a_plain_name_reads_and_loads_across_singleton_dimensions() -> None:
+    """A module's 0-d gain mapped by its plain name to ScaleNorm's canonical ``weight [1]``:
+    read as [1], loaded back into the 0-d slot; a shape apart by more than singletons is still
+    refused, naming both shapes."""
+    import torch
+    from torch import nn
+
+    from tck.adapters import TorchEntry, TorchModuleAdapter
+    from tck.reference import Config
+
+    class Gain(nn.Module):
+        def __init__(self, shape: tuple[int, ...]) -> None:
+            super().__init__()
+            self.g = nn.Parameter(torch.full(shape, 2.0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x / torch.norm(x, dim=-1, keepdim=True).clamp(min=1e-5) * self.g
+
+    def adapter(shape: tuple[int, ...]) -> TorchModuleAdapter:
+        entry = TorchEntry(
+            "scale_norm",
+            make=lambda c: Gain(shape),
+            forward=lambda m, x: m(x),
+            param_map={"weight": "g"},
+        )
+        return TorchModuleAdapter("gain", [entry])
+
+    scalar = adapter(())
+    handle = scalar.build(scalar.subjects()[0], Config(d_model=8), seed=0)
+    assert scalar.params(handle)["weight"].shape == (1,)
+    scalar.load(handle, {"weight": np.array([3.5])})
+    assert handle.module.g.shape == () and float(handle.module.g) == 3.5
+    wide = adapter((2,))
+    handle = wide.build(wide.subjects()[0], Config(d_model=8), seed=0)
+    refused = r"weight has shape \(1,\), the module's g slot has \(2,\)"
+    with pytest.raises(ValueError, match=refused):
+        wide.load(handle, {"weight": np.array([3.5])})
