@@ -156,7 +156,12 @@ class GuardedAdapter:
                 return grads  # the gradient checks say what is wrong with it
             outputs = self._outputs["grad"]
             private = {}
-            for name, value in grads.items():
+            # A plain dict handed back is the caller's: each array leaves it as its copy is
+            # made, so the adapter's gradients and the copies are never both held whole (a
+            # checkpoint's gradients are its float64 size: GPT-2 small, 1 GB each).
+            own = type(grads) is dict
+            for name in list(grads):
+                value = grads.pop(name) if own else grads[name]
                 if isinstance(value, np.ndarray):
                     value = _private_output("grad", value, self._record, outputs)
                 private[name] = value
