@@ -378,8 +378,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "did not write; choose another folder (tck writes results.json, index.html "
                 "and junit.xml there)"
             )
-        # the checks' plugin takes this adapter instead of loading the checkpoint again
-        hand_over(adapter, spec, target)
+        # In this process (-n 0) the checks' plugin takes this adapter instead of loading the
+        # checkpoint again; with workers, each loads its own and this one goes now.
+        hand_over(adapter if args.workers == "0" else None, spec, target)
         del adapter
         try:
             results = run_checks(

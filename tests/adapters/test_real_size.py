@@ -305,3 +305,36 @@ def test_oracle_memo_drops_answers_no_twin_will_ask() -> None:
     assert memo.get(key("encoder", stack), 7) is None
     assert memo.get(key("encoder", other), 7) is not None
     assert memo.get(key("encoder_layer", layer), 7) is not None  # another component: kept
+
+
+COUNT_LOADS = """
+import sys
+from tck.adapters import pretrained
+from tck.cli import main
+
+loads, OUT = [], sys.argv[2]
+bert = pretrained.BUILDERS["bert"]
+pretrained.BUILDERS["bert"] = lambda folder: loads.append(folder) or bert(folder)
+try:
+    code = main(["run", "--model", sys.argv[1], "-n", "0", "--only", "embedding", "--out", OUT])
+except SystemExit as done:
+    code = done.code
+print("exit", code)
+print("loads", len(loads))
+"""
+
+
+def test_checkpoint_read_once_per_process(tmp_path) -> None:
+    """tck run -n 0 hands the adapter it loaded to the checks: the checkpoint is read (and
+    held) once in the process, not once by the command and again by the checks' plugin."""
+    _save_bert(tmp_path / "model")
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_LOADS, str(tmp_path / "model"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HYPOTHESIS_PROFILE": "ci"},
+    )
+    assert "exit 0" in done.stdout and "loads 1" in done.stdout, (
+        done.stdout[-2000:] + done.stderr[-2000:]
+    )
