@@ -183,26 +183,41 @@ def test_threads_follow_the_stack_plan(monkeypatch) -> None:
 
 
 def test_grad_copies_leave_the_adapters_dict() -> None:
-    """The guarded grad hands the check private copies and empties the plain dict the adapter
-    returned as it copies, so the two are never both held whole."""
+    """The guarded grad hands the check private copies; a plain dict nobody else holds is
+    emptied as its arrays are copied (never both held whole), a dict the adapter keeps and
+    refills is left whole, and its reused arrays are recorded."""
     import numpy as np
 
     from tck.conformance.toolkit.calling import GuardedAdapter
     from tck.conformance.toolkit.recorder import Recorder
 
-    returned: list[dict] = []
-
-    class Grads:
-        name = "grads"
+    class Fresh:
+        name = "fresh"
 
         def grad(self, handle, inputs, cotangent):
-            out = {"params.a": np.ones(3), "x": np.full(2, 2.0)}
-            returned.append(out)
-            return out
+            return {"params.a": np.ones(3), "x": np.full(2, 2.0)}
 
-    grads = GuardedAdapter(Grads(), Recorder()).grad(None, {"x": np.zeros(2)}, np.ones(2))
-    assert sorted(grads) == ["params.a", "x"] and returned[0] == {}
-    assert grads["x"].tolist() == [2.0, 2.0]
+    grads = GuardedAdapter(Fresh(), Recorder()).grad(None, {"x": np.zeros(2)}, np.ones(2))
+    assert sorted(grads) == ["params.a", "x"] and grads["x"].tolist() == [2.0, 2.0]
+
+    class Kept:  # keeps its dict and refills it in place: left whole, the reuse recorded
+        name = "kept"
+
+        def __init__(self) -> None:
+            self.held = {"x": np.zeros(2)}
+
+        def grad(self, handle, inputs, cotangent):
+            self.held["x"][...] = inputs["x"]
+            return self.held
+
+    record = Recorder()
+    kept = Kept()
+    guarded = GuardedAdapter(kept, record)
+    first = guarded.grad(None, {"x": np.ones(2)}, np.ones(2))
+    second = guarded.grad(None, {"x": np.full(2, 3.0)}, np.ones(2))
+    assert list(kept.held) == ["x"] and first["x"].tolist() == [1.0, 1.0]
+    assert second["x"].tolist() == [3.0, 3.0]
+    assert "adapter.output_reused" in record.side_effects
 
 
 def test_compare_fast_path_is_the_rule() -> None:
