@@ -38,7 +38,7 @@ from torch import nn
 
 from tck.usage import INSTALL, read_user_json
 
-from . import checkpoint_config
+from . import checkpoint_config, real_size
 from .base import Arrays, Config, Subject, Unsupported
 from .checkpoint_config import ModelError
 from .config_space import ConfigSpace
@@ -247,9 +247,22 @@ class _AsIs:
         """The sequence length the checkpoint runs at, for ``subject`` (BERT: its position
         table, 512 for BERT-base; ViT: its patches and the class token, 197 at 224 px): the
         oracle comparison makes one call at it (``equality.oracle``). None: no such length."""
-        if subject.component not in REAL_LENGTH_COMPONENTS:
+        if subject.component not in REAL_LENGTH_COMPONENTS or self.twin_made_it(subject):
             return None
         return getattr(self, "positions", None)
+
+    def twin_made_it(self, subject: Subject) -> bool:
+        """Whether ``subject`` is a real-size stack's ``[sdpa]`` twin whose ``[eager]`` twin
+        makes the full-length call in float64: the same weights, the same code but the
+        attention kernel, whose full-length call the layer subjects make. Its oracle
+        comparison then makes the usual calls only (docs/performance.md, "Real sizes"): the
+        model's own forward at full length (a 2048-token float64 forward of every layer for
+        the small Llama) is made once, not twice."""
+        stem, _, implementation = subject.name.partition("[")
+        if implementation != "sdpa]" or not real_size.applies(subject):
+            return False
+        eager = next((s for s in self.subjects() if s.name == f"{stem}[eager]"), None)
+        return eager is not None and "float64" in self.dtypes(eager)
 
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
@@ -322,9 +335,16 @@ class _AsIs:
         first = next(handle.module.parameters(), None)
         key = (handle.subject.name.partition("[")[0], id(first))
         exported = self.__dict__.setdefault("_exported", {})  # (subject, tensors) -> params
-        if key not in exported:
-            exported[key] = _export(self, handle)
-        return dict(exported[key])
+        if key in exported:
+            return dict(exported[key])
+        values = _export(self, handle)
+        # Views of the checkpoint cost nothing to keep, nor does a layer's copy; a real-size
+        # stack's converted copy's export (float32 tensors as float64 arrays: ViT-B/16's is
+        # 0.65 GB) is made per instance, and goes with the check that asked for it.
+        view = first is None or (first.dtype == torch.float64 and first.device.type == "cpu")
+        if view or not real_size.applies(handle.subject):
+            exported[key] = values
+        return dict(values)
 
 
 def _export(adapter: TorchModuleAdapter, handle: TorchHandle) -> dict[str, np.ndarray]:

@@ -8,7 +8,10 @@ whole stack runs the set below, which is what depth can change:
 
 - ``equality.oracle``: every layer's weights against the float64 oracle, on the usual seven
   calls and one at the checkpoint's own length (512 tokens for BERT-base, 197 for ViT-B/16
-  at 224 px). A wrong weight, a wrong layer order or a bug in any one layer fails here;
+  at 224 px). A wrong weight, a wrong layer order or a bug in any one layer fails here. The
+  full-length call is made once per checkpoint: by the ``[eager]`` stack when it runs in
+  float64, its ``[sdpa]`` twin (the same weights) then making the usual calls only
+  (``pretrained._AsIs.twin_made_it``);
 - ``masks.padding_invariance``: padding through every layer;
 - ``gradients.gradients`` in float64 only: the backward pass through every layer, against
   float64 autograd through the reference (one call, every parameter);

@@ -116,7 +116,10 @@ def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> di
     shutil.rmtree(results, ignore_errors=True)
     command = [sys.executable, "-m", "tck", "run", "--model", str(model)]  # adapter: auto
     command += ["-n", "0", "--out", str(results), *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    # what a user's run gets: torch's threads are tck run's own choice (--threads; a
+    # real-size checkpoint: the cores it may use), numpy's BLAS its default unless the caller
+    # sets OMP_NUM_THREADS
+    env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
     load_before = os.getloadavg()[0]  # a shared machine: the figures need their load
     timing = run_child(command, env, out / f"run-{kind}-{layers}L.log")
@@ -135,6 +138,7 @@ def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> di
     if document_path.is_file():
         document = json.loads(document_path.read_text())
         row["summary"] = document["summary"]
+        row["torch_threads"] = document.get("environment", {}).get("torch_threads")
         slow = sorted(document["results"], key=lambda r: -(r.get("duration_s") or 0))
         row["slowest"] = [f"{r['check']}[{r['subject']}]={r.get('duration_s')}s" for r in slow[:12]]
         calls = [
@@ -185,7 +189,7 @@ def machine() -> str:
     return (
         f"{os.cpu_count()} cores ({model}), torch {torch.__version__}, transformers "
         f"{transformers.__version__}, OMP_NUM_THREADS="
-        f"{os.environ.get('OMP_NUM_THREADS', '1')}, hypothesis profile "
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, hypothesis profile "
         f"{os.environ.get('HYPOTHESIS_PROFILE', 'ci')}"
     )
 
@@ -196,9 +200,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"Measured {now} on {machine()}.",
         "",
-        "| checkpoint | load (1 min, before / after) | wall | user + sys CPU | peak RSS "
-        "(float64 size, ratio) | verdict (exit code) |",
-        "|---|---|---|---|---|---|",
+        "| checkpoint | torch threads | load (1 min, before / after) | wall | user + sys CPU "
+        "| peak RSS (float64 size, ratio) | verdict (exit code) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         summary = row.get("summary") or {}
@@ -212,6 +216,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         cpu = row["user_s"] + row["sys_s"]
         lines.append(
             f"| {SHAPES[row['kind']].format(layers=row['layers'], seq=row['seq'])} "
+            f"| {row.get('torch_threads') or '?'} "
             f"| {row['load_1min'][0]:.1f} / {row['load_1min'][1]:.1f} | {row['wall_s']:.0f} s "
             f"| {row['user_s']:.0f} + {row['sys_s']:.0f} = {cpu:.0f} s "
             f"| {row['max_rss_mb'] / 1024:.2f} GB ({row['float64_mb'] / 1024:.2f} GB, "

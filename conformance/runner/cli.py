@@ -43,7 +43,7 @@ from tck.usage import UsageError, default_out, parse_only, writable_dir
 
 from .baseline import apply_baseline, load_baseline, provenance, red, require_same_run
 from .console import ProgressPlugin, print_summary
-from .plugin import results_path
+from .plugin import hand_over, results_path
 from .profiles import PROFILES
 
 
@@ -147,7 +147,7 @@ def run_checks(
     target: Mapping[str, str | None] | None = None,
     profile: str = "ci",
     seed: int = 0,
-    threads: int = 1,
+    threads: int | None = None,
     only: list[str] | None = None,
     workers: str = "1",
     timeout: float = 300,
@@ -170,7 +170,7 @@ def run_checks(
         f"--tck-out={out}",
         f"--tck-profile={profile}",
         f"--tck-seed={seed}",
-        f"--tck-threads={threads}",
+        *([f"--tck-threads={threads}"] if threads is not None else []),
         "-p",
         "no:randomly",
         "-p",
@@ -378,22 +378,29 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "did not write; choose another folder (tck writes results.json, index.html "
                 "and junit.xml there)"
             )
-        results = run_checks(
-            ["--pyargs", "tck.conformance"],
-            adapter_spec=spec,
-            target=target,
-            out=out,
-            profile=args.profile,
-            seed=args.seed,
-            threads=args.threads,
-            only=only,
-            workers=args.workers,
-            timeout=args.timeout,
-            verbose=args.verbose,
-            export=args.export,
-            opset=args.opset,
-            device=device,
-        )
+        # In this process (-n 0) the checks' plugin takes this adapter instead of loading the
+        # checkpoint again; with workers, each loads its own and this one goes now.
+        hand_over(adapter if args.workers == "0" else None, spec, target)
+        del adapter
+        try:
+            results = run_checks(
+                ["--pyargs", "tck.conformance"],
+                adapter_spec=spec,
+                target=target,
+                out=out,
+                profile=args.profile,
+                seed=args.seed,
+                threads=args.threads,
+                only=only,
+                workers=args.workers,
+                timeout=args.timeout,
+                verbose=args.verbose,
+                export=args.export,
+                opset=args.opset,
+                device=device,
+            )
+        finally:
+            hand_over(None)
         if results is None:
             return 1
         folder = results.parent
@@ -518,9 +525,10 @@ def add_parsers(sub: Any) -> None:
     )
     run.add_argument(
         "--threads",
-        default=1,
+        default=None,
         type=_bounded_int("--threads", 1, 1024),
-        help="torch intra-op threads (default 1: the checks' tensors are tiny)",
+        help="torch intra-op threads (default 1: the checks' tensors are tiny; for a "
+        "real-size checkpoint, the cores this process may use)",
     )
     run.add_argument(
         "-n",

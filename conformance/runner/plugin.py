@@ -33,6 +33,7 @@ from tck.adapters import (
     Subject,
     Unsupported,
     load_adapter,
+    real_size,
 )
 from tck.adapters.devices import (
     DEFAULT_DEVICE,
@@ -110,10 +111,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tck-seed", default=0, type=int, help="seed of params and inputs")
     group.addoption(
         "--tck-threads",
-        default=1,
+        default=None,
         type=int,
-        help="torch intra-op threads while checks run (default 1: the checks' "
-        "tensors are tiny, and more threads only contend)",
+        help="torch intra-op threads while checks run (default: 1, the checks' tensors are "
+        "tiny and more threads only contend; for a real-size checkpoint, the cores this "
+        "process may use)",
     )
     group.addoption(
         "--tck-export",
@@ -218,11 +220,34 @@ def _ours(config: pytest.Config, path: Any) -> bool:
         return False
 
 
+# The adapter ``tck run`` loaded to check its arguments, for this process' plugin to take
+# instead of loading it again: a checkpoint is read and held once, not twice (GPT-2 small
+# in float64: 1 GB).
+_HANDED: dict[Any, Adapter] = {}
+
+
+def _handover_key(spec: str | None, target: Mapping[str, str | None]) -> Any:
+    return spec, tuple(sorted((k, str(v)) for k, v in target.items() if v is not None))
+
+
+def hand_over(
+    adapter: Adapter | None, spec: str = "", target: Mapping[str, str | None] | None = None
+) -> None:
+    """Give the plugin ``adapter``, loaded from ``spec`` and ``target`` (load_adapter's
+    arguments), to use in place of loading its own in this process; None takes it back."""
+    _HANDED.clear()
+    if adapter is not None:
+        _HANDED[_handover_key(spec, target or {})] = adapter
+
+
 def _adapter(config: pytest.Config) -> Adapter:
     state = config.stash[_STATE]
     if state["adapter"] is None:
         try:
-            adapter = load_adapter(config.getoption("--tck-adapter"), **_target(config))
+            key = _handover_key(config.getoption("--tck-adapter"), _target(config))
+            adapter = _HANDED.pop(key, None)
+            if adapter is None:
+                adapter = load_adapter(config.getoption("--tck-adapter"), **_target(config))
             if config.getoption("--tck-export") == "onnx":
                 from tck.adapters.onnx_runtime import with_onnx
 
@@ -247,10 +272,36 @@ def _adapter(config: pytest.Config) -> Adapter:
         # and 160 s with torch's default when the cores are busy.
         import torch
 
-        torch.set_num_threads(config.getoption("--tck-threads"))
+        threads = _threads(config, adapter)
+        state["threads"] = threads
+        torch.set_num_threads(threads)
         # the checks' numpy and torch settings, kept apart from the adapter's (globalstate)
-        state["world"] = AdapterWorld(kit_state(config.getoption("--tck-threads")))
+        state["world"] = AdapterWorld(kit_state(threads))
     return state["adapter"]
+
+
+def _threads(config: pytest.Config, adapter: Adapter | None) -> int:
+    """torch's intra-op threads while the checks run: ``--tck-threads``, else 1 (the checks'
+    tensors are tiny: on a busy 2-core machine more threads only contend), except for an
+    adapter with a real-size stack (``real_size.applies``: a checkpoint's whole model, whose
+    float64 forwards and backward are large matmuls), which gets the cores this process may
+    use that are idle when the run starts, shared among the xdist workers."""
+    given = config.getoption("--tck-threads")
+    if given is not None:
+        return int(given)
+    try:
+        large = adapter is not None and any(real_size.applies(s) for s in _subjects(adapter))
+    except ValueError as err:  # $TCK_STACK_PLAN misspelt
+        raise pytest.UsageError(str(err)) from None
+    if not large:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # Only the cores nobody else keeps busy (the 1-minute load average): on a loaded machine
+    # a second thread waits for its share and spins meanwhile (measured on a 2-core machine
+    # at load 6: 40% more CPU seconds, no shorter wall time).
+    idle = (cores or 1) - (os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return max(1, min(round(idle), cores or 1) // max(1, workers))
 
 
 def _device(config: pytest.Config) -> str:
@@ -412,7 +463,7 @@ def pytest_runtest_call(item: pytest.Item):
 
     os._exit = no_exit  # type: ignore[assignment]
     dog = _watchdog(item)
-    world = state.get("world") or AdapterWorld(kit_state(item.config.getoption("--tck-threads")))
+    world = state.get("world") or AdapterWorld(kit_state(_threads(item.config, None)))
     try:
         with world.checks():  # whatever the adapter's import or an earlier check set
             return (yield from _captured(item, "call"))
@@ -910,7 +961,10 @@ def results_document(config: pytest.Config) -> dict[str, Any]:
             "notes": {s.name: list(s.notes) for s in subjects if s.notes},
             **spaces.declared(subjects),  # "supports": what each subject can be (§0.6)
         },
-        "environment": environment(_device(config)),
+        "environment": {
+            **environment(_device(config)),
+            "torch_threads": str(state.get("threads") or config.getoption("--tck-threads") or 1),
+        },
         "profile": profile,
         "seed": config.getoption("--tck-seed"),
         "run": provenance(

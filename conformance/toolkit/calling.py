@@ -10,6 +10,7 @@ least one dimension fails the check (SPEC.md §10.6).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -156,7 +157,14 @@ class GuardedAdapter:
                 return grads  # the gradient checks say what is wrong with it
             outputs = self._outputs["grad"]
             private = {}
-            for name, value in grads.items():
+            # A plain dict nobody else holds (the adapter kept no reference: only this frame's
+            # name and getrefcount's argument) is ours: each array leaves it as its copy is
+            # made, so the adapter's gradients and the copies are never both held whole (a
+            # checkpoint's gradients are its float64 size: GPT-2 small, 1 GB each). A dict the
+            # adapter keeps and refills is left as it is.
+            own = type(grads) is dict and sys.getrefcount(grads) <= 2
+            for name in list(grads):
+                value = grads.pop(name) if own else grads[name]
                 if isinstance(value, np.ndarray):
                     value = _private_output("grad", value, self._record, outputs)
                 private[name] = value

@@ -81,6 +81,11 @@ def test_stack_runs_the_stated_set_at_full_length(tmp_path) -> None:
     # one oracle call at the checkpoint's own length (its position table)
     calls = stack["equality.oracle"][0]["metrics"]["calls"]
     assert max(c["seq_len"] or 0 for c in calls) == POSITIONS
+    # its sdpa twin (the same weights) makes the usual calls: the eager one made that call
+    twin = _rows(document, "encoder[sdpa]")["equality.oracle"][0]
+    assert twin["status"] == "pass"
+    assert any(c["what"].startswith("full length") for c in calls)
+    assert not any(c["what"].startswith("full length") for c in twin["metrics"]["calls"])
     # what the stack does not run is a skip that says why, never a silent absence
     skipped = stack["masks.causal_no_leak"][0]
     assert skipped["status"] == "skip"
@@ -91,6 +96,8 @@ def test_stack_runs_the_stated_set_at_full_length(tmp_path) -> None:
         if r["status"] == "pass"
     }
     assert dtypes == {"float64": "pass"}, stack["gradients.gradients"]
+    # a real-size stack's float64 matmuls use the idle cores the run may use (--threads)
+    assert 1 <= int(document["environment"]["torch_threads"]) <= len(os.sched_getaffinity(0))
 
 
 def test_one_wrong_layer_fails_the_stack(tmp_path) -> None:
@@ -138,6 +145,78 @@ def test_stack_plan_rule(monkeypatch) -> None:
     assert "real-size stack" in stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float16"}, lower)
     monkeypatch.setenv(ENV, "off")
     assert stack_skip(stack, "masks.causal_no_leak", {}, every) is None
+
+
+def test_threads_follow_the_stack_plan(monkeypatch) -> None:
+    """torch's threads: --tck-threads when given; else 1, except for an adapter with a
+    real-size stack, which gets the cores this process may use, shared among xdist workers."""
+    from types import SimpleNamespace
+
+    from tck.adapters.base import Subject
+    from tck.adapters.config_space import ConfigSpace
+    from tck.adapters.real_size import ENV
+    from tck.conformance.runner.plugin import _threads
+
+    def config(given: int | None) -> SimpleNamespace:
+        return SimpleNamespace(getoption=lambda name: given)
+
+    space = ConfigSpace(fixed={"d_model": 768, "d_ff": 3072, "n_layers": 12})
+    large = SimpleNamespace(subjects=lambda: [Subject("encoder", "encoder", supports=space)])
+    small = SimpleNamespace(subjects=lambda: [Subject("encoder", "encoder")])
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))  # an idle machine
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert _threads(config(None), large) == cores
+    assert _threads(config(None), small) == 1
+    assert _threads(config(None), None) == 1
+    assert _threads(config(3), small) == 3
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(2 * cores))
+    assert _threads(config(None), large) == 1
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0 * cores, 0.0, 0.0))  # a busy one
+    assert _threads(config(None), large) == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    monkeypatch.setenv(ENV, "off")  # every check everywhere: no real-size stack
+    assert _threads(config(None), large) == 1
+
+
+def test_grad_copies_leave_the_adapters_dict() -> None:
+    """The guarded grad hands the check private copies; a plain dict nobody else holds is
+    emptied as its arrays are copied (never both held whole), a dict the adapter keeps and
+    refills is left whole, and its reused arrays are recorded."""
+    import numpy as np
+
+    from tck.conformance.toolkit.calling import GuardedAdapter
+    from tck.conformance.toolkit.recorder import Recorder
+
+    class Fresh:
+        name = "fresh"
+
+        def grad(self, handle, inputs, cotangent):
+            return {"params.a": np.ones(3), "x": np.full(2, 2.0)}
+
+    grads = GuardedAdapter(Fresh(), Recorder()).grad(None, {"x": np.zeros(2)}, np.ones(2))
+    assert sorted(grads) == ["params.a", "x"] and grads["x"].tolist() == [2.0, 2.0]
+
+    class Kept:  # keeps its dict and refills it in place: left whole, the reuse recorded
+        name = "kept"
+
+        def __init__(self) -> None:
+            self.held = {"x": np.zeros(2)}
+
+        def grad(self, handle, inputs, cotangent):
+            self.held["x"][...] = inputs["x"]
+            return self.held
+
+    record = Recorder()
+    kept = Kept()
+    guarded = GuardedAdapter(kept, record)
+    first = guarded.grad(None, {"x": np.ones(2)}, np.ones(2))
+    second = guarded.grad(None, {"x": np.full(2, 3.0)}, np.ones(2))
+    assert list(kept.held) == ["x"] and first["x"].tolist() == [1.0, 1.0]
+    assert second["x"].tolist() == [3.0, 3.0]
+    assert "adapter.output_reused" in record.side_effects
 
 
 def test_compare_fast_path_is_the_rule() -> None:
@@ -203,3 +282,73 @@ def test_oracle_memo_keys_read_only_parameters_only() -> None:
     assert memo.get(memo.key("linear", inputs, layer, config, conventions), 4) is not None
     memo.put(memo.key("linear", other, layer, config, conventions), np.zeros(3), layer, owner=5)
     assert memo.get(memo.key("linear", inputs, layer, config, conventions), 6) is None
+
+
+def test_oracle_memo_drops_answers_no_twin_will_ask() -> None:
+    """A finished check's answers wait for its twin while other components' checks run, and
+    go when a later check on the same component puts answers for other parameters (another
+    dtype's export, a stack without a twin): they are never asked for again."""
+    import numpy as np
+
+    from tck.conformance.toolkit.harness import OracleMemo
+    from tck.reference import Config, Conventions
+
+    def params() -> dict[str, np.ndarray]:
+        array = np.ones((2, 2))
+        array.setflags(write=False)
+        return {"w": array}
+
+    inputs = {"x": np.arange(4.0).reshape(1, 2, 2)}
+    config, conventions = Config(), Conventions()
+    stack, layer, other = params(), params(), params()
+    memo = OracleMemo()
+
+    def key(component: str, values: dict[str, np.ndarray]) -> object:
+        return memo.key(component, inputs, values, config, conventions)
+
+    memo.put(key("encoder", stack), np.zeros(3), stack, owner=1)  # encoder[eager]
+    memo.release(1)
+    memo.put(key("encoder_layer", layer), np.ones(3), layer, owner=2)  # layer 0 between
+    memo.release(2)
+    assert memo.get(key("encoder", stack), 3) is not None  # encoder[sdpa]: the twin
+    memo.release(3)
+    assert memo.get(key("encoder", stack), 4) is None  # used: gone
+    memo.put(key("encoder", stack), np.zeros(3), stack, owner=5)  # no twin asks this time
+    memo.release(5)
+    memo.put(key("encoder", other), np.ones(3), other, owner=6)  # the same component again
+    assert memo.get(key("encoder", stack), 7) is None
+    assert memo.get(key("encoder", other), 7) is not None
+    assert memo.get(key("encoder_layer", layer), 7) is not None  # another component: kept
+
+
+COUNT_LOADS = """
+import sys
+from tck.adapters import pretrained
+from tck.cli import main
+
+loads, OUT = [], sys.argv[2]
+bert = pretrained.BUILDERS["bert"]
+pretrained.BUILDERS["bert"] = lambda folder: loads.append(folder) or bert(folder)
+try:
+    code = main(["run", "--model", sys.argv[1], "-n", "0", "--only", "embedding", "--out", OUT])
+except SystemExit as done:
+    code = done.code
+print("exit", code)
+print("loads", len(loads))
+"""
+
+
+def test_checkpoint_read_once_per_process(tmp_path) -> None:
+    """tck run -n 0 hands the adapter it loaded to the checks: the checkpoint is read (and
+    held) once in the process, not once by the command and again by the checks' plugin."""
+    _save_bert(tmp_path / "model")
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_LOADS, str(tmp_path / "model"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HYPOTHESIS_PROFILE": "ci"},
+    )
+    assert "exit 0" in done.stdout and "loads 1" in done.stdout, (
+        done.stdout[-2000:] + done.stderr[-2000:]
+    )
