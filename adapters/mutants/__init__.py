@@ -157,6 +157,9 @@ NAMES: tuple[str, ...] = (
     "swiglu_silu_after_product",
     # a causal LM returning log-probabilities (the §8.2 check runs on seq2seq models only)
     "lm_log_softmax_logits",
+    # heads folded into the batch, time-first (fairseq's layout): the queries viewed as
+    # [B * H, L, d] without the transpose, so the batch's rows interact
+    "heads_folded_time_first",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

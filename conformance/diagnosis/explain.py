@@ -258,6 +258,7 @@ def _hypotheses(
 ) -> tuple[str, str] | None:
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
     the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
     from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
     from .hypotheses_solved import (
@@ -313,6 +314,7 @@ def _hypotheses(
     if found is None:
         found = first(
             itertools.chain(
+                folded_hypotheses(component),
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),
