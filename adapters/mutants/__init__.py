@@ -160,6 +160,10 @@ NAMES: tuple[str, ...] = (
     # heads folded into the batch, time-first (fairseq's layout): the queries viewed as
     # [B * H, L, d] without the transpose, so the batch's rows interact
     "heads_folded_time_first",
+    # cache-only bugs by slot and mask: a static cache written one slot too far, the causal
+    # mask skipped once the cache is non-empty (SPEC.md §11.6, §11.9)
+    "cache_slot_late",
+    "cache_steps_unmasked",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

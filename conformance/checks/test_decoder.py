@@ -21,7 +21,12 @@ import numpy as np
 import pytest
 
 from tck.adapters import AdapterFailure, Unsupported
-from tck.conformance.diagnosis.decoding import decode, token_input
+from tck.conformance.diagnosis.decoding import (
+    cache_slots,
+    decode,
+    decoder_only_seeing,
+    token_input,
+)
 from tck.conformance.toolkit.harness import Harness, Instance
 from tck.conformance.toolkit.input_edits import batch_slice
 from tck.conformance.toolkit.instances import zero_params
@@ -372,6 +377,37 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "cached step is off by one position (j < T instead of j <= T - 1; SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=strict),
     )
+    # A static cache written one slot late (slots F+1..F+n for F..F+n-1): every query reads an
+    # empty (zero) slot and misses its own key; the causal mask skipped once the cache is
+    # non-empty: a chunk's tokens see the later tokens of their chunk.
+    key_padding = inputs.get("key_padding")
+    unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
+    window = conv.sliding_window
+    spec_keep, _ = cache_slots(b, length, ranges, key_padding, window=window)
+    for code, message, layout in (
+        (
+            "cache.causal_off_by_one",
+            "each call's keys and values are written one cache slot too far (slots F+1..F+n "
+            "of a cache filled to F, where F..F+n-1 are read): every token misses its own key "
+            "and attends an unwritten zero slot instead (SPEC.md §11.6)",
+            {"write_offset": 1},
+        ),
+        (
+            "mask.causal_leak",
+            "the causal mask is skipped once the cache is non-empty: a call of several tokens "
+            "on a cache lets each of them see the later tokens of its own call (right only "
+            "for one token per call; SPEC.md §4.3, §11.9)",
+            {"causal_in_steps": False},
+        ),
+    ):
+        keep, empty = cache_slots(b, length, ranges, key_padding, window=window, **layout)
+        if not empty.any() and np.array_equal(keep, spec_keep):
+            continue  # these calls cannot tell it from the spec (one token per call)
+        yield (
+            code,
+            message,
+            decoder_only_seeing(component, unpadded_inputs, p, c, conv, keep, empty),
+        )
     yield (
         "cache.causal_top_left",
         "each decoded token attends only the first tokens of the sequence: the causal mask of "
@@ -380,8 +416,6 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "keys up to T - n + i; SPEC.md §11.6, §4.3)",
         decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
     )
-    key_padding = inputs.get("key_padding")
-    unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
     yield (
         "cache.keys_prepended",
         "each call's keys and values are put before the cached ones instead of after them: "
