@@ -164,6 +164,10 @@ NAMES: tuple[str, ...] = (
     # mask skipped once the cache is non-empty (SPEC.md §11.6, §11.9)
     "cache_slot_late",
     "cache_steps_unmasked",
+    # the padding mask of a causal subject read inverted, or laid over the queries (seen
+    # under left padding only: SPEC.md §4.2, §11.7)
+    "causal_padding_polarity",
+    "causal_padding_on_queries",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -14,6 +14,7 @@ comparisons of the implementation with itself use float32's floor of the toleran
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -36,6 +37,7 @@ from tck.reference.components import record, tagged
 from tck.reference.expected import decoder_only
 from tck.reference.inputs import Inputs, Shape
 from tck.reference.tolerance import Comparison, compare
+from tck.reference.variants import expected_under, oracle_variant
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -761,6 +763,31 @@ def test_effective_scale(tck: Harness) -> None:
 # ---------------------------------------------------------------------------- left padding
 
 
+def padding_on_queries(tck: Harness, inst: Instance, inputs: Inputs, out: np.ndarray) -> bool:
+    """Is ``out`` the spec's with the key-padding mask over the queries, at every position?
+    On real rows of a causal subject that is the output without padding (each real query
+    sees every earlier key, pads included): what tells the two apart is the pad rows, left
+    with no key, which follow a fully-masked-row policy (§4.4: 0, uniform, or non-finite
+    exactly there) instead of attending their keys."""
+    from tck.conformance.diagnosis.explain import PADDING_PIECES, _padding_on_queries
+
+    variant = oracle_variant(dict.fromkeys(PADDING_PIECES, _padding_on_queries))
+    for policy in ("zero", "uniform", "nan"):
+        conventions = dataclasses.replace(inst.conventions, fully_masked_rows=policy)
+        try:
+            gold = expected_under(
+                variant, tck.component, inputs, inst.params, inst.config, conventions
+            )
+        except (ValueError, KeyError):
+            return False
+        undefined = np.isnan(gold)
+        if undefined.any() and not np.array_equal(undefined, ~np.isfinite(out)):
+            continue
+        if compare(out, gold, dtype=inst.dtype, ignore=undefined).passed:
+            return True
+    return False
+
+
 @spec("11.7", id="decoder.left_padding")
 @components(*CAUSAL)
 def test_left_padding(tck: Harness) -> None:
@@ -796,6 +823,15 @@ def test_left_padding(tck: Harness) -> None:
                     "the output is what position ids 0 .. L-1 give, counting the pads: the "
                     "position ids are not shifted past the left padding (SPEC.md §11.7); "
                     + numbers,
+                    result.metrics(),
+                )
+            if padding_on_queries(tck, inst, inputs, out):
+                raise CheckFailure(
+                    "mask.applied_to_queries",
+                    "the output is the spec's with the key-padding mask laid over the query "
+                    "axis (mask[:, None, :, None]): the pad rows have no key left, and the real "
+                    "tokens attend the left pads as if there were no padding (SPEC.md §4.2, "
+                    "§11.7); " + numbers,
                     result.metrics(),
                 )
             unmasked = {k: v for k, v in inputs.items() if k != "key_padding"}

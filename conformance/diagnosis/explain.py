@@ -284,8 +284,12 @@ def _hypotheses(
         for code, message, params in param_hypotheses(component, inst.config, inst.params):
             yield Alternative(code, message, params=params, nan="ignore")
 
+    # The positions the failed comparison left out (a causal subject's padded query rows,
+    # SPEC.md §11.7) are left out of every hypothesis's judgement too.
+    unpromised = h.ignore_mask(inst, spec, inputs)
+
     def first(candidates: Iterable[Alternative]) -> Alternative | None:
-        return first_fit(candidates, evaluate, test, spec, tolerance)
+        return first_fit(candidates, evaluate, test, spec, tolerance, unpromised)
 
     found = first(
         itertools.chain(
@@ -509,6 +513,32 @@ def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
             inputs={k: v for k, v in inputs.items() if k not in masks},
             nan="ignore",
         )
+    if "key_padding" in inputs:
+        # key_padding[:, None, :, None] for key_padding[:, None, None, :]: the padded query
+        # rows have no key left, the real ones still read the padded keys (self-attention:
+        # queries and keys are the same positions). Every name the oracle calls it by.
+        queries = {name: _padding_on_queries for name in PADDING_PIECES}
+        yield Alternative(
+            "mask.applied_to_queries",
+            "the output is the spec's with the key-padding mask broadcast over the query "
+            "axis instead of the key axis (mask[:, None, :, None] for mask[:, None, None, :]): "
+            "the padded queries are hidden from every key, and the real queries still attend "
+            "the padded keys (SPEC.md §4.2)",
+            pieces=queries,
+            nan="ignore",
+        )
+
+
+# The oracle's names for §4.2's key-padding mask (aliases of one function).
+PADDING_PIECES = ("key_padding", "key_padding_mask", "_expand_key_padding")
+
+
+def _padding_on_queries(keep: Any) -> np.ndarray:
+    """A (B, L) key-padding keep-mask laid over the queries: (B, 1, L, 1)."""
+    keep = np.asarray(keep)
+    if keep.ndim != 2 or keep.dtype != np.bool_:
+        raise ValueError(f"a key-padding keep-mask is boolean (B, L), got {keep.shape}")
+    return keep[:, None, :, None]
 
 
 POSITION_OFFSETS = (1, 2, -1)
