@@ -168,6 +168,11 @@ NAMES: tuple[str, ...] = (
     # under left padding only: SPEC.md §4.2, §11.7)
     "causal_padding_polarity",
     "causal_padding_on_queries",
+    # wiring: a later sublayer's residual from the block input, a norm computing with its
+    # sibling's weights, an untied head computing with the token embedding
+    "ffn_residual_from_block_input",
+    "norm_reads_sibling",
+    "lm_head_tied_untied",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
