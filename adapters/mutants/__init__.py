@@ -173,6 +173,10 @@ NAMES: tuple[str, ...] = (
     "ffn_residual_from_block_input",
     "norm_reads_sibling",
     "lm_head_tied_untied",
+    # learned positions: the table never added, the table read one row late in a model that
+    # numbers its tokens itself
+    "lm_position_table_not_added",
+    "lm_positions_off_by_one",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -293,10 +294,12 @@ def _hypotheses(
 
     found = first(
         itertools.chain(
+            _table_not_added(inst.params),
             _convention_alternatives(component, inst.conventions),
             params_alternatives(),
             _mask_hypotheses(inputs),
             _offset_hypotheses(component, inputs),
+            _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
@@ -541,6 +544,28 @@ def _padding_on_queries(keep: Any) -> np.ndarray:
     return keep[:, None, :, None]
 
 
+# A learned position table in the canonical layout (§2.2 ``pos_embedding.weight``, §9.3
+# ``pos_embed``).
+_POSITION_TABLE = re.compile(r"(^|\.)(pos_embedding\.weight|pos_embed)$")
+
+
+def _table_not_added(params: Mapping[str, np.ndarray] | None) -> Iterable[Alternative]:
+    """The learned position table loaded and never added (``x = wte[ids]`` for
+    ``wte[ids] + wpe[positions]``): the oracle with the table zeroed. Tried before the
+    convention fields: on a call of one token, RoPE (a rotation by 0) without the table is
+    the same output, and the smaller change is the one to name."""
+    tables = [k for k in params or {} if _POSITION_TABLE.search(k)]
+    if not tables or params is None or not any(np.any(params[k]) for k in tables):
+        return
+    yield Alternative(
+        "positional.positions_ignored",
+        "the output is the spec's with the learned position table never added (the tokens "
+        "carry no position at all: x = wte[ids] for wte[ids] + wpe[positions]); the table "
+        "is loaded and unused (SPEC.md §2.2)",
+        params={**params, **{k: np.zeros_like(params[k]) for k in tables}},
+    )
+
+
 POSITION_OFFSETS = (1, 2, -1)
 
 
@@ -567,6 +592,37 @@ def _offset_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iter
             f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
             f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
             "positions that start at padding_idx + 1, or a cache read one step off)",
+            inputs={**inputs, "positions": positions + offset},
+        )
+
+
+def _table_offset_hypotheses(
+    component: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any] | None
+) -> Iterable[Alternative]:
+    """A learned position table read at p + offset inside a component that holds the table
+    and numbers its tokens (a causal LM: ``wpe[positions + 1]``), whether or not the call
+    gives position ids (without them the spec's are 0 .. L-1). Components whose record has
+    a positional encoding of their own get ``_offset_hypotheses``."""
+    if record(component).has("positional") or not any(
+        _POSITION_TABLE.search(k) for k in params or {}
+    ):
+        return
+    tokens = next(iter(inputs.values()), None)
+    if tokens is None or np.ndim(tokens) < 2:
+        return
+    b, length = np.shape(tokens)[:2]
+    given = inputs.get("positions")
+    positions = (
+        np.broadcast_to(np.arange(length), (b, length)) if given is None else np.asarray(given)
+    )
+    for offset in POSITION_OFFSETS:
+        if positions.size and int(positions.min()) + offset < 0:
+            continue
+        yield Alternative(
+            "positional.position_offset",
+            f"the output is the spec's with the learned position table read at p {offset:+d} "
+            f"(wpe[positions {offset:+d}]): positions are counted from {offset} instead of 0 "
+            "(SPEC.md §2.2)",
             inputs={**inputs, "positions": positions + offset},
         )
 

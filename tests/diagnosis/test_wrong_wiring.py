@@ -108,3 +108,21 @@ def test_a_nan_empty_row_joins_the_overflow_of_the_same_subject() -> None:
     assert len(causes[0]["symptoms"]) == 3
     alone = root_causes([_result("attention", "mask.fully_masked_rows_nan")])
     assert [c["code"] for c in alone] == ["mask.fully_masked_rows_nan"]
+
+
+def test_a_learned_table_never_added_is_named_before_rope() -> None:
+    def no_table(params):  # type: ignore[no-untyped-def]
+        return {**params, "pos_embedding.weight": np.zeros_like(params["pos_embedding.weight"])}
+
+    code, message = _named("causal_lm", params=no_table)
+    assert code == "positional.positions_ignored", message
+
+
+def test_a_learned_table_read_one_row_late_is_named_without_position_inputs() -> None:
+    def one_late(params):  # type: ignore[no-untyped-def]
+        table = np.asarray(params["pos_embedding.weight"])
+        return {**params, "pos_embedding.weight": np.concatenate([table[1:], table[-1:]])}
+
+    code, message = _named("causal_lm", params=one_late)
+    assert code == "positional.position_offset", message
+    assert "p +1" in message
