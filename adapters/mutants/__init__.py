@@ -177,6 +177,8 @@ NAMES: tuple[str, ...] = (
     # numbers its tokens itself
     "lm_position_table_not_added",
     "lm_positions_off_by_one",
+    # RMSNorm's eps added outside the square root
+    "rms_norm_eps_outside",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

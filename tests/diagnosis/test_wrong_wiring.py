@@ -126,3 +126,25 @@ def test_a_learned_table_read_one_row_late_is_named_without_position_inputs() ->
     code, message = _named("causal_lm", params=one_late)
     assert code == "positional.position_offset", message
     assert "p +1" in message
+
+
+def test_rms_norm_eps_outside_the_root_is_named_on_rows_of_small_scale() -> None:
+    def outside(x, weight=None, *, eps=1e-5):  # type: ignore[no-untyped-def]
+        x = np.asarray(x, dtype=np.float64)
+        return x / (np.sqrt((x * x).mean(axis=-1, keepdims=True)) + eps) * np.asarray(weight)
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "rms_norm")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    variant = oracle_variant({"rms_norm": outside})
+    tck.run = lambda inst, given: expected_under(  # type: ignore[method-assign]
+        variant, "rms_norm", given, inst.params, inst.config, inst.conventions
+    )
+    inputs = tck.inputs(inst, Shape())
+    inputs["x"] = inputs["x"] * 1e-3  # rows of root mean square ~1e-3: eps matters
+    test = tck.run(inst, inputs)
+    code, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert code == "layer_norm.eps_outside_sqrt", message
