@@ -179,6 +179,8 @@ NAMES: tuple[str, ...] = (
     "lm_positions_off_by_one",
     # RMSNorm's eps added outside the square root
     "rms_norm_eps_outside",
+    # the values alone put before the cached ones
+    "cache_values_prepended",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

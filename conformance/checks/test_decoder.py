@@ -23,8 +23,10 @@ import pytest
 
 from tck.adapters import AdapterFailure, Unsupported
 from tck.conformance.diagnosis.decoding import (
+    cache_orders,
     cache_slots,
     decode,
+    decoder_only_over_slots,
     decoder_only_seeing,
     token_input,
 )
@@ -409,6 +411,22 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             code,
             message,
             decoder_only_seeing(component, unpadded_inputs, p, c, conv, keep, empty),
+        )
+    # only one of the two caches extended at the wrong end (torch.cat([v, cache_v]) beside
+    # torch.cat([cache_k, k])): each weight multiplies another token's value
+    for keys_order, values_order, which in (
+        ("append", "prepend", "values"),
+        ("prepend", "append", "keys"),
+    ):
+        orders = cache_orders(
+            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
+        )
+        yield (
+            "cache.keys_prepended",
+            f"each call's {which} are put before the cached ones instead of after them (the "
+            f"{'keys' if which == 'values' else 'values'} appended as they should be): the "
+            "weight of a cached key multiplies another token's value (SPEC.md §11.6)",
+            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
         )
     yield (
         "cache.causal_top_left",

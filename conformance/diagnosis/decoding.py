@@ -248,3 +248,93 @@ def decoder_only_seeing(
         else variant.decoder_block
     )
     return fn(inputs["x"], params, n_heads=config.n_heads, n_kv_heads=config.kv_heads, **common)
+
+
+def cache_orders(
+    batch: int,
+    length: int,
+    ranges: list[tuple[int, int]],
+    key_padding: np.ndarray | None,
+    *,
+    keys: str = "append",
+    values: str = "append",
+    window: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cache as two rows of slots, the keys' and the values', each extended at its end
+    (``"append"``, ``torch.cat([cache, new])``) or at its start (``"prepend"``,
+    ``torch.cat([new, cache])``) by every call after the first. Query i of a call of n tokens
+    on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
+    ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
+    (§11.7); the score of slot s uses the key held there, the weight multiplies the value
+    held there. Returns (key token (L, L), value token (L, L), keep (B, 1, L, L)), indexed by
+    query and slot. Both "append" is the spec."""
+    key_at = np.zeros((length, length), int)
+    value_at = np.zeros((length, length), int)
+    keep = np.zeros((batch, length, length), bool)
+    held = {"keys": [], "values": []}  # type: dict[str, list[int]]
+    pad = None if key_padding is None else np.asarray(key_padding, bool)
+    for call, (start, stop) in enumerate(ranges):
+        new = list(range(start, stop))
+        for name, order in (("keys", keys), ("values", values)):
+            held[name] = new + held[name] if order == "prepend" and call else held[name] + new
+        n, total = stop - start, len(held["keys"])
+        for i in range(n):
+            row, at = start + i, total - n + i
+            first = 0 if window is None else max(at - window + 1, 0)
+            key_at[row, :total] = held["keys"]
+            value_at[row, :total] = held["values"]
+            for slot in range(first, at + 1):
+                keep[:, row, slot] = True if pad is None else pad[:, slot]
+    return key_at, value_at, keep[:, None]
+
+
+def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.ndarray) -> Any:
+    """The oracle's attention where query i's slot s holds the key of token key_at[i, s] and
+    the value of token value_at[i, s], slots kept by ``keep`` (B, 1, L, L); the oracle's own
+    mask (the causal triangle, replaced here) is not used. A row with no slot is 0."""
+    from tck.reference import oracle
+
+    def scaled_dot_product_attention(q, k, v, keep_mask=None, *, scale=None, **kw):  # type: ignore[no-untyped-def]
+        q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        keys = k[..., key_at, :]  # (B, H, L, S, d)
+        values = v[..., value_at, :]
+        scores = np.einsum("bhid,bhisd->bhis", q, keys) * scale
+        scores = np.where(keep, scores, -np.inf)
+        top = np.max(scores, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            weights = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+            weights = np.nan_to_num(weights / weights.sum(axis=-1, keepdims=True))
+        return np.einsum("bhis,bhisd->bhid", weights, values)
+
+    return scaled_dot_product_attention
+
+
+def decoder_only_over_slots(
+    component: str,
+    inputs: Arrays,
+    params: Arrays,
+    config: Config,
+    conventions: Any,
+    orders: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The decoder-only component's oracle (SPEC.md §11) with attention over the cache's
+    slots as ``cache_orders`` lays them out."""
+    from tck.reference.variants import oracle_variant
+
+    variant = oracle_variant({"scaled_dot_product_attention": _attention_over_slots(*orders)})
+    length = orders[0].shape[0]
+    common = {
+        "key_padding": None,
+        "positions": inputs.get("positions"),
+        "causal_keep": np.ones((length, length), bool),  # the slots' keep replaces it
+        "conventions": conventions,
+    }
+    if component == "causal_lm":
+        return variant.causal_lm(inputs["ids"], params, config, **common)
+    fn = (
+        variant.causal_self_attention
+        if component == "causal_self_attention"
+        else variant.decoder_block
+    )
+    return fn(inputs["x"], params, n_heads=config.n_heads, n_kv_heads=config.kv_heads, **common)

@@ -10,7 +10,7 @@ import pytest
 
 from tck.adapters import load_adapter
 from tck.conformance.checks import test_decoder
-from tck.conformance.diagnosis.decoding import cache_slots, schedule
+from tck.conformance.diagnosis.decoding import cache_orders, cache_slots, schedule
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import oracle
@@ -52,6 +52,7 @@ def test_the_causal_mask_skipped_in_steps_shows_only_in_chunks() -> None:
     [
         ("cache_slot_late", ((1, 1), (4, 1)), "cache.causal_off_by_one"),
         ("cache_steps_unmasked", ((1, 2), (3, 4)), "mask.causal_leak"),
+        ("cache_values_prepended", ((1, 1), (4, 1)), "cache.keys_prepended"),
     ],
 )
 def test_a_cache_only_bug_is_named_by_its_class(mutant: str, schedules, code: str) -> None:  # type: ignore[no-untyped-def]
@@ -64,3 +65,18 @@ def test_a_cache_only_bug_is_named_by_its_class(mutant: str, schedules, code: st
     with pytest.raises(CheckFailure) as failure:
         test_decoder.check_cache(tck, inst, inputs, "unpadded rows", schedules)
     assert failure.value.code == code, failure.value.message
+
+
+def test_cache_orders_of_a_right_cache_are_the_spec_s() -> None:
+    length, ranges = 8, schedule(8, 3, 2)
+    key_at, value_at, keep = cache_orders(1, length, ranges, None)
+    np.testing.assert_array_equal(key_at, value_at)
+    for row in range(length):  # every visible slot holds its own token
+        seen = np.flatnonzero(keep[0, 0, row])
+        np.testing.assert_array_equal(key_at[row, seen], np.arange(row + 1))
+
+
+def test_values_prepended_pair_a_key_with_another_token_s_value() -> None:
+    key_at, value_at, _ = cache_orders(1, 5, schedule(5, 2, 1), None, values="prepend")
+    np.testing.assert_array_equal(key_at[4], [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(value_at[4], [4, 3, 2, 0, 1])
