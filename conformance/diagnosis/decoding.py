@@ -234,20 +234,26 @@ def decoder_only_seeing(
     from tck.reference.variants import oracle_variant
 
     variant = oracle_variant({"scaled_dot_product_attention": _attention_with_empty_slots(empty)})
-    common = {
-        "key_padding": None,
-        "positions": inputs.get("positions"),
-        "causal_keep": keep,
-        "conventions": conventions,
-    }
-    if component == "causal_lm":
-        return variant.causal_lm(inputs["ids"], params, config, **common)
-    fn = (
-        variant.causal_self_attention
-        if component == "causal_self_attention"
-        else variant.decoder_block
+    unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
+    return _decoder_only_in(variant, component, unpadded, params, config, conventions, keep)
+
+
+def _decoder_only_in(
+    variant: Any,
+    component: str,
+    inputs: Arrays,
+    params: Arrays,
+    config: Config,
+    conventions: Any,
+    causal_keep: np.ndarray,
+) -> np.ndarray:
+    """``tck.reference.components.decoder_only`` computed in the oracle ``variant`` (its
+    component calls rebuilt to look the oracle's pieces up there)."""
+    from tck.reference.variants import _calls_of
+
+    return _calls_of(variant).decoder_only(
+        component, inputs, params, config, conventions, causal_keep=causal_keep
     )
-    return fn(inputs["x"], params, n_heads=config.n_heads, n_kv_heads=config.kv_heads, **common)
 
 
 def cache_orders(
@@ -324,17 +330,6 @@ def decoder_only_over_slots(
 
     variant = oracle_variant({"scaled_dot_product_attention": _attention_over_slots(*orders)})
     length = orders[0].shape[0]
-    common = {
-        "key_padding": None,
-        "positions": inputs.get("positions"),
-        "causal_keep": np.ones((length, length), bool),  # the slots' keep replaces it
-        "conventions": conventions,
-    }
-    if component == "causal_lm":
-        return variant.causal_lm(inputs["ids"], params, config, **common)
-    fn = (
-        variant.causal_self_attention
-        if component == "causal_self_attention"
-        else variant.decoder_block
-    )
-    return fn(inputs["x"], params, n_heads=config.n_heads, n_kv_heads=config.kv_heads, **common)
+    unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
+    everything = np.ones((length, length), bool)  # the slots' keep replaces the triangle
+    return _decoder_only_in(variant, component, unpadded, params, config, conventions, everything)
