@@ -585,6 +585,20 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "7.3 0.2",
         "the layers of a stack read another layer's parameters (all the first's, or the last's)",
     ),
+    (
+        "params.read_from_other_module",
+        "cause",
+        "0.2",
+        "a module computes with another module's parameters of the same shape (a wrong key "
+        "into the parameter tree: the second norm with the first norm's weights)",
+    ),
+    (
+        "model.head_tied_to_embedding",
+        "cause",
+        "8.3 0.2",
+        "the output projection computes with the token embedding where the model's head is "
+        "its own (weights tied where the model does not tie them)",
+    ),
 ]
 
 

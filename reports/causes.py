@@ -118,6 +118,26 @@ def self_consistency(code: str) -> bool:
     return found is not None and any(c in SELF_CONSISTENCY_CLAUSES for c in found.clauses)
 
 
+# A finding that a cause's own mechanism produces, on the same subject: it joins that cause
+# instead of standing as one. A softmax written as exp(s) / sum(exp(s)) without subtracting
+# the row maximum overflows at large scores (numerics.overflow) and, at a row whose keys are
+# all masked (every score at the fill value), gives 0 / 0: the NaN a fully-masked-row probe
+# reads as the 'nan' convention (SPEC.md §4.4) is the same missing max subtraction, and
+# declaring fully_masked_rows='nan' would hide the bug.
+CONSEQUENCES: dict[str, tuple[str, ...]] = {
+    "mask.fully_masked_rows_nan": ("numerics.overflow",),
+}
+
+
+def _consequence_of(code: str, subject: str, present: Mapping[tuple[str, str], str]) -> str | None:
+    """The cause on ``subject`` whose mechanism produces the finding ``code``, if the run
+    found one there (``CONSEQUENCES``); ``present``: (subject, code) -> message."""
+    for cause in CONSEQUENCES.get(code, ()):
+        if (subject, cause) in present:
+            return cause
+    return None
+
+
 def _generic_order(code: str) -> int:
     """Among codes of one rank: a gradient disagreement follows from a forward one (and is
     ranked below it), a component's own code above the family codes ``*.assertion``.
@@ -197,12 +217,19 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         and not is_generic(code)
         and not self_consistency(code)
     }
+    present: dict[tuple[str, str], str] = {}  # (subject, code) -> the first message
+    for r in failing:
+        diagnosis = r.get("diagnosis") or {}
+        present.setdefault((r["subject"], diagnosis.get("code", "")), diagnosis.get("message", ""))
     groups: dict[str, dict[str, Any]] = {}
     for r in failing:
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
         solid, rank, _, _, _, _, top, top_message = best[r["subject"]]
         cause, message = (code, diagnosis.get("message", ""))
+        producer = _consequence_of(code, r["subject"], present)
+        if producer is not None:
+            cause, message = producer, present[(r["subject"], producer)]
         # A weaker code, or a generic one beside another of the same subject, is a symptom
         # of the subject's best cause (a 16-bit fit takes no failure of other evidence).
         if (_strength(r) < rank or (is_generic(code) and code != top)) and solid >= int(

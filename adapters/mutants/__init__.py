@@ -163,6 +163,30 @@ NAMES: tuple[str, ...] = (
     "scale_norm_eps_added",
     "scale_norm_gain_unused",
     "scale_norm_low_precision",
+    # heads folded into the batch, time-first (fairseq's layout): the queries viewed as
+    # [B * H, L, d] without the transpose, so the batch's rows interact
+    "heads_folded_time_first",
+    # cache-only bugs by slot and mask: a static cache written one slot too far, the causal
+    # mask skipped once the cache is non-empty (SPEC.md §11.6, §11.9)
+    "cache_slot_late",
+    "cache_steps_unmasked",
+    # the padding mask of a causal subject read inverted, or laid over the queries (seen
+    # under left padding only: SPEC.md §4.2, §11.7)
+    "causal_padding_polarity",
+    "causal_padding_on_queries",
+    # wiring: a later sublayer's residual from the block input, a norm computing with its
+    # sibling's weights, an untied head computing with the token embedding
+    "ffn_residual_from_block_input",
+    "norm_reads_sibling",
+    "lm_head_tied_untied",
+    # learned positions: the table never added, the table read one row late in a model that
+    # numbers its tokens itself
+    "lm_position_table_not_added",
+    "lm_positions_off_by_one",
+    # RMSNorm's eps added outside the square root
+    "rms_norm_eps_outside",
+    # the values alone put before the cached ones
+    "cache_values_prepended",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

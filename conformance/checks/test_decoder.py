@@ -14,6 +14,7 @@ comparisons of the implementation with itself use float32's floor of the toleran
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -21,7 +22,14 @@ import numpy as np
 import pytest
 
 from tck.adapters import AdapterFailure, Unsupported
-from tck.conformance.diagnosis.decoding import decode, token_input
+from tck.conformance.diagnosis.decoding import (
+    cache_orders,
+    cache_slots,
+    decode,
+    decoder_only_over_slots,
+    decoder_only_seeing,
+    token_input,
+)
 from tck.conformance.toolkit.harness import Harness, Instance
 from tck.conformance.toolkit.input_edits import batch_slice
 from tck.conformance.toolkit.instances import zero_params
@@ -31,6 +39,7 @@ from tck.reference.components import record, tagged
 from tck.reference.expected import decoder_only
 from tck.reference.inputs import Inputs, Shape
 from tck.reference.tolerance import Comparison, compare
+from tck.reference.variants import expected_under, oracle_variant
 
 spec = pytest.mark.spec
 components = pytest.mark.components
@@ -372,6 +381,53 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "cached step is off by one position (j < T instead of j <= T - 1; SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=strict),
     )
+    # A static cache written one slot late (slots F+1..F+n for F..F+n-1): every query reads an
+    # empty (zero) slot and misses its own key; the causal mask skipped once the cache is
+    # non-empty: a chunk's tokens see the later tokens of their chunk.
+    key_padding = inputs.get("key_padding")
+    unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
+    window = conv.sliding_window
+    spec_keep, _ = cache_slots(b, length, ranges, key_padding, window=window)
+    for code, message, layout in (
+        (
+            "cache.causal_off_by_one",
+            "each call's keys and values are written one cache slot too far (slots F+1..F+n "
+            "of a cache filled to F, where F..F+n-1 are read): every token misses its own key "
+            "and attends an unwritten zero slot instead (SPEC.md §11.6)",
+            {"write_offset": 1},
+        ),
+        (
+            "mask.causal_leak",
+            "the causal mask is skipped once the cache is non-empty: a call of several tokens "
+            "on a cache lets each of them see the later tokens of its own call (right only "
+            "for one token per call; SPEC.md §4.3, §11.9)",
+            {"causal_in_steps": False},
+        ),
+    ):
+        keep, empty = cache_slots(b, length, ranges, key_padding, window=window, **layout)
+        if not empty.any() and np.array_equal(keep, spec_keep):
+            continue  # these calls cannot tell it from the spec (one token per call)
+        yield (
+            code,
+            message,
+            decoder_only_seeing(component, unpadded_inputs, p, c, conv, keep, empty),
+        )
+    # only one of the two caches extended at the wrong end (torch.cat([v, cache_v]) beside
+    # torch.cat([cache_k, k])): each weight multiplies another token's value
+    for keys_order, values_order, which in (
+        ("append", "prepend", "values"),
+        ("prepend", "append", "keys"),
+    ):
+        orders = cache_orders(
+            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
+        )
+        yield (
+            "cache.keys_prepended",
+            f"each call's {which} are put before the cached ones instead of after them (the "
+            f"{'keys' if which == 'values' else 'values'} appended as they should be): the "
+            "weight of a cached key multiplies another token's value (SPEC.md §11.6)",
+            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+        )
     yield (
         "cache.causal_top_left",
         "each decoded token attends only the first tokens of the sequence: the causal mask of "
@@ -380,8 +436,6 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "keys up to T - n + i; SPEC.md §11.6, §4.3)",
         decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
     )
-    key_padding = inputs.get("key_padding")
-    unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
     yield (
         "cache.keys_prepended",
         "each call's keys and values are put before the cached ones instead of after them: "
@@ -727,6 +781,31 @@ def test_effective_scale(tck: Harness) -> None:
 # ---------------------------------------------------------------------------- left padding
 
 
+def padding_on_queries(tck: Harness, inst: Instance, inputs: Inputs, out: np.ndarray) -> bool:
+    """Is ``out`` the spec's with the key-padding mask over the queries, at every position?
+    On real rows of a causal subject that is the output without padding (each real query
+    sees every earlier key, pads included): what tells the two apart is the pad rows, left
+    with no key, which follow a fully-masked-row policy (§4.4: 0, uniform, or non-finite
+    exactly there) instead of attending their keys."""
+    from tck.conformance.diagnosis.explain import PADDING_PIECES, _padding_on_queries
+
+    variant = oracle_variant(dict.fromkeys(PADDING_PIECES, _padding_on_queries))
+    for policy in ("zero", "uniform", "nan"):
+        conventions = dataclasses.replace(inst.conventions, fully_masked_rows=policy)
+        try:
+            gold = expected_under(
+                variant, tck.component, inputs, inst.params, inst.config, conventions
+            )
+        except (ValueError, KeyError):
+            return False
+        undefined = np.isnan(gold)
+        if undefined.any() and not np.array_equal(undefined, ~np.isfinite(out)):
+            continue
+        if compare(out, gold, dtype=inst.dtype, ignore=undefined).passed:
+            return True
+    return False
+
+
 @spec("11.7", id="decoder.left_padding")
 @components(*CAUSAL)
 def test_left_padding(tck: Harness) -> None:
@@ -762,6 +841,15 @@ def test_left_padding(tck: Harness) -> None:
                     "the output is what position ids 0 .. L-1 give, counting the pads: the "
                     "position ids are not shifted past the left padding (SPEC.md §11.7); "
                     + numbers,
+                    result.metrics(),
+                )
+            if padding_on_queries(tck, inst, inputs, out):
+                raise CheckFailure(
+                    "mask.applied_to_queries",
+                    "the output is the spec's with the key-padding mask laid over the query "
+                    "axis (mask[:, None, :, None]): the pad rows have no key left, and the real "
+                    "tokens attend the left pads as if there were no padding (SPEC.md §4.2, "
+                    "§11.7); " + numbers,
                     result.metrics(),
                 )
             unmasked = {k: v for k, v in inputs.items() if k != "key_padding"}

@@ -122,12 +122,18 @@ def within(
     ).passed
 
 
-def distinguishable(gold: np.ndarray, spec: np.ndarray, tolerance: Comparison | None) -> bool:
+def distinguishable(
+    gold: np.ndarray,
+    spec: np.ndarray,
+    tolerance: Comparison | None,
+    unpromised: np.ndarray | None = None,
+) -> bool:
     """Does an alternative's output differ from the spec's own output on the same input by
-    more than the comparison's bound (NaN against a number counts as a difference)?"""
+    more than the comparison's bound (NaN against a number counts as a difference), at the
+    positions the spec promises (``unpromised``: True where it promises nothing)?"""
     if gold.shape != spec.shape:
         return True
-    return not within(gold, spec, tolerance)
+    return not within(gold, spec, tolerance, unpromised)
 
 
 def fits(
@@ -136,23 +142,29 @@ def fits(
     spec: np.ndarray,
     tolerance: Comparison | None,
     nan: str = "compare",
+    unpromised: np.ndarray | None = None,
 ) -> bool:
     """Is ``gold`` (an alternative's output) evidence for ``test``: it reproduces ``test``
-    within the bound, and the spec's own output ``spec`` is told apart from it?"""
-    if test.shape != gold.shape or not distinguishable(gold, spec, tolerance):
+    within the bound, and the spec's own output ``spec`` is told apart from it? Both are
+    judged where the failed comparison judged them: ``unpromised`` (True where the spec
+    promises nothing, such as a causal subject's padded query rows, SPEC.md §11.7) is left
+    out of both."""
+    if unpromised is not None and np.shape(unpromised) != test.shape:
+        unpromised = None
+    if test.shape != gold.shape or not distinguishable(gold, spec, tolerance, unpromised):
         return False
-    ignore = None
+    ignore = unpromised
     if nan == "ignore":
-        ignore = np.isnan(gold)
+        ignore = np.isnan(gold) if ignore is None else ignore | np.isnan(gold)
     elif nan == "located":
-        undefined = np.isnan(gold)
+        undefined = np.isnan(gold) if ignore is None else np.isnan(gold) & ~ignore
         # non-finite exactly where the alternative leaves a query without a key, where the
         # spec's output is finite
         if not undefined.any() or not np.array_equal(undefined, ~np.isfinite(test)):
             return False
         if spec.shape != gold.shape or not np.isfinite(spec[undefined]).all():
             return False
-        ignore = undefined
+        ignore = undefined if ignore is None else ignore | undefined
     return within(test, gold, tolerance, ignore)
 
 
@@ -162,15 +174,16 @@ def first_fit(
     test: np.ndarray,
     spec: np.ndarray,
     tolerance: Comparison | None,
+    unpromised: np.ndarray | None = None,
 ) -> Alternative | None:
-    """The first alternative that ``fits`` (``evaluate`` computes one's output); an
-    alternative that cannot be computed for this call (a piece the call lacks, a norm the
-    parameters do not have) explains nothing."""
+    """The first alternative that ``fits`` (``evaluate`` computes one's output; positions
+    ``unpromised`` left out); an alternative that cannot be computed for this call (a piece
+    the call lacks, a norm the parameters do not have) explains nothing."""
     for alternative in alternatives:
         try:
             gold = evaluate(alternative)
         except (ValueError, KeyError, IndexError, np.exceptions.AxisError):
             continue
-        if fits(test, gold, spec, tolerance, alternative.nan):
+        if fits(test, gold, spec, tolerance, alternative.nan, unpromised):
             return alternative
     return None

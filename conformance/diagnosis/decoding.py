@@ -139,3 +139,197 @@ def decode(
         outs.append(np.asarray(out))
         ranges.append((start, stop))
     return outs, ranges
+
+
+# ------------------------------------------------------- the cache as slots, some of them empty
+
+
+def cache_slots(
+    batch: int,
+    length: int,
+    ranges: list[tuple[int, int]],
+    key_padding: np.ndarray | None,
+    *,
+    write_offset: int = 0,
+    causal_in_steps: bool = True,
+    window: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """What each query sees when the calls take the token ranges ``ranges`` and the cache is
+    a row of slots, as a static (preallocated) cache lays it out: a call of n tokens on a
+    cache filled to F writes its keys at slots F + ``write_offset`` .. F + ``write_offset``
+    + n - 1, the cache is filled to F + n and the call reads slots 0..F + n - 1; query i of
+    the call sees the slots up to F + i (bottom-right, SPEC.md §11.6), each masked by the
+    padding entry at the slot's index (§11.7). A slot read before anything was written there
+    holds zeros: a key of score 0 and a value of 0, which still takes a share of the
+    softmax. ``causal_in_steps=False``: the calls after the first see every slot read (the
+    causal mask skipped once the cache is non-empty, right only for one token per call).
+    ``window``: a sliding window (§4.5), laid over the slots as over the positions: query
+    slot s sees slots above s - window.
+
+    Returns (keep (B, 1, L, L): which tokens' keys each query sees; empty (B, 1, L): how many
+    empty slots it sees). ``write_offset=0`` with the causal mask gives the spec's mask and no
+    empty slot."""
+    keep = np.zeros((batch, length, length), bool)
+    empty = np.zeros((batch, length), int)
+    held: dict[int, int] = {}  # slot -> token written there
+    filled = 0
+    pad = None if key_padding is None else np.asarray(key_padding, bool)
+    for call, (start, stop) in enumerate(ranges):
+        n = stop - start
+        for i in range(n):
+            held[filled + write_offset + i] = start + i
+        filled += n
+        for i in range(n):
+            at = filled - n + i  # the query's own slot
+            last = at if causal_in_steps or not call else filled - 1
+            first = 0 if window is None else max(at - window + 1, 0)
+            for slot in range(first, last + 1):
+                real = np.ones(batch, bool) if pad is None else pad[:, slot]
+                if slot in held:
+                    keep[:, start + i, held[slot]] |= real
+                else:
+                    empty[:, start + i] += real
+    return keep[:, None], empty[:, None]
+
+
+def _attention_with_empty_slots(empty: np.ndarray) -> Any:
+    """The oracle's attention with ``empty`` (B, 1, L) zero key/value slots appended to the
+    keys each query sees (a zero key scores 0; a zero value adds nothing but takes weight)."""
+    from tck.reference import oracle
+
+    most = int(empty.max()) if empty.size else 0
+
+    def scaled_dot_product_attention(q, k, v, keep_mask=None, **kw):  # type: ignore[no-untyped-def]
+        q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        zeros_k = np.zeros((*lead, most, k.shape[-1]))
+        zeros_v = np.zeros((*lead, most, v.shape[-1]))
+        k = np.concatenate([np.broadcast_to(k, (*lead, *k.shape[-2:])), zeros_k], axis=-2)
+        v = np.concatenate([np.broadcast_to(v, (*lead, *v.shape[-2:])), zeros_v], axis=-2)
+        lq = q.shape[-2]
+        seen = np.arange(most)[None, None, None, :] < empty[..., None]  # (B, 1, L, most)
+        keep = np.ones((*lead, lq, k.shape[-2] - most), bool)
+        if keep_mask is not None:
+            keep = np.broadcast_to(np.asarray(keep_mask, bool), keep.shape)
+        seen = np.broadcast_to(seen, (*lead, lq, most))
+        return oracle.scaled_dot_product_attention(
+            q, k, v, np.concatenate([keep, seen], axis=-1), **kw
+        )
+
+    return scaled_dot_product_attention
+
+
+def decoder_only_seeing(
+    component: str,
+    inputs: Arrays,
+    params: Arrays,
+    config: Config,
+    conventions: Any,
+    keep: np.ndarray,
+    empty: np.ndarray,
+) -> np.ndarray:
+    """The decoder-only component's oracle (SPEC.md §11) where each query sees the tokens'
+    keys ``keep`` (B, 1, L, L; in place of the causal and padding masks) and ``empty``
+    (B, 1, L) zero slots besides (``cache_slots``)."""
+    from tck.reference.variants import oracle_variant
+
+    variant = oracle_variant({"scaled_dot_product_attention": _attention_with_empty_slots(empty)})
+    unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
+    return _decoder_only_in(variant, component, unpadded, params, config, conventions, keep)
+
+
+def _decoder_only_in(
+    variant: Any,
+    component: str,
+    inputs: Arrays,
+    params: Arrays,
+    config: Config,
+    conventions: Any,
+    causal_keep: np.ndarray,
+) -> np.ndarray:
+    """``tck.reference.components.decoder_only`` computed in the oracle ``variant`` (its
+    component calls rebuilt to look the oracle's pieces up there)."""
+    from tck.reference.variants import _calls_of
+
+    return _calls_of(variant).decoder_only(
+        component, inputs, params, config, conventions, causal_keep=causal_keep
+    )
+
+
+def cache_orders(
+    batch: int,
+    length: int,
+    ranges: list[tuple[int, int]],
+    key_padding: np.ndarray | None,
+    *,
+    keys: str = "append",
+    values: str = "append",
+    window: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cache as two rows of slots, the keys' and the values', each extended at its end
+    (``"append"``, ``torch.cat([cache, new])``) or at its start (``"prepend"``,
+    ``torch.cat([new, cache])``) by every call after the first. Query i of a call of n tokens
+    on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
+    ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
+    (§11.7); the score of slot s uses the key held there, the weight multiplies the value
+    held there. Returns (key token (L, L), value token (L, L), keep (B, 1, L, L)), indexed by
+    query and slot. Both "append" is the spec."""
+    key_at = np.zeros((length, length), int)
+    value_at = np.zeros((length, length), int)
+    keep = np.zeros((batch, length, length), bool)
+    held = {"keys": [], "values": []}  # type: dict[str, list[int]]
+    pad = None if key_padding is None else np.asarray(key_padding, bool)
+    for call, (start, stop) in enumerate(ranges):
+        new = list(range(start, stop))
+        for name, order in (("keys", keys), ("values", values)):
+            held[name] = new + held[name] if order == "prepend" and call else held[name] + new
+        n, total = stop - start, len(held["keys"])
+        for i in range(n):
+            row, at = start + i, total - n + i
+            first = 0 if window is None else max(at - window + 1, 0)
+            key_at[row, :total] = held["keys"]
+            value_at[row, :total] = held["values"]
+            for slot in range(first, at + 1):
+                keep[:, row, slot] = True if pad is None else pad[:, slot]
+    return key_at, value_at, keep[:, None]
+
+
+def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.ndarray) -> Any:
+    """The oracle's attention where query i's slot s holds the key of token key_at[i, s] and
+    the value of token value_at[i, s], slots kept by ``keep`` (B, 1, L, L); the oracle's own
+    mask (the causal triangle, replaced here) is not used. A row with no slot is 0."""
+    from tck.reference import oracle
+
+    def scaled_dot_product_attention(q, k, v, keep_mask=None, *, scale=None, **kw):  # type: ignore[no-untyped-def]
+        q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        keys = k[..., key_at, :]  # (B, H, L, S, d)
+        values = v[..., value_at, :]
+        scores = np.einsum("bhid,bhisd->bhis", q, keys) * scale
+        scores = np.where(keep, scores, -np.inf)
+        top = np.max(scores, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            weights = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+            weights = np.nan_to_num(weights / weights.sum(axis=-1, keepdims=True))
+        return np.einsum("bhis,bhisd->bhid", weights, values)
+
+    return scaled_dot_product_attention
+
+
+def decoder_only_over_slots(
+    component: str,
+    inputs: Arrays,
+    params: Arrays,
+    config: Config,
+    conventions: Any,
+    orders: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """The decoder-only component's oracle (SPEC.md §11) with attention over the cache's
+    slots as ``cache_orders`` lays them out."""
+    from tck.reference.variants import oracle_variant
+
+    variant = oracle_variant({"scaled_dot_product_attention": _attention_over_slots(*orders)})
+    length = orders[0].shape[0]
+    unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
+    everything = np.ones((length, length), bool)  # the slots' keep replaces the triangle
+    return _decoder_only_in(variant, component, unpadded, params, config, conventions, everything)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -258,6 +259,7 @@ def _hypotheses(
 ) -> tuple[str, str] | None:
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
     the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
     from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
     from .hypotheses_solved import (
@@ -283,15 +285,21 @@ def _hypotheses(
         for code, message, params in param_hypotheses(component, inst.config, inst.params):
             yield Alternative(code, message, params=params, nan="ignore")
 
+    # The positions the failed comparison left out (a causal subject's padded query rows,
+    # SPEC.md §11.7) are left out of every hypothesis's judgement too.
+    unpromised = h.ignore_mask(inst, spec, inputs)
+
     def first(candidates: Iterable[Alternative]) -> Alternative | None:
-        return first_fit(candidates, evaluate, test, spec, tolerance)
+        return first_fit(candidates, evaluate, test, spec, tolerance, unpromised)
 
     found = first(
         itertools.chain(
+            _table_not_added(inst.params),
             _convention_alternatives(component, inst.conventions),
             params_alternatives(),
             _mask_hypotheses(inputs),
             _offset_hypotheses(component, inputs),
+            _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
@@ -313,6 +321,7 @@ def _hypotheses(
     if found is None:
         found = first(
             itertools.chain(
+                folded_hypotheses(component),
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),
@@ -507,6 +516,54 @@ def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
             inputs={k: v for k, v in inputs.items() if k not in masks},
             nan="ignore",
         )
+    if "key_padding" in inputs:
+        # key_padding[:, None, :, None] for key_padding[:, None, None, :]: the padded query
+        # rows have no key left, the real ones still read the padded keys (self-attention:
+        # queries and keys are the same positions). Every name the oracle calls it by.
+        queries = {name: _padding_on_queries for name in PADDING_PIECES}
+        yield Alternative(
+            "mask.applied_to_queries",
+            "the output is the spec's with the key-padding mask broadcast over the query "
+            "axis instead of the key axis (mask[:, None, :, None] for mask[:, None, None, :]): "
+            "the padded queries are hidden from every key, and the real queries still attend "
+            "the padded keys (SPEC.md §4.2)",
+            pieces=queries,
+            nan="ignore",
+        )
+
+
+# The oracle's names for §4.2's key-padding mask (aliases of one function).
+PADDING_PIECES = ("key_padding", "key_padding_mask", "_expand_key_padding")
+
+
+def _padding_on_queries(keep: Any) -> np.ndarray:
+    """A (B, L) key-padding keep-mask laid over the queries: (B, 1, L, 1)."""
+    keep = np.asarray(keep)
+    if keep.ndim != 2 or keep.dtype != np.bool_:
+        raise ValueError(f"a key-padding keep-mask is boolean (B, L), got {keep.shape}")
+    return keep[:, None, :, None]
+
+
+# A learned position table in the canonical layout (§2.2 ``pos_embedding.weight``, §9.3
+# ``pos_embed``).
+_POSITION_TABLE = re.compile(r"(^|\.)(pos_embedding\.weight|pos_embed)$")
+
+
+def _table_not_added(params: Mapping[str, np.ndarray] | None) -> Iterable[Alternative]:
+    """The learned position table loaded and never added (``x = wte[ids]`` for
+    ``wte[ids] + wpe[positions]``): the oracle with the table zeroed. Tried before the
+    convention fields: on a call of one token, RoPE (a rotation by 0) without the table is
+    the same output, and the smaller change is the one to name."""
+    tables = [k for k in params or {} if _POSITION_TABLE.search(k)]
+    if not tables or params is None or not any(np.any(params[k]) for k in tables):
+        return
+    yield Alternative(
+        "positional.positions_ignored",
+        "the output is the spec's with the learned position table never added (the tokens "
+        "carry no position at all: x = wte[ids] for wte[ids] + wpe[positions]); the table "
+        "is loaded and unused (SPEC.md §2.2)",
+        params={**params, **{k: np.zeros_like(params[k]) for k in tables}},
+    )
 
 
 POSITION_OFFSETS = (1, 2, -1)
@@ -535,6 +592,37 @@ def _offset_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iter
             f"the encoding at position p is the spec's at position p {offset:+d}: positions are "
             f"counted from {offset} instead of 0 (a position index offset, such as fairseq's "
             "positions that start at padding_idx + 1, or a cache read one step off)",
+            inputs={**inputs, "positions": positions + offset},
+        )
+
+
+def _table_offset_hypotheses(
+    component: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, Any] | None
+) -> Iterable[Alternative]:
+    """A learned position table read at p + offset inside a component that holds the table
+    and numbers its tokens (a causal LM: ``wpe[positions + 1]``), whether or not the call
+    gives position ids (without them the spec's are 0 .. L-1). Components whose record has
+    a positional encoding of their own get ``_offset_hypotheses``."""
+    if record(component).has("positional") or not any(
+        _POSITION_TABLE.search(k) for k in params or {}
+    ):
+        return
+    tokens = next(iter(inputs.values()), None)
+    if tokens is None or np.ndim(tokens) < 2:
+        return
+    b, length = np.shape(tokens)[:2]
+    given = inputs.get("positions")
+    positions = (
+        np.broadcast_to(np.arange(length), (b, length)) if given is None else np.asarray(given)
+    )
+    for offset in POSITION_OFFSETS:
+        if positions.size and int(positions.min()) + offset < 0:
+            continue
+        yield Alternative(
+            "positional.position_offset",
+            f"the output is the spec's with the learned position table read at p {offset:+d} "
+            f"(wpe[positions {offset:+d}]): positions are counted from {offset} instead of 0 "
+            "(SPEC.md §2.2)",
             inputs={**inputs, "positions": positions + offset},
         )
 

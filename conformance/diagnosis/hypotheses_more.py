@@ -143,6 +143,56 @@ def _pre_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) ->
     return x + fn(oracle.norm(x, params, norm_prefix, conventions))
 
 
+def _residual_from_layer_input(target: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation) under which every sublayer normalised by
+    ``target`` (a norm's name, such as ``norm2``) adds its output to the input of its
+    layer's first sublayer (the layer's input) instead of to its own input:
+    ``out = x + ffn(norm2(h))`` for ``h + ffn(norm2(h))``, so the earlier sublayers'
+    outputs leave the residual stream (SPEC.md §7.1)."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        first: list[str] = []  # the norm prefix of a layer's first sublayer
+        layer_input: list[Any] = [None]
+
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            name = norm_prefix.rstrip(".").rsplit(".", 1)[-1]
+            if not first:
+                first.append(name)
+            if name == first[0]:
+                layer_input[0] = x
+            if name != target or layer_input[0] is None or name == first[0]:
+                return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+            base = oracle._f64(layer_input[0])
+            if conventions.norm_placement == "post":
+                return oracle.norm(base + fn(x), params, norm_prefix, conventions)
+            return base + fn(oracle.norm(x, params, norm_prefix, conventions))
+
+        return {"_sublayer": sublayer}
+
+    return pieces
+
+
+def residual_from_layer_input_hypotheses(
+    component: str, params: Arrays | None
+) -> Iterator[Alternative]:
+    """Each later sublayer (by the name of its norm: ``norm2``, ``norm3``) adding its output
+    to the layer's input, in every layer at once."""
+    if not reaches(component, "_sublayer") or not params:
+        return
+    names = sorted(
+        {m.group(2) for k in params if (m := _NORM_WEIGHT.search(k)) and m.group(2) != "norm1"}
+    )
+    for name in names:
+        yield Alternative(
+            "blocks.residual_missing",
+            f"the output is the spec's with the sublayer normalised by {name} adding its "
+            "output to the layer's input instead of to its own input (out = x + f(norm(h)) "
+            "for h + f(norm(h)), h the earlier sublayer's output): the earlier sublayer's "
+            "residual add is lost from the stream (SPEC.md §7.1)",
+            pieces=_residual_from_layer_input(name),
+        )
+
+
 def counting_sublayers() -> tuple[dict[str, Callable[..., Any]], list[int]]:
     """Pieces that run the spec's sublayers and count them, and the counter (one element)."""
     seen = [0]
@@ -435,6 +485,61 @@ def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
         )
 
 
+# A module key: "<parent><module>.<leaf>", the parent holding any layer index.
+_MODULE_KEY = re.compile(r"^(?P<parent>(?:.*\.)?)(?P<module>[^.]+)\.(?P<leaf>weight|bias)$")
+_LAYER_INDEX = re.compile(r"\.\d+\.")
+
+# A module pair that has a code of its own (a check names it too).
+_OWN_CODES = {
+    ("v", "k"): "attention.value_uses_key_projection",
+    ("lm_head", "embedding"): "model.head_tied_to_embedding",  # §8.3: an untied head
+}
+
+
+def other_module_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
+    """A module computing with a sibling module's parameters (same parent, same leaves,
+    same shapes), in every layer at once: ``ln_2`` read with ``ln_1``'s weights (a wrong key
+    into the parameter tree), a projection loaded from its neighbour's. Read off the
+    canonical parameter layout (``tck.reference.params``), not off a list of modules."""
+    if not params:
+        return
+    # (parent with the layer index blanked, module) -> {actual parent: {leaf: key}}
+    modules: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+    for key in params:
+        match = _MODULE_KEY.match(key)
+        if match:
+            shape = _LAYER_INDEX.sub(".*.", "." + match["parent"])
+            modules.setdefault((shape, match["module"]), {}).setdefault(match["parent"], {})[
+                match["leaf"]
+            ] = key
+    for (shape, reader), places in modules.items():
+        for (other_shape, source), sources in modules.items():
+            if other_shape != shape or source == reader or set(sources) != set(places):
+                continue
+            out = dict(params)
+            fits_all = True
+            for parent, leaves in places.items():
+                theirs = sources[parent]
+                if set(theirs) != set(leaves) or any(
+                    np.shape(params[theirs[leaf]]) != np.shape(params[key])
+                    for leaf, key in leaves.items()
+                ):
+                    fits_all = False
+                    break
+                for leaf, key in leaves.items():
+                    out[key] = params[theirs[leaf]]
+            if not fits_all:
+                continue
+            yield Alternative(
+                _OWN_CODES.get((reader, source), "params.read_from_other_module"),
+                f"the output is the spec's with the module {reader!r} computing with the "
+                f"parameters of its sibling {source!r} (in every layer): a wrong key into the "
+                f"parameter tree, such as a second norm that reads the first norm's weights "
+                "(SPEC.md §0.2)",
+                params=out,
+            )
+
+
 def _activated_after_gating(x: Any, params: Any, *, activation: str = "silu") -> np.ndarray:
     """§11.3 with the activation applied to the gating product: down(act(gate(x) * up(x)))."""
     act = oracle.GATE_ACTIVATIONS[activation]
@@ -523,6 +628,7 @@ def more_hypotheses(
     yield from head_split_hypotheses(component)
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
+    yield from residual_from_layer_input_hypotheses(component, params)
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)
@@ -530,6 +636,7 @@ def more_hypotheses(
     yield from gating_hypotheses(component)
     yield from normalised_logits_hypotheses(component)
     yield from one_norm_eps_hypotheses(component, params)
+    yield from other_module_hypotheses(params)
 
 
 def explained_by_one_other_field(

@@ -493,9 +493,26 @@ def _rms_norm_over(axes: tuple[int, ...]) -> Callable[..., np.ndarray]:
     return rms_norm
 
 
+def _rms_norm_eps_outside(x: Any, weight: Any = None, *, eps: float = 1e-5) -> np.ndarray:
+    """§5.3 with eps added to the root instead of under it: x / (sqrt(mean(x^2)) + eps)."""
+    x = oracle._f64(x)
+    y = x / (np.sqrt((x**2).mean(axis=-1, keepdims=True)) + eps)
+    return y if weight is None else y * oracle._f64(weight)
+
+
 def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
     """LayerNorm and RMSNorm statistics over (sequence, features), or over the sequence
-    alone, instead of over the features."""
+    alone, instead of over the features; RMSNorm's eps outside the square root (LayerNorm's
+    placement is the ``eps_placement`` convention field; RMSNorm's oracle has no such
+    field, so the piece is replaced)."""
+    if reaches(component, "rms_norm"):
+        yield Alternative(
+            registered("layer_norm.eps_outside_sqrt"),
+            "the output is the spec's with RMSNorm's eps added outside the square root, "
+            "x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps) (SPEC.md §5.3): "
+            "visible where a row's root mean square is near sqrt(eps)",
+            pieces={"rms_norm": _rms_norm_eps_outside},
+        )
     for piece, make in (("layer_norm", _layer_norm_over), ("rms_norm", _rms_norm_over)):
         if not reaches(component, piece):
             continue
