@@ -90,6 +90,11 @@ class Attention(nn.Module):
         """True where query i (token t - n + i) must not look: keys after it."""
         return torch.ones(n, t, dtype=torch.bool).triu(diagonal=t - n + 1)
 
+    def padding_mask(self, pad_mask: Tensor, n: int) -> Tensor:
+        """True where a query must not look because the key is padding: (B, 1, 1, T), from
+        ``pad_mask`` (B, T), 1 = token, 0 = padding; ``n`` is the number of queries."""
+        return pad_mask[:, None, None, :] == 0
+
     def forward(
         self,
         x: Tensor,
@@ -111,7 +116,7 @@ class Attention(nn.Module):
         att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
         att = att.masked_fill(self.future_mask(n, k.shape[2], past > 0), float("-inf"))
         if pad_mask is not None:
-            att = att.masked_fill(pad_mask[:, None, None, :] == 0, float("-inf"))
+            att = att.masked_fill(self.padding_mask(pad_mask, n), float("-inf"))
         att = torch.softmax(att, dim=-1).nan_to_num(0.0)  # a left pad sees nothing: zeros
         y = (att @ v).transpose(1, 2).reshape(b, n, -1)
         return self.wo(y), cache
