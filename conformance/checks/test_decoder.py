@@ -787,9 +787,9 @@ def padding_on_queries(tck: Harness, inst: Instance, inputs: Inputs, out: np.nda
     sees every earlier key, pads included): what tells the two apart is the pad rows, left
     with no key, which follow a fully-masked-row policy (§4.4: 0, uniform, or non-finite
     exactly there) instead of attending their keys."""
-    from tck.conformance.diagnosis.explain import PADDING_PIECES, _padding_on_queries
+    from tck.conformance.diagnosis.explain import padding_over_queries
 
-    variant = oracle_variant(dict.fromkeys(PADDING_PIECES, _padding_on_queries))
+    variant = oracle_variant(padding_over_queries())
     for policy in ("zero", "uniform", "nan"):
         conventions = dataclasses.replace(inst.conventions, fully_masked_rows=policy)
         try:

@@ -520,14 +520,13 @@ def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
         # key_padding[:, None, :, None] for key_padding[:, None, None, :]: the padded query
         # rows have no key left, the real ones still read the padded keys (self-attention:
         # queries and keys are the same positions). Every name the oracle calls it by.
-        queries = {name: _padding_on_queries for name in PADDING_PIECES}
         yield Alternative(
             "mask.applied_to_queries",
             "the output is the spec's with the key-padding mask broadcast over the query "
             "axis instead of the key axis (mask[:, None, :, None] for mask[:, None, None, :]): "
             "the padded queries are hidden from every key, and the real queries still attend "
             "the padded keys (SPEC.md §4.2)",
-            pieces=queries,
+            pieces=padding_over_queries(),
             nan="ignore",
         )
 
@@ -542,6 +541,12 @@ def _padding_on_queries(keep: Any) -> np.ndarray:
     if keep.ndim != 2 or keep.dtype != np.bool_:
         raise ValueError(f"a key-padding keep-mask is boolean (B, L), got {keep.shape}")
     return keep[:, None, :, None]
+
+
+def padding_over_queries() -> dict[str, Any]:
+    """The oracle pieces that lay §4.2's key-padding mask over the queries, under every
+    name the oracle calls it by: the ``pieces`` of an alternative or an ``oracle_variant``."""
+    return dict.fromkeys(PADDING_PIECES, _padding_on_queries)
 
 
 # A learned position table in the canonical layout (§2.2 ``pos_embedding.weight``, §9.3
