@@ -72,6 +72,26 @@ def test_record_oracle_runs_on_its_made_inputs(name):
         assert keep_nan or np.isfinite(out).all(), f"{name}: the oracle gave NaN or inf"
 
 
+def test_spec_lists_every_component_under_its_forward_multiplier():
+    """SPEC.md §10.7 names each component once, under the k its record's tolerance class
+    gives: the list is read by people choosing a bound, so a component added later must
+    appear there too."""
+    section = (ROOT / "SPEC.md").read_text("utf-8").split("### §10.7 ", 1)[1]
+    block = section.split("```", 2)[1]
+    listed: dict[str, float] = {}
+    k = None
+    for line in block.splitlines():
+        head = re.match(r"\s*(?:k\s*)?=\s*(\d+)\s+(.*)", line)
+        if line.lstrip().startswith("floor"):
+            break
+        if head:
+            k, line = float(head.group(1)), head.group(2)
+        for name in re.findall(r"[a-z][a-z0-9_]*", line) if k is not None else ():
+            assert name not in listed, f"§10.7 lists {name} twice"
+            listed[name] = k
+    assert listed == {name: k_forward(name) for name in COMPONENTS}
+
+
 def test_tables_read_from_the_records():
     for name, rec in RECORDS.items():
         assert INPUTS[name] == (rec.required, rec.optional)
