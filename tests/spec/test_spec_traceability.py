@@ -183,3 +183,35 @@ def test_clauses_doc_is_current():
     text = clauses_doc.render()
     committed = clauses_doc.OUT.read_text(encoding="utf-8") if clauses_doc.OUT.exists() else ""
     assert committed == text, f"docs/CLAUSES.md is stale: run {clauses_doc.COMMAND}"
+
+
+# Tags whose members are alternatives for one role (a norm, a positional encoding): a check
+# over several of them tests each one's own clause.
+ALTERNATIVES = ("norm", "positional")
+
+
+def test_a_check_citing_one_alternatives_clause_cites_each():
+    """A check that runs on several alternatives of one role and cites the clause of one (a
+    norm check citing §5.1 for LayerNorm) cites the clause of every one it runs on: the
+    markers are written by hand, and an alternative added later (§5.4 ScaleNorm to the norms)
+    would otherwise be checked without its clause in the report."""
+    from tck.reference import record
+    from tck.reference.components import tagged
+
+    uncited = []
+    for info in pkgutil.iter_modules(tck.conformance.checks.__path__):
+        if not info.name.startswith("test_"):
+            continue
+        module = importlib.import_module(f"tck.conformance.checks.{info.name}")
+        for name, function in vars(module).items():
+            if not name.startswith("test_") or not callable(function):
+                continue
+            marks = getattr(function, "pytestmark", [])
+            cited = {c for m in marks if m.name == "spec" for c in m.args}
+            runs_on = {c for m in marks if m.name == "components" for c in m.args}
+            for tag in ALTERNATIVES:
+                members = runs_on & set(tagged(tag))
+                own = {c: set(record(c).clauses) for c in members}
+                if any(clauses & cited for clauses in own.values()):
+                    uncited += [f"{name} on {c}" for c in sorted(own) if not own[c] & cited]
+    assert not uncited, f"checks that leave out an alternative's clause: {uncited}"
