@@ -1,5 +1,5 @@
 # fmt: off
-# ruff: noqa: E501
+# ruff: noqa: E501, B905
 """An encoder-decoder Transformer written the way "The Annotated Transformer" tutorial
 (Harvard NLP) writes it.
 
@@ -22,7 +22,6 @@ import copy
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tck.adapters import TorchEntry, TorchModuleAdapter

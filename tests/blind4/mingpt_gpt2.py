@@ -1,5 +1,5 @@
 # fmt: off
-# ruff: noqa: E501
+# ruff: noqa: E501, B905, RUF005, RUF059
 """A GPT-2 written the way minGPT / nanoGPT ports of the OpenAI checkpoint write it.
 
 OpenAI's ``Conv1D`` layers (a weight stored [in, out], ``x @ W + b``), one fused ``c_attn``

@@ -1,5 +1,5 @@
 # fmt: off
-# ruff: noqa: E501
+# ruff: noqa: E501, B905
 """A Qwen2-style decoder with a Mistral-style rolling-buffer sliding-window cache.
 
 Written the way GPT-NeoX / Megatron-derived checkpoints store attention: one fused
