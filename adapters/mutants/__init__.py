@@ -187,6 +187,9 @@ NAMES: tuple[str, ...] = (
     "rms_norm_eps_outside",
     # the values alone put before the cached ones
     "cache_values_prepended",
+    # attention weights that do not sum to one: an online softmax whose accumulator is not
+    # rescaled when the running maximum grows (SPEC.md §3.1)
+    "online_softmax_not_rescaled",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
