@@ -599,6 +599,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the output projection computes with the token embedding where the model's head is "
         "its own (weights tied where the model does not tie them)",
     ),
+    # --- masks, normalisation and caches measured by class
+    (
+        "mask.added_as_bias",
+        "cause",
+        "4.1",
+        "a boolean keep-mask added to the scores as a float bias (pads lowered by a finite "
+        "amount, not removed: scores + mask.float(), scores + (1 - mask))",
+    ),
 ]
 
 
