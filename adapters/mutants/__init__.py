@@ -190,6 +190,9 @@ NAMES: tuple[str, ...] = (
     # attention weights that do not sum to one: an online softmax whose accumulator is not
     # rescaled when the running maximum grows (SPEC.md §3.1)
     "online_softmax_not_rescaled",
+    # a query with no visible key left NaN under a causal mask with left padding, while an
+    # all-padding sequence is zeroed (SPEC.md §4.4)
+    "causal_left_pad_nan",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
