@@ -607,6 +607,19 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a boolean keep-mask added to the scores as a float bias (pads lowered by a finite "
         "amount, not removed: scores + mask.float(), scores + (1 - mask))",
     ),
+    (
+        "cache.slots_overlap",
+        "cause",
+        "11.6",
+        "cache slots overlap: later tokens overwrite earlier ones (a page number not "
+        "multiplied by the page size)",
+    ),
+    (
+        "cache.layers_share_pool",
+        "cause",
+        "11.6",
+        "the layers of a stack read and write one cache pool (layer 0's keys read by all)",
+    ),
 ]
 
 

@@ -193,6 +193,9 @@ NAMES: tuple[str, ...] = (
     # a query with no visible key left NaN under a causal mask with left padding, while an
     # all-padding sequence is zeroed (SPEC.md §4.4)
     "causal_left_pad_nan",
+    # cache addressing (SPEC.md §11.6): slot addresses that overlap, every layer on one pool
+    "cache_slots_overlap",
+    "cache_layers_share_pool",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
