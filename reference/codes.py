@@ -608,6 +608,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "amount, not removed: scores + mask.float(), scores + (1 - mask))",
     ),
     (
+        "mask.causal_batch_flat",
+        "cause",
+        "4.3 10.2",
+        "the causal mask compares batch-flat key indices with per-row query indices: right "
+        "for the first row of a batch, rows after it lose their keys",
+    ),
+    (
         "cache.slots_overlap",
         "cause",
         "11.6",

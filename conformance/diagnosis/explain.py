@@ -262,6 +262,7 @@ def _hypotheses(
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
     from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
+        batch_flat_causal_hypotheses,
         default_mask_inverted,
         degenerate,
         mask_bias_hypotheses,
@@ -313,6 +314,7 @@ def _hypotheses(
             _mask_hypotheses(inputs),
             default_mask_inverted(component, inputs),
             mask_bias_hypotheses(component, inputs),
+            batch_flat_causal_hypotheses(component),
             _offset_hypotheses(component, inputs),
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),

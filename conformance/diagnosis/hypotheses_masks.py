@@ -142,6 +142,51 @@ def solved_mask_bias(
         yield _bias(component, offset)
 
 
+def _combine_batch_flat(packed: bool) -> Callable[..., np.ndarray | None]:
+    """§4.1's mask combination whose causal test compares each query's index in its row
+    with each key's index in the whole batch: b * Lk + j (``packed=False``: the padded,
+    flattened layout) or the count of real keys in the rows before b plus j (``packed``: the
+    unpadded layout of variable-length kernels)."""
+    original = oracle.combine_keep_masks
+
+    def combine_keep_masks(
+        lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"
+    ):  # type: ignore[no-untyped-def]
+        if not causal or key_padding is None:
+            raise ValueError("the batch-flat causal index needs a causal call with rows")
+        keep = np.asarray(key_padding, bool)  # (B, Lk)
+        rows = keep.shape[0]
+        if packed:
+            before = np.concatenate([[0], np.cumsum(keep.sum(axis=1))[:-1]])
+        else:
+            before = np.arange(rows) * lk
+        offset = 0 if alignment == "top_left" else lk - lq
+        flat = before[:, None] + np.arange(lk)[None, :]  # (B, Lk)
+        query = np.arange(lq)[None, :, None] + offset  # (1, Lq, 1)
+        causal_keep = flat[:, None, :] <= query  # (B, Lq, Lk)
+        rest = original(lq, lk, key_padding=key_padding, attn_mask=attn_mask)
+        rest = np.ones((1, 1, lq, lk), bool) if rest is None else rest
+        return np.asarray(rest, bool) & causal_keep[:, None]
+
+    return combine_keep_masks
+
+
+def batch_flat_causal_hypotheses(component: str) -> Iterator[Alternative]:
+    """The causal mask built from batch-flat key indices, padded or packed layout."""
+    if not reaches(component, "combine_keep_masks"):
+        return
+    for packed, layout in ((False, "b * L + j"), (True, "the real keys before row b, + j")):
+        yield Alternative(
+            "mask.causal_batch_flat",
+            "the output is the spec's with a causal mask that compares each query's index "
+            f"within its row with each key's index within the whole batch ({layout}): right "
+            "for the first row of the batch, the later rows lose their keys (a key index "
+            "into the flattened or unpadded batch where the position in the sequence, "
+            "index % L, is meant; SPEC.md §4.3, §10.2)",
+            pieces={"combine_keep_masks": _combine_batch_flat(packed)},
+        )
+
+
 def _length_of(inputs: Mapping[str, np.ndarray], dim: str) -> int | None:
     names = ("x", "query", "ids", "tgt") if dim == "Lq" else ("key", "memory", "src")
     for name in names:

@@ -124,3 +124,21 @@ def test_a_degenerate_fit_never_outranks_a_fit_where_queries_see_keys() -> None:
     assert evidence(degenerate[0]) == 1 and evidence(real) == 3
     causes = root_causes([*degenerate, real])
     assert [c["code"] for c in causes] == ["mask.polarity_inverted", "mask.causal_diagonal_hidden"]
+
+
+def _flat_causal(lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"):  # type: ignore[no-untyped-def]
+    """Written here: the causal test against key index b * lk + j (padded-flat layout)."""
+    keep = None if key_padding is None else np.asarray(key_padding, bool)[:, None, None, :]
+    if causal:
+        rows = 1 if key_padding is None else np.shape(key_padding)[0]
+        flat = np.arange(rows)[:, None] * lk + np.arange(lk)[None, :]
+        seen = (flat[:, None, :] <= np.arange(lq)[None, :, None])[:, None]
+        keep = seen if keep is None else keep & seen
+    return keep
+
+
+@pytest.mark.parametrize("component", ["encoder_layer", "encoder", "mha"])
+def test_a_causal_mask_over_batch_flat_key_indices_is_named(component: str) -> None:
+    tck = _harness(component, {"combine_keep_masks": _flat_causal})
+    code, message = _explained(tck, Shape(batch=3, lq=5, lk=5, lengths=(5, 4, 5), causal=True))
+    assert code == "mask.causal_batch_flat", message
