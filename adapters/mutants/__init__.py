@@ -196,6 +196,8 @@ NAMES: tuple[str, ...] = (
     # cache addressing (SPEC.md §11.6): slot addresses that overlap, every layer on one pool
     "cache_slots_overlap",
     "cache_layers_share_pool",
+    # a causal mask over batch-flat key indices: right for the first row of a batch only
+    "causal_batch_flat",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
