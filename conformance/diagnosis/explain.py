@@ -312,7 +312,6 @@ def _hypotheses(
             _convention_alternatives(component, inst.conventions),
             params_alternatives(),
             _mask_hypotheses(inputs),
-            default_mask_inverted(component, inputs),
             mask_bias_hypotheses(component, inputs),
             batch_flat_causal_hypotheses(component),
             _offset_hypotheses(component, inputs),
@@ -321,6 +320,8 @@ def _hypotheses(
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
             pooling_hypotheses(component),
+            # after the causal diagonal: on a call of one token both hide every key
+            default_mask_inverted(component, inputs),
         )
     )
     if found is not None:
