@@ -81,11 +81,18 @@ LENGTHS = (37, 70)
 SCORE_GAIN = 4.0
 _NORM_GAIN = re.compile(r"(^|\.)norm\d*\.weight$")
 _NORM_BIAS = re.compile(r"(^|\.)norm\d*\.bias$")
+# A later layer's sublayer outputs (attention output projection, FFN down projection): zero
+# makes the layer pass its input through, so a stack's first attention is the one measured.
+_LATER_OUTPUT = re.compile(
+    r"^layers\.([1-9]\d*)\.(self_attn\.o|cross_attn\.o|ffn\.fc2|ffn\.down)\."
+)
+# A learned position table: zero, so that every token keeps the norm the probe gave it.
+_POSITION_TABLE = re.compile(r"(^|\.)pos_embedding\.weight$")
 
 
 def attention_prefix(params: Mapping[str, np.ndarray]) -> str | None:
     """The canonical prefix of the subject's self-attention (``""`` or ``"self_attn."``)."""
-    for prefix in ("", "self_attn."):
+    for prefix in ("", "self_attn.", "layers.0.self_attn."):
         if f"{prefix}q.weight" in params and f"{prefix}v.weight" in params:
             return prefix
     return None
@@ -112,7 +119,9 @@ def probe_params(
     ``SCORE_GAIN``, and zero. Both have the rank-one value projection and unit norms."""
     base = {k: np.asarray(v, np.float64).copy() for k, v in params.items()}
     for name in base:
-        if _NORM_GAIN.search(name):
+        if _LATER_OUTPUT.search(name) or _POSITION_TABLE.search(name):
+            base[name] = np.zeros_like(base[name])
+        elif _NORM_GAIN.search(name):
             base[name] = np.ones_like(base[name])
         elif _NORM_BIAS.search(name):
             base[name] = np.zeros_like(base[name])
@@ -166,6 +175,8 @@ def module_calls(tck: Harness, length: int, generator: np.random.Generator) -> t
         tck.component, probe.config, generator, Shape(2, length, length, masked=False)
     )
     x, a = equal_value_tokens(generator, 2, length, probe.config.d_model)
+    if "embedding.weight" in params and not any(k in made for k in ("x", "query")):
+        params, a = embedded_params(params, generator, probe.config.d_model)
     spread_params, uniform_params = probe_params(params, prefix, a, generator)
     try:
         spread_inst, uniform_inst = loaded(tck, spread_params), loaded(tck, uniform_params)
@@ -176,6 +187,16 @@ def module_calls(tck: Harness, length: int, generator: np.random.Generator) -> t
         if name in inputs:
             inputs[name] = round_to(x, spread_inst.dtype)
     return spread_inst, inputs, uniform_inst, inputs
+
+
+def embedded_params(
+    params: Mapping[str, np.ndarray], generator: np.random.Generator, d: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A token embedding whose rows are equal-value tokens (``equal_value_tokens``), for a
+    model that takes token ids; and the direction ``a``."""
+    table = np.asarray(params["embedding.weight"])
+    rows, a = equal_value_tokens(generator, 1, table.shape[0], d)
+    return {**params, "embedding.weight": rows[0]}, a
 
 
 @spec("3.1", id="attention.weights_sum_to_one_long_rows")

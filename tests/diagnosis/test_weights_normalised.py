@@ -97,7 +97,9 @@ def test_a_correct_subject_passes(component: str) -> None:
 
 
 @pytest.mark.parametrize("tile", [8, 32])
-@pytest.mark.parametrize("component", ["attention", "causal_self_attention", "decoder_block"])
+@pytest.mark.parametrize(
+    "component", ["attention", "causal_self_attention", "decoder_block", "encoder", "causal_lm"]
+)
 def test_a_running_sum_not_rescaled_is_named(component: str, tile: int) -> None:
     tck = _harness(component, _tiled_sum_not_rescaled(tile))
     with pytest.raises(CheckFailure) as failure:
@@ -106,7 +108,7 @@ def test_a_running_sum_not_rescaled_is_named(component: str, tile: int) -> None:
 
 
 def test_a_normaliser_taken_before_the_mask_is_named() -> None:
-    tck = _harness("decoder_layer", _normalised_before_mask)
+    tck = _harness("decoder", _normalised_before_mask)
     with pytest.raises(CheckFailure) as failure:
         test_normalisation.test_weights_sum_to_one_long_rows(tck)
     assert failure.value.code == "attention.weights_not_normalized", failure.value
