@@ -599,6 +599,34 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the output projection computes with the token embedding where the model's head is "
         "its own (weights tied where the model does not tie them)",
     ),
+    # --- masks, normalisation and caches measured by class
+    (
+        "mask.added_as_bias",
+        "cause",
+        "4.1",
+        "a boolean keep-mask added to the scores as a float bias (pads lowered by a finite "
+        "amount, not removed: scores + mask.float(), scores + (1 - mask))",
+    ),
+    (
+        "mask.causal_batch_flat",
+        "cause",
+        "4.3 10.2",
+        "the causal mask compares batch-flat key indices with per-row query indices: right "
+        "for the first row of a batch, rows after it lose their keys",
+    ),
+    (
+        "cache.slots_overlap",
+        "cause",
+        "11.6",
+        "cache slots overlap: later tokens overwrite earlier ones (a page number not "
+        "multiplied by the page size)",
+    ),
+    (
+        "cache.layers_share_pool",
+        "cause",
+        "11.6",
+        "the layers of a stack read and write one cache pool (layer 0's keys read by all)",
+    ),
 ]
 
 

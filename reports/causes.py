@@ -70,8 +70,12 @@ def reproduced(result: Mapping[str, Any]) -> bool:
 def evidence(result: Mapping[str, Any]) -> int:
     """How strongly a result supports its code: 3 an explanation reproduced the output at
     the comparison's own precision, 2 at float32's only (a float64 subject's retry), 1 any
-    other finding, 0 a hypothesis that fits only a 16-bit comparison."""
+    other finding (and a fit on a call where the hypothesis hides every key: a degenerate
+    call), 0 a hypothesis that fits only a 16-bit comparison."""
     metrics = result.get("metrics") or {}
+    if reproduced(result) and metrics.get("degenerate_fit") == metrics.get("reproduced_by"):
+        # reproduced only where every key is hidden (tck.conformance.diagnosis.hypotheses_masks)
+        return 1
     if reproduced(result):
         at = metrics.get("reproduced_at")  # None: recorded before this distinction
         return 3 if at is None or at == (metrics.get("dtype") or "float64") else 2

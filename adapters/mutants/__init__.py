@@ -187,6 +187,17 @@ NAMES: tuple[str, ...] = (
     "rms_norm_eps_outside",
     # the values alone put before the cached ones
     "cache_values_prepended",
+    # attention weights that do not sum to one: an online softmax whose accumulator is not
+    # rescaled when the running maximum grows (SPEC.md §3.1)
+    "online_softmax_not_rescaled",
+    # a query with no visible key left NaN under a causal mask with left padding, while an
+    # all-padding sequence is zeroed (SPEC.md §4.4)
+    "causal_left_pad_nan",
+    # cache addressing (SPEC.md §11.6): slot addresses that overlap, every layer on one pool
+    "cache_slots_overlap",
+    "cache_layers_share_pool",
+    # a causal mask over batch-flat key indices: right for the first row of a batch only
+    "causal_batch_flat",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -12,7 +12,7 @@ from . import tutorial
 from .tutorial import attention_entry, mha_entry, mutant
 
 BUG_CLASS = "float_mask_ignored"
-EXPECTED_CODES = frozenset({"mask.ignored"})
+EXPECTED_CODES = frozenset({"mask.added_as_bias"})
 
 
 class ScaledDotProductAttention(tutorial.ScaledDotProductAttention):

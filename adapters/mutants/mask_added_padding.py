@@ -16,7 +16,7 @@ from . import tutorial
 from .tutorial import mha_entry, mutant
 
 BUG_CLASS = "mask_added_padding"
-EXPECTED_CODES = frozenset({"mask.ignored"})
+EXPECTED_CODES = frozenset({"mask.added_as_bias"})
 
 
 class ScaledDotProductAttention(tutorial.ScaledDotProductAttention):

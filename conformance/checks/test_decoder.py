@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tck.adapters import AdapterFailure, Unsupported
+from tck.conformance.diagnosis.cache_measure import measure_cache
 from tck.conformance.diagnosis.decoding import (
     cache_orders,
     cache_slots,
@@ -526,6 +527,11 @@ def check_cache(
                     decoded &= ~np.broadcast_to(ignore, full.shape)
                 if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
                     raise CheckFailure(code, f"{message}; {numbers}", result.metrics())
+        # no layout reproduces it: measure the cache (one layer against several; which
+        # earlier tokens still reach the last one), tck.conformance.diagnosis.cache_measure
+        measured = measure_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=509))
+        if measured is not None:
+            raise CheckFailure(measured[0], f"{measured[1]}; {numbers}", result.metrics())
         raise CheckFailure("cache.mismatch", f"{numbers} ({clause})", result.metrics())
 
 

@@ -261,6 +261,15 @@ def _hypotheses(
     the spec's own output by more than that bound (``alternatives.fits``)."""
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
+    from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
+        batch_flat_causal_hypotheses,
+        default_mask_inverted,
+        degenerate,
+        mask_bias_hypotheses,
+        note_degenerate,
+        solved_mask_bias,
+        whole_rows_only,
+    )
     from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
     from .hypotheses_solved import (
         norm_axes_hypotheses,
@@ -290,7 +299,12 @@ def _hypotheses(
     unpromised = h.ignore_mask(inst, spec, inputs)
 
     def first(candidates: Iterable[Alternative]) -> Alternative | None:
-        return first_fit(candidates, evaluate, test, spec, tolerance, unpromised)
+        found = first_fit(candidates, evaluate, test, spec, tolerance, unpromised)
+        if found is not None:  # every key hidden on this call: weak evidence (hypotheses_masks)
+            hidden = degenerate(component, found, evaluate(found), evaluate, tolerance, unpromised)
+            hidden = hidden or (found.code.startswith("mask.") and whole_rows_only(inputs))
+            note_degenerate(h.note, found.code if hidden else "")
+        return found
 
     found = first(
         itertools.chain(
@@ -298,12 +312,16 @@ def _hypotheses(
             _convention_alternatives(component, inst.conventions),
             params_alternatives(),
             _mask_hypotheses(inputs),
+            mask_bias_hypotheses(component, inputs),
+            batch_flat_causal_hypotheses(component),
             _offset_hypotheses(component, inputs),
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
             pooling_hypotheses(component),
+            # after the causal diagonal: on a call of one token both hide every key
+            default_mask_inverted(component, inputs),
         )
     )
     if found is not None:
@@ -332,8 +350,9 @@ def _hypotheses(
     if found is None and searches_left(h):
         # A value solved for on this call fits it by construction: it is evidence only if it
         # also reproduces the subject's output on a second, independent call.
-        for candidate in solved_hypotheses(
-            component, inst.config, inst.conventions, evaluate, test
+        for candidate in itertools.chain(
+            solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
+            solved_mask_bias(component, inputs, evaluate, test),
         ):
             if first([candidate]) is not None and holds_on_second_call(
                 h, inst, inputs, candidate, tolerance

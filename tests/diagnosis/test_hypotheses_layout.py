@@ -33,7 +33,7 @@ from tck.reports.causes import root_causes, top_cause
     [
         ("softmax_batch_axis", "attention.softmax_axis_wrong"),
         ("softmax_query_axis", "attention.softmax_axis_wrong"),
-        ("mask_added_padding", "mask.ignored"),
+        ("mask_added_padding", "mask.added_as_bias"),
         ("decoder_causal_diagonal", "mask.causal_diagonal_hidden"),
         ("vit_patch_grid_column_major", "vit.patch_order"),
         ("vit_pos_before_cls", "vit.cls_pos_embed_missing"),

@@ -61,7 +61,7 @@ def forward(m, query, key, value, key_padding=None, causal=False):
 
 
 ONLY = ("mha",)
-LABEL = "mask.ignored"
+LABEL = "mask.added_as_bias"
 
 names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj"}
 adapter = TorchModuleAdapter(

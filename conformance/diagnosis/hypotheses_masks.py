@@ -1,0 +1,286 @@
+"""Mask hypotheses by class: a keep-mask added to the scores as a float bias (one family, its
+offset solved for), a subject's own all-True mask read inverted on a call that passes none,
+and the rule that a fit on a call where the hypothesis leaves every query without a key is
+weak evidence (a degenerate call).
+
+- ``mask.added_as_bias``: ``scores + c * keep`` for the spec's ``masked_fill(~keep, -inf)``.
+  A boolean keep-mask passed where an additive float mask is expected is cast to 0/1 and
+  added (c = 1: ``scores + mask.float()``); its complement added (``scores + (1 - mask)``)
+  raises the pads by 1, which the softmax cannot tell from c = -1 (a constant added to every
+  score of a row changes nothing). One family: c = +1 and -1 are tried first, then the c
+  that comes closest to the output is solved for (``solved_mask_bias``) and must hold on a
+  second, independent call. A c of a few units is the pads lowered, not removed; as c grows
+  the hypothesis tends to the spec (c -> +inf) or to the mask inverted (c -> -inf).
+- ``mask.polarity_inverted`` on a call without ``key_padding``: a subject that builds its own
+  keep-mask of all True when none is given and reads it inverted hides every key.
+- Degenerate fits (``degenerate``, ``whole_rows_only``): a hypothesis whose output on a call
+  is the output with every key hidden (each query's row per the declared fully-masked-row
+  policy) says only that no query saw a key; a causal mask without its diagonal on a call of
+  one token, a mask read inverted on a call with no padding and the attention dropped all
+  give that output. So does a mask hypothesis on a call whose masks hide whole rows only (no
+  row mixes kept and hidden keys), where a mask ignored, inverted or added as a bias all
+  give the same output. The explainer records such a fit as ``degenerate_fit`` and the
+  root-cause ranking (``tck.reports.causes``) counts it as a property's finding, after a fit
+  that reproduces the output on a call where queries do see keys.
+
+The bias family applies where the oracle's attention core receives the padding mask alone;
+under a causal mask the core receives the two combined, and the family is not tried
+(``causal`` inputs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle
+from tck.reference.components import record
+from tck.reference.tolerance import Comparison
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative, within
+
+Evaluate = Callable[[Alternative], np.ndarray]
+
+# The offsets tried before any is solved for: a 0/1 keep-mask added, and its complement.
+BIAS_OFFSETS = (1.0, -1.0)
+# The range c is solved over, a grid of this many points, then golden sections.
+BIAS_RANGE = (-30.0, 30.0)
+GRID_POINTS = 61
+REFINE_STEPS = 40
+
+
+def _sdpa_mask_as_bias(offset: float) -> Callable[..., np.ndarray]:
+    """§3.1's attention with the keep-mask added to the scores as ``offset * keep``."""
+    original = oracle.scaled_dot_product_attention
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        if keep_mask is None:
+            return original(q, k, v, None, scale=scale, fully_masked_rows=fully_masked_rows)
+        q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        scores = (q @ np.swapaxes(k, -1, -2)) * scale
+        keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
+        return oracle.softmax(scores + offset * keep.astype(np.float64)) @ v
+
+    return sdpa
+
+
+def _bias(component: str, offset: float) -> Alternative:
+    lowered = (
+        f"the padded keys' scores lowered by {offset:.4g}"
+        if offset > 0
+        else f"the padded keys' scores raised by {-offset:.4g}"
+    )
+    return Alternative(
+        "mask.added_as_bias",
+        f"the output is the spec's with the boolean keep-mask added to the scores as a float "
+        f"bias, scores + {offset:.4g} * keep ({lowered}, not removed: a 0/1 mask passed where "
+        "an additive float mask is expected, scores + mask.float() or scores + (1 - mask)); "
+        "turn the keep-mask into 0 / -inf, or pass it as bool (SPEC.md §4.1)",
+        pieces={"scaled_dot_product_attention": _sdpa_mask_as_bias(offset)},
+    )
+
+
+def _masked_call(inputs: Mapping[str, np.ndarray]) -> bool:
+    """Does the call pass a padding or keep mask, and no causal flag?"""
+    causal = inputs.get("causal")
+    if causal is not None and bool(np.asarray(causal).any()):
+        return False
+    return any(k in inputs for k in ("keep_mask", "key_padding", "memory_key_padding"))
+
+
+def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterator[Alternative]:
+    """The keep-mask added as a 0/1 bias, and its complement (``BIAS_OFFSETS``)."""
+    if not reaches(component, "scaled_dot_product_attention") or not _masked_call(inputs):
+        return
+    for offset in BIAS_OFFSETS:
+        yield _bias(component, offset)
+
+
+def solved_mask_bias(
+    component: str, inputs: Mapping[str, np.ndarray], evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """The bias offset c under which ``scores + c * keep`` comes closest to ``test``."""
+    if not reaches(component, "scaled_dot_product_attention") or not _masked_call(inputs):
+        return
+
+    def cost(c: float) -> float:
+        try:
+            out = evaluate(_bias(component, c))
+        except (ValueError, KeyError, IndexError, FloatingPointError):
+            return math.inf
+        if out.shape != test.shape:
+            return math.inf
+        with np.errstate(invalid="ignore"):
+            gap = np.abs(np.asarray(test, np.float64) - out)
+        return float(np.nanmax(gap)) if np.isfinite(gap).any() else math.inf
+
+    grid = np.linspace(*BIAS_RANGE, GRID_POINTS)
+    costs = [cost(float(c)) for c in grid]
+    best = int(np.argmin(costs))
+    if not math.isfinite(costs[best]):
+        return
+    a, b = float(grid[max(best - 1, 0)]), float(grid[min(best + 1, len(grid) - 1)])
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = cost(c), cost(d)
+    for _ in range(REFINE_STEPS):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = cost(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = cost(d)
+    offset = c if fc <= fd else d
+    if abs(offset) > 1e-6:
+        yield _bias(component, offset)
+
+
+def _combine_batch_flat(packed: bool) -> Callable[..., np.ndarray | None]:
+    """§4.1's mask combination whose causal test compares each query's index in its row
+    with each key's index in the whole batch: b * Lk + j (``packed=False``: the padded,
+    flattened layout) or the count of real keys in the rows before b plus j (``packed``: the
+    unpadded layout of variable-length kernels)."""
+    original = oracle.combine_keep_masks
+
+    def combine_keep_masks(
+        lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"
+    ):  # type: ignore[no-untyped-def]
+        if not causal or key_padding is None:
+            raise ValueError("the batch-flat causal index needs a causal call with rows")
+        keep = np.asarray(key_padding, bool)  # (B, Lk)
+        rows = keep.shape[0]
+        if packed:
+            before = np.concatenate([[0], np.cumsum(keep.sum(axis=1))[:-1]])
+        else:
+            before = np.arange(rows) * lk
+        offset = 0 if alignment == "top_left" else lk - lq
+        flat = before[:, None] + np.arange(lk)[None, :]  # (B, Lk)
+        query = np.arange(lq)[None, :, None] + offset  # (1, Lq, 1)
+        causal_keep = flat[:, None, :] <= query  # (B, Lq, Lk)
+        rest = original(lq, lk, key_padding=key_padding, attn_mask=attn_mask)
+        rest = np.ones((1, 1, lq, lk), bool) if rest is None else rest
+        return np.asarray(rest, bool) & causal_keep[:, None]
+
+    return combine_keep_masks
+
+
+def batch_flat_causal_hypotheses(component: str) -> Iterator[Alternative]:
+    """The causal mask built from batch-flat key indices, padded or packed layout."""
+    if not reaches(component, "combine_keep_masks"):
+        return
+    for packed, layout in ((False, "b * L + j"), (True, "the real keys before row b, + j")):
+        yield Alternative(
+            "mask.causal_batch_flat",
+            "the output is the spec's with a causal mask that compares each query's index "
+            f"within its row with each key's index within the whole batch ({layout}): right "
+            "for the first row of the batch, the later rows lose their keys (a key index "
+            "into the flattened or unpadded batch where the position in the sequence, "
+            "index % L, is meant; SPEC.md §4.3, §10.2)",
+            pieces={"combine_keep_masks": _combine_batch_flat(packed)},
+        )
+
+
+def _length_of(inputs: Mapping[str, np.ndarray], dim: str) -> int | None:
+    names = ("x", "query", "ids", "tgt") if dim == "Lq" else ("key", "memory", "src")
+    for name in names:
+        if name in inputs and np.ndim(inputs[name]) >= 2:
+            return int(np.shape(inputs[name])[1])
+    return None
+
+
+def default_mask_inverted(
+    component: str, inputs: Mapping[str, np.ndarray]
+) -> Iterator[Alternative]:
+    """On a call without ``key_padding`` to a subject that takes one: its own all-True mask
+    read inverted (every key hidden)."""
+    if "key_padding" in inputs:
+        return
+    spec = next((s for s in record(component).inputs if s.name == "key_padding"), None)
+    if spec is None or len(spec.dims) != 2:
+        return
+    first = next(iter(inputs.values()), None)
+    length = _length_of(inputs, spec.dims[1])
+    if first is None or np.ndim(first) < 2 or length is None:
+        return
+    hidden = np.zeros((int(np.shape(first)[0]), length), dtype=bool)
+    yield Alternative(
+        "mask.polarity_inverted",
+        "the output is the spec's with every key hidden, as a key-padding keep-mask of all "
+        "True (the subject's own default when the call passes none) read inverted would "
+        "hide them (True = ignore): the keep-mask is read as a padding mask (SPEC.md §4.1)",
+        inputs={**inputs, "key_padding": hidden},
+        nan="ignore",
+    )
+
+
+def _sdpa_every_key_hidden(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    lq, lk = np.shape(q)[-2], np.shape(k)[-2]
+    hidden = np.zeros((lq, lk), dtype=bool)
+    return oracle.scaled_dot_product_attention(
+        q, k, v, hidden, scale=scale, fully_masked_rows=fully_masked_rows
+    )
+
+
+def every_key_hidden(alternative: Alternative) -> Alternative:
+    """The oracle under ``alternative``'s conventions with every key of every attention
+    hidden: what any hypothesis that leaves no query a key gives."""
+    pieces = alternative.pieces() if callable(alternative.pieces) else alternative.pieces
+    return Alternative(
+        "",
+        "",
+        pieces={**pieces, "scaled_dot_product_attention": _sdpa_every_key_hidden},
+        conventions=alternative.conventions,
+        params=alternative.params,
+        inputs=alternative.inputs,
+    )
+
+
+def degenerate(
+    component: str,
+    alternative: Alternative,
+    gold: np.ndarray,
+    evaluate: Evaluate,
+    tolerance: Comparison | None,
+    unpromised: np.ndarray | None = None,
+) -> bool:
+    """Is ``gold`` (``alternative``'s output on this call) the output with every key hidden?
+    Then the fit says only that no query saw a key (``every_key_hidden``)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return False
+    try:
+        hidden = evaluate(every_key_hidden(alternative))
+    except (ValueError, KeyError, IndexError):
+        return False
+    if hidden.shape != gold.shape:
+        return False
+    ignore = np.isnan(gold) | np.isnan(hidden)
+    if unpromised is not None and np.shape(unpromised) == gold.shape:
+        ignore = ignore | unpromised
+    return bool((~ignore).any()) and within(gold, hidden, tolerance, ignore)
+
+
+MASK_INPUTS = ("keep_mask", "key_padding", "attn_mask", "memory_key_padding")
+
+
+def whole_rows_only(inputs: Mapping[str, np.ndarray]) -> bool:
+    """Does the call pass masks none of whose rows mixes kept and hidden keys (every row all
+    kept or all hidden)? On such a call a mask read inverted, ignored or added as a bias
+    cannot be told apart (each leaves a hidden row attending every key): a mask hypothesis
+    fitting it is degenerate."""
+    masks = [np.asarray(inputs[k]) for k in MASK_INPUTS if k in inputs]
+    masks = [m for m in masks if m.dtype == np.bool_ and m.ndim >= 1 and m.shape[-1] > 1]
+    if not masks:
+        return False
+    return not any((m.any(axis=-1) & ~m.all(axis=-1)).any() for m in masks)
+
+
+def note_degenerate(note: Callable[[Mapping[str, Any]], None], code: str) -> None:
+    """Record on the check's result that the fit of ``code`` was degenerate."""
+    note({"degenerate_fit": code})

@@ -1,0 +1,144 @@
+"""Masks by class (SPEC.md §4.1, §4.3): a keep-mask added to the scores as a float bias is
+named ``mask.added_as_bias`` whatever its offset (+1, -1, or one solved for); a subject that
+reads its own all-True mask inverted on a call without padding is named
+``mask.polarity_inverted``; and a fit on a degenerate call (every key hidden, or masks that
+hide whole rows only) is weak evidence that never outranks a fit on a call where queries see
+keys."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tck.adapters import load_adapter
+from tck.conformance.diagnosis.explain import explain
+from tck.conformance.diagnosis.hypotheses_masks import whole_rows_only
+from tck.conformance.toolkit.harness import Harness
+from tck.reference import oracle
+from tck.reference.inputs import Shape
+from tck.reference.variants import expected_under, oracle_variant
+from tck.reports.causes import evidence, root_causes
+
+
+def _harness(component: str, pieces: dict[str, Any]) -> Harness:
+    loaded = load_adapter("reference")
+    subject = next(s for s in loaded.subjects() if s.component == component)
+    tck = Harness(loaded, subject, seed=0)
+    variant = oracle_variant(pieces)
+    tck.run = lambda inst, given: expected_under(  # type: ignore[method-assign]
+        variant, component, given, inst.params, inst.config, inst.conventions
+    )
+    return tck
+
+
+def _biased(offset: float):  # type: ignore[no-untyped-def]
+    """Attention that adds ``offset * keep`` to the scores (written here, not imported)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+        scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+        if keep_mask is not None:
+            scores = scores + offset * np.broadcast_to(keep_mask, scores.shape)
+        w = np.exp(scores - scores.max(-1, keepdims=True))
+        return (w / w.sum(-1, keepdims=True)) @ v
+
+    return sdpa
+
+
+def _explained(tck: Harness, shape: Shape) -> tuple[str, str]:
+    inst = tck.instance()
+    inputs = tck.inputs(inst, shape)
+    test = tck.run(inst, inputs)
+    result = tck.compare(inst, test, tck.gold(inst, inputs))
+    assert not result.passed
+    return explain(tck, inst, inputs, test, result)
+
+
+@pytest.mark.parametrize("offset", [1.0, -1.0, 3.5])
+@pytest.mark.parametrize("component", ["mha", "encoder_layer"])
+def test_a_mask_added_as_a_bias_is_named_with_its_offset(component: str, offset: float) -> None:
+    tck = _harness(component, {"scaled_dot_product_attention": _biased(offset)})
+    code, message = _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 3)))
+    assert code == "mask.added_as_bias", message
+    assert f"{offset:.3g}"[:3] in message, message
+
+
+def _inverted_padding(keep):  # type: ignore[no-untyped-def]
+    return ~np.asarray(keep, bool)[:, None, None, :]
+
+
+def test_an_own_mask_read_inverted_is_named_on_calls_without_padding() -> None:
+    """A subject that builds an all-True keep-mask when none is given and reads it inverted:
+    every key hidden. Named on an unpadded call, and noted as a degenerate fit."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        hidden = np.zeros((np.shape(q)[-2], np.shape(k)[-2]), bool)
+        return oracle.scaled_dot_product_attention(q, k, v, hidden, scale=scale)
+
+    tck = _harness("causal_self_attention", {"scaled_dot_product_attention": sdpa})
+    code, message = _explained(tck, Shape(batch=2, lq=4, lk=4, masked=False))
+    assert code == "mask.polarity_inverted", message
+    assert tck.record.metrics.get("degenerate_fit") == "mask.polarity_inverted"
+
+
+def test_a_fit_where_queries_see_keys_is_not_degenerate() -> None:
+    tck = _harness("mha", {"scaled_dot_product_attention": _biased(1.0)})
+    _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 3)))
+    assert tck.record.metrics.get("degenerate_fit") == ""
+
+
+def test_masks_that_hide_whole_rows_only_are_degenerate() -> None:
+    whole = np.array([[True, True, True], [False, False, False]])
+    mixed = np.array([[True, True, False], [True, True, True]])
+    assert whole_rows_only({"key_padding": whole})
+    assert not whole_rows_only({"key_padding": mixed})
+    assert not whole_rows_only({"x": np.zeros((2, 3, 4))})
+
+
+def _r(subject: str, code: str, **metrics: Any) -> dict[str, Any]:
+    return {
+        "check": "equality.oracle",
+        "subject": subject,
+        "status": "fail",
+        "diagnosis": {"code": code, "message": code},
+        "metrics": {"dtype": "float64", "reproduced_by": code, **metrics},
+    }
+
+
+@pytest.mark.spec("0.3")
+def test_a_degenerate_fit_never_outranks_a_fit_where_queries_see_keys() -> None:
+    """A hidden diagonal fitted on a call of one token (every key hidden), on the smaller
+    component and more rows, against an inverted mask reproduced on padded calls."""
+    degenerate = [
+        _r(
+            "causal_self_attention",
+            "mask.causal_diagonal_hidden",
+            degenerate_fit="mask.causal_diagonal_hidden",
+        )
+        for _ in range(3)
+    ]
+    real = _r("decoder_block", "mask.polarity_inverted", degenerate_fit="")
+    assert evidence(degenerate[0]) == 1 and evidence(real) == 3
+    causes = root_causes([*degenerate, real])
+    assert [c["code"] for c in causes] == ["mask.polarity_inverted", "mask.causal_diagonal_hidden"]
+
+
+def _flat_causal(lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"):  # type: ignore[no-untyped-def]
+    """Written here: the causal test against key index b * lk + j (padded-flat layout)."""
+    keep = None if key_padding is None else np.asarray(key_padding, bool)[:, None, None, :]
+    if causal:
+        rows = 1 if key_padding is None else np.shape(key_padding)[0]
+        flat = np.arange(rows)[:, None] * lk + np.arange(lk)[None, :]
+        seen = (flat[:, None, :] <= np.arange(lq)[None, :, None])[:, None]
+        keep = seen if keep is None else keep & seen
+    return keep
+
+
+@pytest.mark.parametrize("component", ["encoder_layer", "encoder", "mha"])
+def test_a_causal_mask_over_batch_flat_key_indices_is_named(component: str) -> None:
+    tck = _harness(component, {"combine_keep_masks": _flat_causal})
+    code, message = _explained(tck, Shape(batch=3, lq=5, lk=5, lengths=(5, 4, 5), causal=True))
+    assert code == "mask.causal_batch_flat", message
