@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from .base import Arrays, Config, Subject, Unsupported
 from .checkpoint_config import ModelError
 from .config_space import ConfigSpace
 from .real_size import stack_skip
-from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
+from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter, _numpy
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
@@ -317,6 +318,96 @@ class _AsIs:
         entry = self._entries[subject.name]
         self.require_device(subject, device)
         return TorchHandle(entry, subject, shared[subject.name], config, torch.float64)
+
+    def grad_each(
+        self,
+        handle: TorchHandle,
+        inputs: Arrays,
+        cotangent: np.ndarray,
+        take: Callable[[str, np.ndarray], None],
+    ) -> None:
+        """``grad``, each gradient handed to ``take(name, array)`` as soon as the backward
+        pass has formed it and then let go: a parameter's gradient as its last use in the
+        backward is reached (a post-accumulate hook on the module's own parameter, whose
+        ``.grad`` is cleared at once), the inputs' at the end. The same names and values as
+        ``grad``, never the whole set at once: a real-size stack's gradients are its
+        float64 size (GPT-2 small: 1 GB), and the check compares each with the reference's
+        as it comes (``careful.gradients_each``). The array handed over is valid during the
+        call only (``take`` copies what it keeps)."""
+        from .torch_module import Absent, _dtype_name, _named_parameters, _owner, _to_canonical
+
+        offered = handle.entry.grad_dtypes
+        if offered is not None and _dtype_name(handle.dtype) not in offered:
+            raise Unsupported(
+                f"{self.name}:{handle.subject.name} offers gradients in {', '.join(offered)}, "
+                f"not {_dtype_name(handle.dtype)} (see its notes)"
+            )
+        named = _named_parameters(handle.module)
+        mapping = handle.param_map()
+        if any(isinstance(ref, Absent) for ref in mapping.values()):
+            self._take_all(self.grad(handle, inputs, cotangent), take)  # grad's own refusal
+            return
+        tensors: dict[int, torch.Tensor] = {}
+        canonical_of: dict[int, list[tuple[str, Any]]] = {}
+        for canonical, ref in mapping.items():
+            tensor = self._lookup(handle, named, _owner(ref))
+            tensors[id(tensor)] = tensor
+            canonical_of.setdefault(id(tensor), []).append((canonical, ref))
+        if any(not t.is_leaf or t.grad is not None for t in tensors.values()):
+            self._take_all(self.grad(handle, inputs, cotangent), take)
+            return
+        kwargs = self._kwargs(handle, inputs)
+        leaves = {
+            k: v.requires_grad_(True)
+            for k, v in kwargs.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+        }
+        done: set[int] = set()
+
+        def hand_over(tensor: torch.Tensor) -> None:
+            gradient, tensor.grad = tensor.grad, None
+            done.add(id(tensor))
+            for canonical, ref in canonical_of[id(tensor)]:
+                shape = handle.canonical_shape(canonical)
+                take(f"params.{canonical}", _numpy(_to_canonical(gradient, ref, shape)))
+            del gradient
+
+        hooks = []
+        try:
+            for tensor in tensors.values():
+                tensor.requires_grad_(True)
+                hooks.append(tensor.register_post_accumulate_grad_hook(hand_over))
+            with torch.enable_grad(), self._lacking_ops(handle):
+                out = self._output(handle.entry.forward(handle.module, **kwargs))
+                if tuple(out.shape) != tuple(np.shape(cotangent)):
+                    raise ValueError(
+                        f"{self.name}: the cotangent has shape {tuple(np.shape(cotangent))}, "
+                        f"the output {tuple(out.shape)}"
+                    )
+                seed = torch.from_numpy(np.array(cotangent, dtype=np.float64, copy=True))
+                seed = seed.to(device=out.device, dtype=out.dtype)
+                targets = [*leaves.values(), *tensors.values()]
+                torch.autograd.backward(out, seed, inputs=targets)
+                del out, seed
+        finally:
+            for hook in hooks:
+                hook.remove()
+            for tensor in tensors.values():
+                tensor.grad = None
+        for name, leaf in leaves.items():
+            gradient = torch.zeros_like(leaf) if leaf.grad is None else leaf.grad
+            take(name, _numpy(gradient))
+        for key, tensor in tensors.items():  # no gradient reached it: zeros, as grad gives
+            if key not in done:
+                for canonical, ref in canonical_of[key]:
+                    shape = handle.canonical_shape(canonical)
+                    zeros = _to_canonical(torch.zeros_like(tensor), ref, shape)
+                    take(f"params.{canonical}", _numpy(zeros))
+
+    @staticmethod
+    def _take_all(grads: dict[str, np.ndarray], take: Callable[[str, np.ndarray], None]) -> None:
+        for name in list(grads):
+            take(name, grads.pop(name))
 
     def refuse_dtype(
         self, subject: Subject, config: Config, *, seed: int, dtype: str, device: str
