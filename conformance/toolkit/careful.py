@@ -291,3 +291,26 @@ def naive_gradients(
     with computed_in_input_dtype("norm_statistics"):
         grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
     return _as_float64(grads, own=True)  # the reference adapter's fresh dict
+
+
+def naive_gradients_each(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    cotangent: np.ndarray,
+    take: Callable[[str, np.ndarray], None],
+) -> None:
+    """``naive_gradients``, each handed to ``take(name, float64 array)`` as the backward
+    pass forms it (``pretrained.stream_gradients``): the check needs only each one's error
+    against the gold, never the whole set (a real-size stack's float32 set, as float64, is
+    its float64 size)."""
+    from tck.adapters.pretrained import stream_gradients
+    from tck.reference.model import computed_in_input_dtype
+
+    naive, handle = careful_model(h, inst, inst.dtype, h.device)
+
+    def as_float64(name: str, value: np.ndarray) -> None:
+        take(name, np.asarray(value, dtype=np.float64))
+
+    with computed_in_input_dtype("norm_statistics"):
+        stream_gradients(naive, handle, dict(inputs), round_to(cotangent, inst.dtype), as_float64)

@@ -132,3 +132,31 @@ def test_reference_shares_the_checkpoints_arrays(tmp_path) -> None:
     for name, p in handle.module.named_parameters():
         assert not np.shares_memory(p.detach().numpy(), copied[name]), name
         np.testing.assert_array_equal(p.detach().numpy(), copied[name])
+
+
+def test_float32_copy_exports_the_checkpoints_own_numbers(tmp_path) -> None:
+    """hf.llama's stack runs in float32: its canonical parameters are the float64
+    checkpoint's own arrays (read-only views, no float64 copy of the float32 copy) where the
+    checkpoint's numbers are float32 numbers (saved in float32), and a float64 conversion
+    of the copy where they are not."""
+    adapter = pretrained.llama(_llama(tmp_path / "llama"))
+    tck = _harness(adapter, "causal_lm[eager]")
+    inst = tck.instance(dtype="float32")
+    model, _ = adapter.views["causal_lm[eager]"]
+    own = {id(p.untyped_storage()): p for p in model.parameters()}
+    for name, value in inst.params.items():
+        assert value.dtype == np.float64 and not value.flags.writeable, name
+        assert any(np.shares_memory(value, p.detach().numpy()) for p in own.values()), name
+    names = sorted(inst.params)
+
+    # numbers that float32 rounds: the copy's own values, converted
+    other = pretrained.llama(tmp_path / "llama")
+    model, _ = other.views["causal_lm[eager]"]
+    with torch.no_grad():
+        model.model.norm.weight.add_(1e-12)
+    tck = _harness(other, "causal_lm[eager]")
+    inst = tck.instance(dtype="float32")
+    for value in inst.params.values():
+        assert not any(np.shares_memory(value, p.detach().numpy()) for p in model.parameters())
+        np.testing.assert_array_equal(value, np.float32(value).astype(np.float64))
+    assert sorted(inst.params) == names
