@@ -548,19 +548,25 @@ def chunk_part(
 
 
 def combine_chunks(
-    parts: list[ChunkPart], shape: tuple[int, ...], dtype: str, k: float
+    parts: list[ChunkPart],
+    shape: tuple[int, ...],
+    dtype: str,
+    k: float,
+    scale: float | None = None,
 ) -> Comparison:
     """The ``Comparison`` of the whole output from its chunks' parts: the largest error and
     its index (the first chunk's on a tie, as argmax takes the first), the mean over every
     counted position, the bound k x careful error + floor x max(1, max |gold|) with both
-    taken over every chunk, the first NaN mismatch."""
+    taken over every chunk (``scale``, where given, replaces max |gold| as in ``compare``),
+    the first NaN mismatch."""
     del shape  # the indices are already the whole output's
     max_err = max((p.max_err for p in parts), default=0.0)
     worst = next((p.worst for p in parts if p.max_err == max_err), None)
     counted = sum(p.counted for p in parts)
     mean_err = sum(p.err_sum for p in parts) / counted if counted else 0.0
     careful_err = max((p.careful_err for p in parts), default=0.0)
-    scale = max((p.scale for p in parts), default=0.0)
+    if scale is None:
+        scale = max((p.scale for p in parts), default=0.0)
     bound = k * careful_err + floor_of(dtype) * max(1.0, scale)
     nan_mismatch = sum(p.nan_mismatch for p in parts)
     if nan_mismatch:
@@ -582,6 +588,49 @@ def combine_chunks(
         test_bad,
         gold_bad,
     )
+
+
+def compare_by_rows(
+    test: np.ndarray,
+    gold: np.ndarray,
+    *,
+    dtype: str,
+    careful_err: float,
+    k: float,
+    scale: float | None = None,
+) -> Comparison:
+    """``compare`` (nothing ignored) of a large array in chunks of rows (axis 0) of at most
+    ``CHUNK_VALUES`` values, combined (``combine_chunks``): its temporaries are a chunk's,
+    not the whole array's (a token table's gradient for GPT-2 small: 0.31 GB each). Arrays
+    of at most ``CHUNK_VALUES`` values, or without rows, are compared whole."""
+    if gold.ndim == 0 or gold.size <= CHUNK_VALUES or np.shape(test) != np.shape(gold):
+        return compare(test, gold, dtype=dtype, careful_err=careful_err, k=k, scale=scale)
+    rows = max(1, CHUNK_VALUES // max(1, gold.size // gold.shape[0]))
+    wide_test, wide_gold = test[None], gold[None]  # rows on axis 1, as chunk_part takes them
+    parts = [
+        chunk_part(
+            wide_test[:, start : start + rows],
+            wide_gold[:, start : start + rows],
+            None,
+            start,
+            careful_err,
+        )
+        for start in range(0, gold.shape[0], rows)
+    ]
+    result = combine_chunks(parts, wide_gold.shape, dtype, k, scale=scale)
+    if result.worst_index is not None:
+        result.worst_index = result.worst_index[1:]
+    return result
+
+
+def largest_finite(values: np.ndarray) -> float:
+    """max |values| over the finite ones (0 for none), a chunk of rows at a time."""
+    flat = values.reshape(-1) if values.flags.c_contiguous else np.ravel(values)
+    largest = 0.0
+    for start in range(0, flat.size, CHUNK_VALUES):
+        part = np.abs(flat[start : start + CHUNK_VALUES])
+        largest = max(largest, float(part[np.isfinite(part)].max(initial=0.0)))
+    return largest
 
 
 def _sliced(

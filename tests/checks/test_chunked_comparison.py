@@ -118,3 +118,28 @@ def test_chunked_call_fails_a_wrong_position(monkeypatch) -> None:
     assert not result.passed and result.worst_index == (0, 9, 4)
     whole = compare(test, tck.gold(inst, inputs), k=k_forward("causal_lm"))
     assert result.bound == pytest.approx(whole.bound, rel=1e-12)
+
+
+def test_compare_by_rows_is_compare() -> None:
+    """A large array (a token table's gradient) compared by chunks of rows: the verdict,
+    largest error and its index, bound and ratio of the whole comparison, with the scale
+    given (float64 gradients) or taken from the gold; the largest finite |value| by rows is
+    the whole array's."""
+    rng = np.random.default_rng(3)
+    gold = rng.standard_normal((41, 5))
+    test = gold + rng.standard_normal(gold.shape) * 1e-14
+    test[29, 3] += 1e-9
+    gold[7, 1] = np.inf
+    test[7, 1] = np.inf
+    for scale in (None, 3.5):
+        for dtype in ("float64", "float32"):
+            whole = compare(test, gold, dtype=dtype, careful_err=1e-12, k=3.0, scale=scale)
+            for values in (5, 12, 60):
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(harness_module, "CHUNK_VALUES", values)
+                    rows = harness_module.compare_by_rows(
+                        test, gold, dtype=dtype, careful_err=1e-12, k=3.0, scale=scale
+                    )
+                    largest = harness_module.largest_finite(gold)
+                    assert largest == np.abs(gold[np.isfinite(gold)]).max()
+                assert [getattr(rows, f) for f in FACTS] == [getattr(whole, f) for f in FACTS]
