@@ -267,8 +267,17 @@ class _AsIs:
 
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
-        (``real_size.stack_skip``); None when it runs."""
-        return stack_skip(subject, check, params, self.dtypes(subject))
+        (``real_size.stack_skip``; for an ``[sdpa]`` twin whose ``[eager]`` twin makes the
+        full-length call, also ``real_size.TWIN_LEAVES``); None when it runs."""
+        why = stack_skip(subject, check, params, self.dtypes(subject))
+        if why is None and check in real_size.TWIN_LEAVES and self.twin_made_it(subject):
+            stem = subject.name.partition("[")[0]
+            why = (
+                f"real-size stack: {subject.name} is {stem}[eager] with the sdpa attention "
+                f"kernel (the same weights and code); {check} runs on {stem}[eager] and on "
+                "the sdpa layer subjects, whose attention is this kernel"
+            )
+        return why
 
     def build(
         self,

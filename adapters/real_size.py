@@ -59,6 +59,12 @@ KEPT = frozenset(
     }
 )
 
+# What a real-size stack's ``[sdpa]`` twin leaves to its ``[eager]`` twin (the same weights
+# and code but the attention kernel, whose own checks the sdpa layer subjects run): the
+# output shapes, six forwards of the whole model up to 3 x 113 tokens (GPT-2 small: 4 CPU
+# seconds). A skip row says so (``pretrained._AsIs.stack_plan``).
+TWIN_LEAVES = frozenset({"shapes.output_shapes"})
+
 
 def layer_params(subject: Subject) -> int | None:
     """Parameters of one layer at the subject's fixed sizes (attention and FFN weights and
