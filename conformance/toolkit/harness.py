@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -366,7 +366,7 @@ class Harness:
         self,
         inst: Instance,
         test: np.ndarray,
-        chunks: Iterator[tuple[slice, np.ndarray, np.ndarray | None]],
+        chunks: Chunks,
         inputs: Mapping[str, np.ndarray],
         k: float | None = None,
     ) -> Comparison:
@@ -374,12 +374,37 @@ class Harness:
         the slice, the oracle's values there, the careful run's below float64): the same
         rule, its parts combined over the chunks (``combine_chunks``), so the whole oracle
         output is never held. A float64 subject with float32 islands that fails the floor
-        is compared again, whole, as ``compare`` does (only a failing run pays for it)."""
+        is held to the island yardstick, as ``compare`` does, formed in chunks too
+        (``careful.careful_hidden`` under the islands; the oracle's hidden states are
+        not computed again)."""
         k = k_forward(self.component) if k is None else k
+        result, lost = self._chunked(inst, test, chunks(), inputs, k)
+        if not result.passed and inst.dtype == "float64" and floor_of("float64") > FLOOR["float64"]:
+            from .careful import _islands_in_float32, careful_hidden
+
+            with _islands_in_float32(inst) as formed:
+                island = careful_hidden(self, inst, inputs) if formed else None
+            if island is not None:
+                result, lost = self._chunked(inst, test, chunks(island), inputs, k)
+        self.note(result.metrics())
+        if lost:
+            self.note({"ref_nonfinite": lost})
+        return result
+
+    def _chunked(
+        self,
+        inst: Instance,
+        test: np.ndarray,
+        chunks: Iterator[tuple[slice, np.ndarray, np.ndarray | None]],
+        inputs: Mapping[str, np.ndarray],
+        k: float,
+    ) -> tuple[Comparison, int]:
         parts, lost = [], 0
         for where, gold, careful_part in chunks:
             index = (slice(None), where)
             ignore = self.ignore_mask(inst, gold, _sliced(inputs, where, test.shape))
+            if ignore is not None and not ignore.any():  # nothing ignored here: the rule's
+                ignore = None  # shorter path, the same comparison (tolerance._compare_finite)
             careful_err = 0.0
             if careful_part is not None:
                 careful_err, lost_here = careful_error(careful_part, gold, ignore)
@@ -389,14 +414,7 @@ class Harness:
                     unbounded &= np.isfinite(test[index])
                     ignore = unbounded if ignore is None else ignore | unbounded
             parts.append(chunk_part(test[index], gold, ignore, where.start or 0, careful_err))
-        result = combine_chunks(parts, test.shape, inst.dtype, k)
-        if not result.passed and inst.dtype == "float64" and floor_of("float64") > FLOOR["float64"]:
-            gold = self.gold(inst, inputs)  # the island yardstick needs the whole call
-            return self.compare(inst, test, gold, k=k, inputs=inputs)
-        self.note(result.metrics())
-        if lost:
-            self.note({"ref_nonfinite": lost})
-        return result
+        return combine_chunks(parts, test.shape, inst.dtype, k), lost
 
     def note(self, metrics: Mapping[str, Any]) -> None:
         """Record metrics (the worst of each across calls): ``Recorder.note``."""
@@ -439,6 +457,8 @@ class Harness:
         return test
 
 
+Chunks = Callable[..., Iterator[tuple[slice, np.ndarray, "np.ndarray | None"]]]
+
 # A call whose output has more values than this, where the oracle can give it in chunks of
 # positions (a causal LM's logits: its hidden states times the output table), is compared
 # chunk by chunk (``gold_chunks``): GPT-2 small's logits at 1024 tokens are 51 M values,
@@ -449,9 +469,11 @@ CHUNK_VALUES = 1 << 22  # values per chunk: 32 MB in float64
 
 def gold_chunks(
     h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], shape: tuple[int, ...]
-) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]] | None:
-    """The oracle's output for ``inputs`` in chunks of positions (slice of axis 1, values,
-    and below float64 the careful run's values there), or None where it is not given so:
+) -> Chunks | None:
+    """The oracle's output for ``inputs`` in chunks of positions: a function that yields
+    (slice of axis 1, values, and below float64 the careful run's values there; given
+    another careful run, that one's), as often as asked, from hidden states computed
+    once; or None where it is not given so:
     a component other than ``causal_lm``, an output of at most ``CHUNKED_ABOVE`` values, or
     no canonical parameters. The oracle's hidden states (B, L, D) are computed once; each
     chunk's logits are those rows times the output table (``oracle.causal_lm_logits``, the
@@ -485,13 +507,15 @@ def gold_chunks(
     )
     step = max(1, CHUNK_VALUES // max(1, shape[0] * shape[2]))
 
-    def chunks() -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
+    def chunks(
+        careful_of: Callable[[slice], np.ndarray] | None = careful_of,
+    ) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
         for start in range(0, shape[1], step):
             where = slice(start, min(start + step, shape[1]))
             gold = oracle.causal_lm_logits(hidden[:, where], params, config, conventions)
             yield where, gold, None if careful_of is None else careful_of(where)
 
-    return chunks()
+    return chunks
 
 
 @dataclass
