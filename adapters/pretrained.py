@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from .base import Arrays, Config, Subject, Unsupported
 from .checkpoint_config import ModelError
 from .config_space import ConfigSpace
 from .real_size import stack_skip
-from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter
+from .torch_module import TorchEntry, TorchHandle, TorchModuleAdapter, _numpy
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
@@ -266,8 +267,17 @@ class _AsIs:
 
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
-        (``real_size.stack_skip``); None when it runs."""
-        return stack_skip(subject, check, params, self.dtypes(subject))
+        (``real_size.stack_skip``; for an ``[sdpa]`` twin whose ``[eager]`` twin makes the
+        full-length call, also ``real_size.TWIN_LEAVES``); None when it runs."""
+        why = stack_skip(subject, check, params, self.dtypes(subject))
+        if why is None and check in real_size.TWIN_LEAVES and self.twin_made_it(subject):
+            stem = subject.name.partition("[")[0]
+            why = (
+                f"real-size stack: {subject.name} is {stem}[eager] with the sdpa attention "
+                f"kernel (the same weights and code); {check} runs on {stem}[eager] and on "
+                "the sdpa layer subjects, whose attention is this kernel"
+            )
+        return why
 
     def build(
         self,
@@ -318,6 +328,41 @@ class _AsIs:
         self.require_device(subject, device)
         return TorchHandle(entry, subject, shared[subject.name], config, torch.float64)
 
+    def _exact_views(self, handle: TorchHandle) -> dict[str, np.ndarray] | None:
+        """The canonical parameters of a float32 copy of the checkpoint as read-only views of
+        the float64 checkpoint, where its float64 values are float32 numbers already (a
+        checkpoint saved in float32, as most are): the copy holds the same numbers, so its
+        export to the oracle needs no float64 copy of its own (the small Llama's: 1.1 GB,
+        ViT-B/16's: 0.65 GB). None where a value would round, or the copy is not one of the
+        checkpoint's float32 copies: ``_export`` converts then."""
+        view = self.__dict__.get("views", {}).get(handle.subject.name)
+        if handle.dtype != torch.float32 or handle.device.type != "cpu" or view is None:
+            return None
+        source = copy_parts(*view, deep=False)
+        first = next(source.parameters(), None)
+        if first is None or first.dtype != torch.float64:
+            return None
+        wide = dataclasses.replace(handle, module=source, dtype=torch.float64)
+        values = _export(self, wide)  # type: ignore[arg-type]
+        for value in values.values():
+            # numpy's cast rounds to nearest even, as torch's conversion of the copy did
+            if not np.array_equal(value.astype(np.float32), value):
+                return None
+        return values
+
+    def grad_each(
+        self,
+        handle: TorchHandle,
+        inputs: Arrays,
+        cotangent: np.ndarray,
+        take: Callable[[str, np.ndarray], None],
+    ) -> None:
+        """``grad``, each gradient handed to ``take(name, array)`` as soon as the backward
+        pass has formed it and then let go (``stream_gradients``): a real-size stack's
+        gradients are its float64 size (GPT-2 small: 1 GB), and the check compares each
+        with the reference's as it comes (``careful.gradients_each``)."""
+        stream_gradients(self, handle, inputs, cotangent, take)  # type: ignore[arg-type]
+
     def refuse_dtype(
         self, subject: Subject, config: Config, *, seed: int, dtype: str, device: str
     ) -> TorchHandle:
@@ -337,14 +382,109 @@ class _AsIs:
         exported = self.__dict__.setdefault("_exported", {})  # (subject, tensors) -> params
         if key in exported:
             return dict(exported[key])
-        values = _export(self, handle)
+        values = self._exact_views(handle)
+        view = values is not None
+        if values is None:
+            values = _export(self, handle)
         # Views of the checkpoint cost nothing to keep, nor does a layer's copy; a real-size
         # stack's converted copy's export (float32 tensors as float64 arrays: ViT-B/16's is
         # 0.65 GB) is made per instance, and goes with the check that asked for it.
-        view = first is None or (first.dtype == torch.float64 and first.device.type == "cpu")
+        view = view or first is None
+        view = view or (first.dtype == torch.float64 and first.device.type == "cpu")
         if view or not real_size.applies(handle.subject):
             exported[key] = values
         return dict(values)
+
+
+def stream_gradients(
+    adapter: TorchModuleAdapter,
+    handle: TorchHandle,
+    inputs: Arrays,
+    cotangent: np.ndarray,
+    take: Callable[[str, np.ndarray], None],
+) -> None:
+    """``adapter.grad``, each gradient handed to ``take(name, array)`` as soon as the
+    backward pass has formed it and then let go: a parameter's gradient as its last use in
+    the backward is reached (a post-accumulate hook on the module's own parameter, whose
+    ``.grad`` is cleared at once), the inputs' at the end. The same names and values as
+    ``grad``, never the whole set at once. The array handed over is valid during the call
+    only (``take`` copies what it keeps). Where the module's parameters are not leaves, or
+    already hold a gradient, or a part is Absent, ``grad``'s dict is handed over instead,
+    one array at a time."""
+    from .torch_module import Absent, _dtype_name, _named_parameters, _owner, _to_canonical
+
+    offered = handle.entry.grad_dtypes
+    if offered is not None and _dtype_name(handle.dtype) not in offered:
+        raise Unsupported(
+            f"{adapter.name}:{handle.subject.name} offers gradients in {', '.join(offered)}, "
+            f"not {_dtype_name(handle.dtype)} (see its notes)"
+        )
+    named = _named_parameters(handle.module)
+    mapping = handle.param_map()
+    if any(isinstance(ref, Absent) for ref in mapping.values()):
+        _take_all(adapter.grad(handle, inputs, cotangent), take)  # grad's own refusal
+        return
+    tensors: dict[int, torch.Tensor] = {}
+    canonical_of: dict[int, list[tuple[str, Any]]] = {}
+    for canonical, ref in mapping.items():
+        tensor = adapter._lookup(handle, named, _owner(ref))
+        tensors[id(tensor)] = tensor
+        canonical_of.setdefault(id(tensor), []).append((canonical, ref))
+    if any(not t.is_leaf or t.grad is not None for t in tensors.values()):
+        _take_all(adapter.grad(handle, inputs, cotangent), take)
+        return
+    kwargs = adapter._kwargs(handle, inputs)
+    leaves = {
+        k: v.requires_grad_(True)
+        for k, v in kwargs.items()
+        if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
+    done: set[int] = set()
+
+    def hand_over(tensor: torch.Tensor) -> None:
+        gradient, tensor.grad = tensor.grad, None
+        done.add(id(tensor))
+        for canonical, ref in canonical_of[id(tensor)]:
+            shape = handle.canonical_shape(canonical)
+            take(f"params.{canonical}", _numpy(_to_canonical(gradient, ref, shape)))
+        del gradient
+
+    hooks = []
+    try:
+        for tensor in tensors.values():
+            tensor.requires_grad_(True)
+            hooks.append(tensor.register_post_accumulate_grad_hook(hand_over))
+        with torch.enable_grad(), adapter._lacking_ops(handle):
+            out = adapter._output(handle.entry.forward(handle.module, **kwargs))
+            if tuple(out.shape) != tuple(np.shape(cotangent)):
+                raise ValueError(
+                    f"{adapter.name}: the cotangent has shape {tuple(np.shape(cotangent))}, "
+                    f"the output {tuple(out.shape)}"
+                )
+            seed = torch.from_numpy(np.array(cotangent, dtype=np.float64, copy=True))
+            seed = seed.to(device=out.device, dtype=out.dtype)
+            targets = [*leaves.values(), *tensors.values()]
+            torch.autograd.backward(out, seed, inputs=targets)
+            del out, seed
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for tensor in tensors.values():
+            tensor.grad = None
+    for name, leaf in leaves.items():
+        gradient = torch.zeros_like(leaf) if leaf.grad is None else leaf.grad
+        take(name, _numpy(gradient))
+    for key, tensor in tensors.items():  # no gradient reached it: zeros, as grad gives
+        if key not in done:
+            for canonical, ref in canonical_of[key]:
+                shape = handle.canonical_shape(canonical)
+                zeros = _to_canonical(torch.zeros_like(tensor), ref, shape)
+                take(f"params.{canonical}", _numpy(zeros))
+
+
+def _take_all(grads: dict[str, np.ndarray], take: Callable[[str, np.ndarray], None]) -> None:
+    for name in list(grads):
+        take(name, grads.pop(name))
 
 
 def _export(adapter: TorchModuleAdapter, handle: TorchHandle) -> dict[str, np.ndarray]:

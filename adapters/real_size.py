@@ -19,7 +19,9 @@ whole stack runs the set below, which is what depth can change:
   softmax) runs ``numerics.dtype_sweep`` and ``gradients.gradients`` in its most precise
   dtype instead (the oracle comparison and gradients of that dtype's tolerance rule);
 - the shape and parameter checks (``shapes.output_shapes``, ``params.round_trip``,
-  ``params.count``) and, for ``vit``, the ViT checks (``vit.*``).
+  ``params.count``) and, for ``vit``, the ViT checks (``vit.*``); an ``[sdpa]`` stack
+  whose ``[eager]`` twin makes the full-length call leaves ``TWIN_LEAVES`` (the output
+  shapes) to that twin, with a skip row saying so.
 
 The other checks (masks, batching, permutation, determinism, fingerprints, numerics, the
 gradients in float32, float16 and bfloat16) are properties of the layer's code, which every
@@ -58,6 +60,12 @@ KEPT = frozenset(
         "decoder.left_padding",
     }
 )
+
+# What a real-size stack's ``[sdpa]`` twin leaves to its ``[eager]`` twin (the same weights
+# and code but the attention kernel, whose own checks the sdpa layer subjects run): the
+# output shapes, six forwards of the whole model up to 3 x 113 tokens (GPT-2 small: 4 CPU
+# seconds). A skip row says so (``pretrained._AsIs.stack_plan``).
+TWIN_LEAVES = frozenset({"shapes.output_shapes"})
 
 
 def layer_params(subject: Subject) -> int | None:

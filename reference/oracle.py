@@ -926,15 +926,19 @@ def causal_lm(
     causal_keep=None,
     key_positions=None,
     conventions: Conventions = DECODER_CANONICAL,
+    head: bool = True,
 ) -> Array:
     """§11.5: logits (B, L, V) = Norm(blocks(E[id] + P[pos])) W^T; P only under
-    positions='learned' (RoPE acts inside attention); W = E when tie_weights, else lm_head."""
+    positions='learned' (RoPE acts inside attention); W = E when tie_weights, else lm_head.
+    With ``head=False``, the normed hidden states (B, L, D) before the output projection
+    (``causal_lm_logits`` of them is the logits): a caller comparing a long call's logits
+    in chunks of positions never holds the whole (B, L, V) array."""
     ids = np.asarray(ids)
     if ids.ndim != 2:
         raise ValueError(f"token ids must have shape (B, L), got {ids.shape}")
     b, length = ids.shape
     pos = position_ids(positions, b, length)
-    emb_factor, logit_factor = embedding_scale(config.d_model, conventions)
+    emb_factor, _ = embedding_scale(config.d_model, conventions)
     x = embedding(ids, params["embedding.weight"], scale=emb_factor)  # (B, L, D)
     if conventions.positions == "learned":
         if pos.size and (pos.min() < 0 or pos.max() >= config.max_len):
@@ -956,5 +960,12 @@ def causal_lm(
             conventions=conventions,
         )
     x = _final_norm(_f64(x), params, conventions)
-    head = params["embedding.weight"] if config.tie_weights else params["lm_head.weight"]
-    return (x @ _f64(head).T) * logit_factor  # (B, L, V)
+    return causal_lm_logits(x, params, config, conventions) if head else x
+
+
+def causal_lm_logits(hidden, params: Params, config: Config, conventions: Conventions) -> Array:
+    """§11.5: the logits of normed hidden states (..., D): hidden W^T times the logit
+    factor of §1.2; W = E when tie_weights, else lm_head."""
+    _, logit_factor = embedding_scale(config.d_model, conventions)
+    table = params["embedding.weight"] if config.tie_weights else params["lm_head.weight"]
+    return (_f64(hidden) @ _f64(table).T) * logit_factor  # (..., V)

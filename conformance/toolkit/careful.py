@@ -7,7 +7,8 @@ the CPU) and the naive reference's in the test dtype. Functions of a check's har
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from tck.adapters import TorchModuleAdapter, Unsupported
 from tck.adapters.devices import DEFAULT_DEVICE
 from tck.reference.tolerance import round_to
 
-from .calling import private_copy
+from .calling import GuardedAdapter, private_copy
 from .results import CheckFailure
 
 if TYPE_CHECKING:  # the harness imports this module
@@ -31,6 +32,55 @@ def careful(h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray]) -> np.
     dtype (``tck.conformance.diagnosis.precision``)."""
     naive, handle = careful_model(h, inst, inst.dtype, h.device)
     return np.asarray(naive.run(handle, dict(inputs)), dtype=np.float64)
+
+
+class _Stop(Exception):
+    """Raised by a forward hook to end a forward once what it needs is taken."""
+
+
+def careful_hidden(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray]
+) -> Callable[[slice], np.ndarray] | None:
+    """The careful run of a causal LM (``careful``) with its logits made per chunk of
+    positions: the torch reference's forward stops at its final norm's output (a hook on
+    ``norm``: the normed hidden states, B x L x D, in the test dtype), and the function
+    returned gives the logits at the positions asked for, formed as the reference forms
+    them (hidden W^T times the logit factor, in the test dtype, on the subject's device), as
+    float64. None where the reference has no such parts."""
+    import torch
+
+    from tck.reference.oracle import embedding_scale
+
+    naive, handle = careful_model(h, inst, inst.dtype, h.device)
+    module = handle.module
+    norm = getattr(module, "norm", None)
+    if not isinstance(norm, torch.nn.Module) or not hasattr(module, "embedding"):
+        return None
+    taken: list[torch.Tensor] = []
+
+    def take(_module: Any, _args: Any, output: torch.Tensor) -> None:
+        taken.append(output.detach())
+        raise _Stop
+
+    hook = norm.register_forward_hook(take)
+    try:
+        naive.run(handle, dict(inputs))
+    except _Stop:
+        pass
+    finally:
+        hook.remove()
+    if not taken:
+        return None
+    hidden = taken[0]
+    table = module.embedding.weight if inst.config.tie_weights else module.lm_head.weight
+    _, logit_scale = embedding_scale(inst.config.d_model, inst.conventions)
+
+    def logits(where: slice) -> np.ndarray:
+        with torch.no_grad():
+            part = (hidden[:, where] @ table.T) * logit_scale
+        return part.detach().to("cpu", torch.float64).numpy()
+
+    return logits
 
 
 # Conventions.float32_steps -> the quantities the torch reference can form in float32
@@ -104,12 +154,43 @@ def careful_model(
             "naive", [entry(h.component, inst.conventions, name=h.subject.name)]
         )
         handle = naive.build(h.subject, inst.config, seed=inst.seed, dtype=dtype, device=device)
-        if inst.params is not None:
+        if inst.params is not None and not _share(handle.module, inst.params):
             naive.load(handle, inst.params)
         # The instance is kept alive with its handle: id() stays unique while cached.
         h.naive_handles[key] = (naive, handle, inst)
     naive, handle, _ = h.naive_handles[key]
     return naive, handle
+
+
+def _share(module: Any, params: Mapping[str, np.ndarray]) -> bool:
+    """Make ``module``'s parameters (a float64 reference on the CPU) the read-only arrays
+    ``params`` themselves instead of copies (a checkpoint's canonical parameters: views of
+    its own memory, ``pretrained._export``), so that the reference costs no second copy of
+    a real-size checkpoint (GPT-2 small: 1 GB). Only where every parameter is a read-only
+    float64 array of its name and shape: nothing writes them (the reference's forwards and
+    autograd read their leaves). False, with nothing changed, otherwise (``load`` copies)."""
+    import torch
+
+    own = dict(module.named_parameters())
+    if set(own) != set(params):
+        return False
+    for name, p in own.items():
+        value = params[name]
+        if (
+            not isinstance(value, np.ndarray)
+            or value.flags.writeable
+            or value.dtype != np.float64
+            or p.dtype != torch.float64
+            or p.device.type != "cpu"
+            or tuple(value.shape) != tuple(p.shape)
+            or any(stride < 0 for stride in value.strides)
+        ):
+            return False
+    with warnings.catch_warnings():  # torch warns that the arrays are not writable: by design
+        warnings.simplefilter("ignore", UserWarning)
+        for name, p in own.items():
+            p.data = torch.from_numpy(params[name])
+    return True
 
 
 def gradients(
@@ -127,7 +208,53 @@ def gradients(
             "adapter.grad_not_a_dict",
             f"grad() returned {type(out).__name__}, not a dict of numpy arrays",
         )
-    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+    # the guarded adapter's dict is a private one, made for this call
+    return _as_float64(out, own=isinstance(h.adapter, GuardedAdapter))
+
+
+def gradients_each(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    cotangent: np.ndarray,
+    take: Callable[[str, np.ndarray], None],
+) -> None:
+    """``gradients``, each handed to ``take(name, float64 array)`` in turn: as the backward
+    pass forms it where the adapter streams them (``grad_each``: a checkpoint, whose
+    whole gradient set is its float64 size), else from ``grad``'s dict, each array leaving
+    the dict as it is handed over. Either way the check holds one of the subject's
+    gradients at a time besides what it keeps."""
+    each = getattr(h.adapter, "grad_each", None)
+    if not callable(each):
+        out = gradients(h, inst, inputs, cotangent)
+        for name in list(out):
+            take(name, out.pop(name))
+        return
+    private = {k: private_copy(v) for k, v in inputs.items()}
+
+    def as_float64(name: str, value: np.ndarray) -> None:
+        if not isinstance(value, np.ndarray):
+            raise CheckFailure(
+                "adapter.grad_not_a_dict",
+                f"grad_each() gave {type(value).__name__} for {name}, not a numpy array",
+            )
+        take(name, np.asarray(value, dtype=np.float64))
+
+    each(inst.handle, private, np.array(cotangent, copy=True), as_float64)
+
+
+def _as_float64(grads: Mapping[str, Any], *, own: bool) -> dict[str, np.ndarray]:
+    """``grads`` as float64 arrays; where the dict is ``own`` (nobody else holds it), each
+    array leaves it as it is converted, so a float32 set and its float64 conversion are
+    never both held whole (a real-size stack's gradients in float32: half its float64
+    size, beside the whole of it)."""
+    own = own and type(grads) is dict
+    out = {}
+    for name in list(grads):
+        value = grads.pop(name) if own else grads[name]  # type: ignore[attr-defined]
+        out[name] = np.asarray(value, dtype=np.float64)
+        del value
+    return out
 
 
 def gold_gradients(
@@ -163,4 +290,27 @@ def naive_gradients(
     naive, handle = careful_model(h, inst, inst.dtype, h.device)
     with computed_in_input_dtype("norm_statistics"):
         grads = naive.grad(handle, dict(inputs), round_to(cotangent, inst.dtype))
-    return {k: np.asarray(v, dtype=np.float64) for k, v in grads.items()}
+    return _as_float64(grads, own=True)  # the reference adapter's fresh dict
+
+
+def naive_gradients_each(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    cotangent: np.ndarray,
+    take: Callable[[str, np.ndarray], None],
+) -> None:
+    """``naive_gradients``, each handed to ``take(name, float64 array)`` as the backward
+    pass forms it (``pretrained.stream_gradients``): the check needs only each one's error
+    against the gold, never the whole set (a real-size stack's float32 set, as float64, is
+    its float64 size)."""
+    from tck.adapters.pretrained import stream_gradients
+    from tck.reference.model import computed_in_input_dtype
+
+    naive, handle = careful_model(h, inst, inst.dtype, h.device)
+
+    def as_float64(name: str, value: np.ndarray) -> None:
+        take(name, np.asarray(value, dtype=np.float64))
+
+    with computed_in_input_dtype("norm_statistics"):
+        stream_gradients(naive, handle, dict(inputs), round_to(cotangent, inst.dtype), as_float64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,6 +362,60 @@ class Harness:
         result = compare(test, gold, dtype=inst.dtype, careful_err=careful_err, k=k, ignore=ignore)
         return result, lost
 
+    def compare_chunked(
+        self,
+        inst: Instance,
+        test: np.ndarray,
+        chunks: Chunks,
+        inputs: Mapping[str, np.ndarray],
+        k: float | None = None,
+    ) -> Comparison:
+        """``compare`` of ``test`` with the oracle given in ``chunks`` of positions (axis 1:
+        the slice, the oracle's values there, the careful run's below float64): the same
+        rule, its parts combined over the chunks (``combine_chunks``), so the whole oracle
+        output is never held. A float64 subject with float32 islands that fails the floor
+        is held to the island yardstick, as ``compare`` does, formed in chunks too
+        (``careful.careful_hidden`` under the islands; the oracle's hidden states are
+        not computed again)."""
+        k = k_forward(self.component) if k is None else k
+        result, lost = self._chunked(inst, test, chunks(), inputs, k)
+        if not result.passed and inst.dtype == "float64" and floor_of("float64") > FLOOR["float64"]:
+            from .careful import _islands_in_float32, careful_hidden
+
+            with _islands_in_float32(inst) as formed:
+                island = careful_hidden(self, inst, inputs) if formed else None
+            if island is not None:
+                result, lost = self._chunked(inst, test, chunks(island), inputs, k)
+        self.note(result.metrics())
+        if lost:
+            self.note({"ref_nonfinite": lost})
+        return result
+
+    def _chunked(
+        self,
+        inst: Instance,
+        test: np.ndarray,
+        chunks: Iterator[tuple[slice, np.ndarray, np.ndarray | None]],
+        inputs: Mapping[str, np.ndarray],
+        k: float,
+    ) -> tuple[Comparison, int]:
+        parts, lost = [], 0
+        for where, gold, careful_part in chunks:
+            index = (slice(None), where)
+            ignore = self.ignore_mask(inst, gold, _sliced(inputs, where, test.shape))
+            if ignore is not None and not ignore.any():  # nothing ignored here: the rule's
+                ignore = None  # shorter path, the same comparison (tolerance._compare_finite)
+            careful_err = 0.0
+            if careful_part is not None:
+                careful_err, lost_here = careful_error(careful_part, gold, ignore)
+                lost += lost_here
+                if lost_here:  # as _compare: an overflowing yardstick bounds nothing there
+                    unbounded = ~np.isfinite(careful_part) & np.isfinite(gold)
+                    unbounded &= np.isfinite(test[index])
+                    ignore = unbounded if ignore is None else ignore | unbounded
+            parts.append(chunk_part(test[index], gold, ignore, where.start or 0, careful_err))
+        return combine_chunks(parts, test.shape, inst.dtype, k), lost
+
     def note(self, metrics: Mapping[str, Any]) -> None:
         """Record metrics (the worst of each across calls): ``Recorder.note``."""
         self.record.note(metrics)
@@ -376,9 +430,13 @@ class Harness:
         """Run and compare with the oracle; on failure, explain and raise CheckFailure."""
         self.require_params(inst)
         test = self.run(inst, inputs)
-        gold = self.gold(inst, inputs)
-        bound_by = careful(self, inst, inputs) if inst.dtype != "float64" else None
-        result = self.compare(inst, test, gold, careful=bound_by, inputs=inputs)
+        chunks = gold_chunks(self, inst, inputs, test.shape)
+        if chunks is not None:  # a long call of a language model: its logits in chunks
+            result = self.compare_chunked(inst, test, chunks, inputs)
+        else:
+            gold = self.gold(inst, inputs)
+            bound_by = careful(self, inst, inputs) if inst.dtype != "float64" else None
+            result = self.compare(inst, test, gold, careful=bound_by, inputs=inputs)
         self.record.calls.append(
             {
                 "what": what,
@@ -397,6 +455,219 @@ class Harness:
             message += padded_worst(inputs, test.shape, result.worst_index)
             raise CheckFailure(code, f"{what}: {message}", result.metrics())
         return test
+
+
+Chunks = Callable[..., Iterator[tuple[slice, np.ndarray, "np.ndarray | None"]]]
+
+# A call whose output has more values than this, where the oracle can give it in chunks of
+# positions (a causal LM's logits: its hidden states times the output table), is compared
+# chunk by chunk (``gold_chunks``): GPT-2 small's logits at 1024 tokens are 51 M values,
+# 0.41 GB in float64 per array, and the whole comparison held about five such arrays.
+CHUNKED_ABOVE = 1 << 24  # 16.8 M values, 128 MB in float64
+CHUNK_VALUES = 1 << 22  # values per chunk: 32 MB in float64
+
+
+def gold_chunks(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], shape: tuple[int, ...]
+) -> Chunks | None:
+    """The oracle's output for ``inputs`` in chunks of positions: a function that yields
+    (slice of axis 1, values, and below float64 the careful run's values there; given
+    another careful run, that one's), as often as asked, from hidden states computed
+    once; or None where it is not given so:
+    a component other than ``causal_lm``, an output of at most ``CHUNKED_ABOVE`` values, or
+    no canonical parameters. The oracle's hidden states (B, L, D) are computed once; each
+    chunk's logits are those rows times the output table (``oracle.causal_lm_logits``, the
+    oracle's own last step), so a chunk equals the same rows of the whole call up to the
+    rounding of one matrix product (the sum over D in another blocking: a few float64
+    ulps of the row's largest term, far below the float64 floor).
+    The careful run (below float64) is the torch reference with its normed hidden states
+    taken the same way (``careful.careful_hidden``), its logits formed per chunk in its
+    dtype."""
+    from tck.reference import oracle
+
+    size = int(np.prod(shape))
+    if h.component != "causal_lm" or size <= CHUNKED_ABOVE or len(shape) != 3 or not inst.params:
+        return None
+    careful_of = None
+    if inst.dtype != "float64":
+        from .careful import careful_hidden
+
+        careful_of = careful_hidden(h, inst, inputs)
+        if careful_of is None:
+            return None
+    params, config, conventions = inst.params, inst.config, inst.conventions
+    hidden = oracle.causal_lm(
+        inputs["ids"],
+        params,
+        config,
+        key_padding=inputs.get("key_padding"),
+        positions=inputs.get("positions"),
+        conventions=conventions,
+        head=False,
+    )
+    step = max(1, CHUNK_VALUES // max(1, shape[0] * shape[2]))
+
+    def chunks(
+        careful_of: Callable[[slice], np.ndarray] | None = careful_of,
+    ) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
+        for start in range(0, shape[1], step):
+            where = slice(start, min(start + step, shape[1]))
+            gold = oracle.causal_lm_logits(hidden[:, where], params, config, conventions)
+            yield where, gold, None if careful_of is None else careful_of(where)
+
+    return chunks
+
+
+@dataclass
+class ChunkPart:
+    """What ``compare`` needs of one chunk to combine with the others (``combine_chunks``)."""
+
+    max_err: float
+    err_sum: float
+    counted: int  # positions whose difference counts (the mean's denominator)
+    worst: tuple[int, ...] | None  # in the whole output's indices
+    scale: float  # max |gold| where it counts
+    nan_mismatch: int
+    first_mismatch: tuple[int, ...] | None
+    test_bad: int
+    gold_bad: int
+    careful_err: float
+
+
+def chunk_part(
+    test: np.ndarray,
+    gold: np.ndarray,
+    ignore: np.ndarray | None,
+    offset: int,
+    careful_err: float = 0.0,
+) -> ChunkPart:
+    """``compare``'s parts on one chunk whose axis 1 starts at ``offset``: the rule run on
+    the chunk (bound aside), and the counts and scale the rule takes over the whole."""
+    result = compare(test, gold, ignore=ignore)
+
+    def shifted(index: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        return None if index is None else (index[0], index[1] + offset, *index[2:])
+
+    counted = gold.size
+    if ignore is None and np.isfinite(test).all() and np.isfinite(gold).all():
+        scale = float(np.abs(gold).max(initial=0.0))
+    else:  # compare's ``both & isfinite(gold)``: considered, neither NaN, gold finite
+        considered = np.ones(gold.shape, bool) if ignore is None else ~np.asarray(ignore, bool)
+        both = considered & ~np.isnan(test) & ~np.isnan(gold)
+        counted = int(both.sum())
+        scale = float(np.abs(np.where(both & np.isfinite(gold), gold, 0.0)).max(initial=0.0))
+    nan_first = result.worst_index if result.nan_mismatch else None
+    return ChunkPart(
+        result.max_abs_err,
+        result.mean_abs_err * counted,
+        counted,
+        shifted(result.worst_index),
+        scale,
+        result.nan_mismatch,
+        shifted(nan_first),
+        result.nonfinite_test,
+        result.nonfinite_gold,
+        careful_err,
+    )
+
+
+def combine_chunks(
+    parts: list[ChunkPart],
+    shape: tuple[int, ...],
+    dtype: str,
+    k: float,
+    scale: float | None = None,
+) -> Comparison:
+    """The ``Comparison`` of the whole output from its chunks' parts: the largest error and
+    its index (the first chunk's on a tie, as argmax takes the first), the mean over every
+    counted position, the bound k x careful error + floor x max(1, max |gold|) with both
+    taken over every chunk (``scale``, where given, replaces max |gold| as in ``compare``),
+    the first NaN mismatch."""
+    del shape  # the indices are already the whole output's
+    max_err = max((p.max_err for p in parts), default=0.0)
+    worst = next((p.worst for p in parts if p.max_err == max_err), None)
+    counted = sum(p.counted for p in parts)
+    mean_err = sum(p.err_sum for p in parts) / counted if counted else 0.0
+    careful_err = max((p.careful_err for p in parts), default=0.0)
+    if scale is None:
+        scale = max((p.scale for p in parts), default=0.0)
+    bound = k * careful_err + floor_of(dtype) * max(1.0, scale)
+    nan_mismatch = sum(p.nan_mismatch for p in parts)
+    if nan_mismatch:
+        worst = next(p.first_mismatch for p in parts if p.nan_mismatch)
+    test_bad, gold_bad = sum(p.test_bad for p in parts), sum(p.gold_bad for p in parts)
+    ratio = max_err / bound if bound > 0 else float("inf")
+    passed = nan_mismatch == 0 and not (test_bad or gold_bad) and max_err <= bound
+    return Comparison(
+        passed,
+        max_err,
+        mean_err,
+        bound,
+        ratio,
+        nan_mismatch,
+        worst,
+        dtype,
+        careful_err,
+        k,
+        test_bad,
+        gold_bad,
+    )
+
+
+def compare_by_rows(
+    test: np.ndarray,
+    gold: np.ndarray,
+    *,
+    dtype: str,
+    careful_err: float,
+    k: float,
+    scale: float | None = None,
+) -> Comparison:
+    """``compare`` (nothing ignored) of a large array in chunks of rows (axis 0) of at most
+    ``CHUNK_VALUES`` values, combined (``combine_chunks``): its temporaries are a chunk's,
+    not the whole array's (a token table's gradient for GPT-2 small: 0.31 GB each). Arrays
+    of at most ``CHUNK_VALUES`` values, or without rows, are compared whole."""
+    if gold.ndim == 0 or gold.size <= CHUNK_VALUES or np.shape(test) != np.shape(gold):
+        return compare(test, gold, dtype=dtype, careful_err=careful_err, k=k, scale=scale)
+    rows = max(1, CHUNK_VALUES // max(1, gold.size // gold.shape[0]))
+    wide_test, wide_gold = test[None], gold[None]  # rows on axis 1, as chunk_part takes them
+    parts = [
+        chunk_part(
+            wide_test[:, start : start + rows],
+            wide_gold[:, start : start + rows],
+            None,
+            start,
+            careful_err,
+        )
+        for start in range(0, gold.shape[0], rows)
+    ]
+    result = combine_chunks(parts, wide_gold.shape, dtype, k, scale=scale)
+    if result.worst_index is not None:
+        result.worst_index = result.worst_index[1:]
+    return result
+
+
+def largest_finite(values: np.ndarray) -> float:
+    """max |values| over the finite ones (0 for none), a chunk of rows at a time."""
+    flat = values.reshape(-1) if values.flags.c_contiguous else np.ravel(values)
+    largest = 0.0
+    for start in range(0, flat.size, CHUNK_VALUES):
+        part = np.abs(flat[start : start + CHUNK_VALUES])
+        largest = max(largest, float(part[np.isfinite(part)].max(initial=0.0)))
+    return largest
+
+
+def _sliced(
+    inputs: Mapping[str, np.ndarray], where: slice, shape: tuple[int, ...]
+) -> dict[str, np.ndarray]:
+    """The inputs whose first two axes are the output's (batch, positions), cut to the
+    positions ``where`` (what ``ignore_mask`` reads: ``key_padding``)."""
+    out = {}
+    for name, value in inputs.items():
+        array = np.asarray(value)
+        if array.ndim >= 2 and array.shape[:2] == tuple(shape[:2]):
+            out[name] = array[:, where]
+    return out
 
 
 class OracleMemo:

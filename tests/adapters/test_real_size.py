@@ -86,6 +86,10 @@ def test_stack_runs_the_stated_set_at_full_length(tmp_path) -> None:
     assert twin["status"] == "pass"
     assert any(c["what"].startswith("full length") for c in calls)
     assert not any(c["what"].startswith("full length") for c in twin["metrics"]["calls"])
+    # and leaves the output shapes to it, saying so (real_size.TWIN_LEAVES)
+    assert stack["shapes.output_shapes"][0]["status"] == "pass"
+    shapes = _rows(document, "encoder[sdpa]")["shapes.output_shapes"][0]
+    assert shapes["status"] == "skip" and "encoder[eager]" in shapes["diagnosis"]["message"]
     # what the stack does not run is a skip that says why, never a silent absence
     skipped = stack["masks.causal_no_leak"][0]
     assert skipped["status"] == "skip"
