@@ -599,6 +599,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the output projection computes with the token embedding where the model's head is "
         "its own (weights tied where the model does not tie them)",
     ),
+    (
+        "rope.table_layout_mismatch",
+        "cause",
+        "2.3",
+        "the cos/sin table is laid out for one pairing (interleaved or half split) and applied "
+        "by a rotation that pairs the features the other way",
+    ),
 ]
 
 

@@ -187,6 +187,12 @@ NAMES: tuple[str, ...] = (
     "rms_norm_eps_outside",
     # the values alone put before the cached ones
     "cache_values_prepended",
+    # RoPE as a measured family: a scaling band multiplied instead of divided, a cos/sin
+    # table laid out for the other pairing; heads merged feature-major in a layer offered
+    # without its attention
+    "rope_scaling_multiplied",
+    "rope_table_interleaved",
+    "heads_merged_feature_major",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
