@@ -193,6 +193,8 @@ NAMES: tuple[str, ...] = (
     "rope_scaling_multiplied",
     "rope_table_interleaved",
     "heads_merged_feature_major",
+    # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
+    "softmax_online_half",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
