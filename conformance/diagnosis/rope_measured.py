@@ -58,6 +58,12 @@ NEWTON_STEP = 1e-6
 # (the fit's own residual); a pair whose frequency the output cannot resolve (turned by less
 # than the comparison resolves at every position of the call) keeps the declared value.
 SAME_FREQUENCY = 1e-4
+# The fit's cost is about pairs x (GRID_POINTS + 1) x SWEEPS oracle calls on the failing input:
+# at most 32 pairs (head dimension 64, ~2400 calls) and outputs of at most this many entries
+# (the suite's own calls are a few thousand; a real-size checkpoint's full-length call is not
+# fitted).
+MAX_PAIRS = 32
+MAX_OUTPUT_ENTRIES = 200_000
 
 
 def _rope_with(frequencies: np.ndarray, pairing: str) -> Callable[..., np.ndarray]:
@@ -227,8 +233,10 @@ def fitted_frequency_hypotheses(
         component, "rope"
     ):
         return
+    if np.size(test) > MAX_OUTPUT_ENTRIES:
+        return
     d = _head_dim(evaluate)
-    if d is None or d % 2:
+    if d is None or d % 2 or d // 2 > MAX_PAIRS:
         return
     declared = _declared_frequencies(d, conventions)
     unscaled = oracle.rope_frequencies(d, base=conventions.pe_base)
