@@ -100,3 +100,25 @@ def test_the_fitted_table_is_classified() -> None:
     declared = unscaled / 8
     code, _ = describe_frequencies(unscaled, declared, unscaled)
     assert code == "rope.scaling_none"
+
+
+def _scale_probe(mutant: str) -> None:
+    from tck.conformance.checks import test_decoder as checks
+
+    adapter = load_adapter(f"mutants.{mutant}")
+    subject = next(s for s in adapter.subjects() if s.component == "causal_self_attention")
+    checks.test_effective_scale(Harness(adapter, subject, seed=0))
+
+
+@pytest.mark.parametrize("mutant", ["rope_scaling_multiplied", "rope_table_interleaved"])
+def test_the_scale_probe_reads_no_rope_bug_as_a_scale(mutant: str) -> None:
+    with pytest.raises(pytest.skip.Exception, match="rotates otherwise than declared"):
+        _scale_probe(mutant)
+
+
+def test_the_scale_probe_still_reads_a_scale_bug_under_rope() -> None:
+    from tck.conformance.toolkit.results import CheckFailure
+
+    with pytest.raises(CheckFailure) as failure:
+        _scale_probe("causal_scale_d_model")
+    assert failure.value.code == "attention.scale_wrong"
