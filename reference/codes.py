@@ -627,6 +627,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "11.6",
         "the layers of a stack read and write one cache pool (layer 0's keys read by all)",
     ),
+    (
+        "rope.table_layout_mismatch",
+        "cause",
+        "2.3",
+        "the cos/sin table is laid out for one pairing (interleaved or half split) and applied "
+        "by a rotation that pairs the features the other way",
+    ),
 ]
 
 

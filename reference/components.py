@@ -105,6 +105,9 @@ TAGS = (
     "large_inputs",  # §10.7's large-magnitude stress runs on it (softmax, norm statistics)
     "logits",  # its output is logits over a vocabulary or classes (§8.3, §9.5, §11.5)
     "l2_norm",  # divides a row by its L2 norm, one scalar gain: output norm |g| (§5.4)
+    # its oracle is hidden states then one head at every position (oracle.causal_lm with
+    # head=False, then oracle.causal_lm_logits): a long call is compared in position chunks
+    "head_per_position",
 )
 
 
@@ -872,7 +875,7 @@ def _records() -> tuple[Component, ...]:
             ),
             area="model",
             tolerance="composite",
-            tags=frozenset({"kv_cache", "logits"}),
+            tags=frozenset({"kv_cache", "logits", "head_per_position"}),
             output_shape=lambda i, c: (*np.shape(i["ids"]), c.vocab_size),
             quantities=_DECODER_NORMED,
         ),

@@ -198,6 +198,14 @@ NAMES: tuple[str, ...] = (
     "cache_layers_share_pool",
     # a causal mask over batch-flat key indices: right for the first row of a batch only
     "causal_batch_flat",
+    # RoPE as a measured family: a scaling band multiplied instead of divided, a cos/sin
+    # table laid out for the other pairing; heads merged feature-major in a layer offered
+    # without its attention
+    "rope_scaling_multiplied",
+    "rope_table_interleaved",
+    "heads_merged_feature_major",
+    # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
+    "softmax_online_half",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

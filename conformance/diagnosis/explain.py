@@ -279,6 +279,8 @@ def _hypotheses(
         solved_hypotheses,
         table_dtype_hypotheses,
     )
+    from .hypotheses_strided import strided_head_hypotheses  # heads as (d, H)
+    from .rope_measured import fitted_frequency_hypotheses, table_layout_hypotheses
     from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
 
     component = h.component
@@ -340,19 +342,26 @@ def _hypotheses(
         found = first(
             itertools.chain(
                 folded_hypotheses(component),
+                strided_head_hypotheses(component),
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),
             )
         )
     if found is None:
-        found = first(table_dtype_hypotheses(component, tolerance.dtype))
+        found = first(
+            itertools.chain(
+                table_dtype_hypotheses(component, tolerance.dtype),
+                table_layout_hypotheses(component, inst.conventions),
+            )
+        )
     if found is None and searches_left(h):
         # A value solved for on this call fits it by construction: it is evidence only if it
         # also reproduces the subject's output on a second, independent call.
         for candidate in itertools.chain(
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
             solved_mask_bias(component, inputs, evaluate, test),
+            fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
         ):
             if first([candidate]) is not None and holds_on_second_call(
                 h, inst, inputs, candidate, tolerance

@@ -126,17 +126,22 @@ def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., n
             if key_positions is not None
             else {}
         )
+        # §2.6: the declared frequency scaling, as the spec's own §11.1 applies it
+        omega = oracle.rope_frequencies_of(heads["q"].shape[-1], conventions)
         for name in targets:
             heads[name] = oracle.rope_rows(
                 heads[name],
                 at.get(name, pos),
-                base=conventions.pe_base,
                 layout=conventions.rope_layout,
+                frequencies=omega,
             )
         rep = n_heads // n_kv_heads
         k, v = oracle.repeat_kv(heads["k"], rep), oracle.repeat_kv(heads["v"], rep)
-        keep = oracle.causal_keep_mask(length, length) if causal_keep is None else causal_keep
-        keep = np.asarray(keep)
+        if causal_keep is None:  # §4.3, §4.5: the causal triangle, cut to the sliding window
+            keep = oracle.causal_keep_mask(length, length)
+            if conventions.sliding_window is not None:
+                keep = keep & oracle.sliding_window_keep(length, length, conventions.sliding_window)
+        keep = np.asarray(keep if causal_keep is None else causal_keep)
         if key_padding is not None:
             keep = oracle.key_padding_mask(key_padding) & keep
         out = oracle.scaled_dot_product_attention(

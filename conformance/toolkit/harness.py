@@ -473,9 +473,9 @@ def gold_chunks(
     """The oracle's output for ``inputs`` in chunks of positions: a function that yields
     (slice of axis 1, values, and below float64 the careful run's values there; given
     another careful run, that one's), as often as asked, from hidden states computed
-    once; or None where it is not given so:
-    a component other than ``causal_lm``, an output of at most ``CHUNKED_ABOVE`` values, or
-    no canonical parameters. The oracle's hidden states (B, L, D) are computed once; each
+    once; or None where it is not given so: a component whose record lacks the tag
+    ``head_per_position``, an output of at most ``CHUNKED_ABOVE`` values, or no canonical
+    parameters. The oracle's hidden states (B, L, D) are computed once; each
     chunk's logits are those rows times the output table (``oracle.causal_lm_logits``, the
     oracle's own last step), so a chunk equals the same rows of the whole call up to the
     rounding of one matrix product (the sum over D in another blocking: a few float64
@@ -486,7 +486,8 @@ def gold_chunks(
     from tck.reference import oracle
 
     size = int(np.prod(shape))
-    if h.component != "causal_lm" or size <= CHUNKED_ABOVE or len(shape) != 3 or not inst.params:
+    chunked = record(h.component).has("head_per_position") and len(shape) == 3
+    if not chunked or size <= CHUNKED_ABOVE or not inst.params:
         return None
     careful_of = None
     if inst.dtype != "float64":

@@ -1,0 +1,322 @@
+"""RoPE as a measured family (SPEC.md §2.3, §2.6): the rotation frequencies solved for from
+the subject's own output, and the cos/sin table laid out for the other pairing.
+
+- ``fitted_frequency_hypotheses``: the oracle with RoPE's per-pair frequencies
+  ``omega_0 .. omega_{d/2-1}`` free (one real number per pair, under the declared pairing and
+  then under the other), fitted to the failing output by a coordinate search on a log grid
+  and Gauss-Newton refinement. No list of candidate tables is kept: a Llama 3.1 scaling
+  multiplied instead of divided, its bands swapped, a base off every list, a pair's
+  frequency negated, are all points of the same d/2-dimensional family. The fitted table is
+  then classified against the declared one: every frequency times one factor
+  (``rope.scaling_linear``, or ``rope.scaling_none`` where the declared scaling is undone),
+  a geometric table with another base (``positional.base_wrong``), anything else
+  ``positional.frequency_wrong`` with the bands that differ and their ratios to the declared
+  and to the unscaled table ``base^(-2i/d)``. Like every solved value, the fit is evidence
+  only where it also reproduces a second, independent call
+  (``explain.holds_on_second_call``).
+- ``table_layout_hypotheses``: the cos/sin table built for one pairing (interleaved:
+  ``repeat_interleave(freqs, 2)``; half split: ``cat(freqs, freqs)``) and applied with the
+  other (``rotate_half``'s pairs (i, i + d/2), or pairs (2i, 2i + 1)): the two members of a
+  pair are turned by different angles, which no frequency table gives
+  (``rope.table_layout_mismatch``).
+
+Both replace the oracle's ``rope`` piece, so they are tested on every component whose oracle
+runs RoPE (``tck.reference.variants.reaches``): the ``rope`` op, causal self-attention, a
+decoder block, a whole causal LM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle
+from tck.reference.catalogue import convention_code
+from tck.reference.codes import code as registered
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+
+Evaluate = Callable[[Alternative], np.ndarray]
+LAYOUTS = ("interleaved", "half_split")
+
+# The coordinate search: per pair, GRID_POINTS frequencies on a log scale from
+# LOWEST_FREQUENCY to pi (above pi a frequency aliases at integer positions: omega and
+# omega - 2 pi turn every integer position alike), and 0; SWEEPS passes over the pairs.
+GRID_POINTS = 36
+LOWEST_FREQUENCY = 1e-6
+SWEEPS = 2
+# Gauss-Newton refinement: at most this many steps; the Jacobian by central differences of
+# this relative step (truncation ~ step^2, rounding ~ 1e-16 / step: both far below what a
+# float64 comparison resolves after two or three steps, which converge quadratically).
+NEWTON_STEPS = 8
+NEWTON_STEP = 1e-6
+# A fitted frequency within this relative distance of the declared one is the declared one
+# (the fit's own residual); a pair whose frequency the output cannot resolve (turned by less
+# than the comparison resolves at every position of the call) keeps the declared value.
+SAME_FREQUENCY = 1e-4
+# The fit's cost is about pairs x (GRID_POINTS + 1) x SWEEPS oracle calls on the failing input:
+# at most 32 pairs (head dimension 64, ~2400 calls) and outputs of at most this many entries
+# (the suite's own calls are a few thousand; a real-size checkpoint's full-length call is not
+# fitted).
+MAX_PAIRS = 32
+MAX_OUTPUT_ENTRIES = 200_000
+
+
+def _rope_with(frequencies: np.ndarray, pairing: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the given per-pair ``frequencies`` and ``pairing``, whatever the caller's."""
+
+    def rope(x, positions=None, **_):  # type: ignore[no-untyped-def]
+        return oracle.rope(x, positions, layout=pairing, frequencies=frequencies)
+
+    return rope
+
+
+def _head_dim(evaluate: Evaluate) -> int | None:
+    """The last dimension of the vectors the oracle rotates, read off one call."""
+    seen: list[int] = []
+
+    def rope(x, positions=None, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(int(np.shape(x)[-1]))
+        return oracle.rope(x, positions, **kwargs)
+
+    try:
+        evaluate(Alternative("", "", pieces={"rope": rope}))
+    except (ValueError, KeyError, IndexError):
+        return None
+    return seen[0] if seen else None
+
+
+def _declared_frequencies(d: int, conventions: Any) -> np.ndarray:
+    return oracle.rope_frequencies_of(d, conventions)
+
+
+def fit_frequencies(
+    evaluate: Evaluate,
+    test: np.ndarray,
+    start: np.ndarray,
+    pairing: str,
+    ignore: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """The per-pair frequencies (d/2,) under ``pairing`` that bring the oracle closest to
+    ``test`` (least squares over the finite, judged positions), and the largest absolute
+    difference left."""
+    test = np.asarray(test, dtype=np.float64)
+    judged = np.isfinite(test) if ignore is None else np.isfinite(test) & ~ignore
+
+    def residual(freqs: np.ndarray) -> np.ndarray | None:
+        try:
+            out = evaluate(Alternative("", "", pieces={"rope": _rope_with(freqs, pairing)}))
+        except (ValueError, KeyError, IndexError, FloatingPointError):
+            return None
+        if out.shape != test.shape:
+            return None
+        r = np.where(judged, out - test, 0.0)
+        return r.ravel() if np.isfinite(r).all() else None
+
+    def cost(freqs: np.ndarray) -> float:
+        r = residual(freqs)
+        return math.inf if r is None else float(r @ r)
+
+    freqs = np.array(start, dtype=np.float64)
+    best = cost(freqs)
+    if not math.isfinite(best):
+        return freqs, math.inf
+    grid = np.concatenate(
+        [[0.0], np.exp(np.linspace(math.log(LOWEST_FREQUENCY), math.log(math.pi), GRID_POINTS))]
+    )
+    for _ in range(SWEEPS):
+        for i in range(freqs.size):
+            for value in grid:
+                trial = freqs.copy()
+                trial[i] = value
+                c = cost(trial)
+                if c < best:
+                    best, freqs = c, trial
+    for _ in range(NEWTON_STEPS):
+        r = residual(freqs)
+        if r is None:
+            break
+        columns = []
+        for i in range(freqs.size):
+            h = NEWTON_STEP * max(abs(freqs[i]), 1e-3)
+            up, down = freqs.copy(), freqs.copy()
+            up[i] += h
+            down[i] -= h
+            ru, rd = residual(up), residual(down)
+            if ru is None or rd is None:
+                return freqs, math.sqrt(best)
+            columns.append((ru - rd) / (2 * h))
+        jacobian = np.stack(columns, axis=1)
+        step = np.linalg.lstsq(jacobian, -r, rcond=None)[0]
+        trial = freqs + step
+        c = cost(trial)
+        if not c < best:
+            break
+        best, freqs = c, trial
+    out = residual(freqs)
+    left = math.inf if out is None else float(np.max(np.abs(out), initial=0.0))
+    return freqs, left
+
+
+def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of True in ``mask`` as (first, last) index pairs."""
+    runs: list[tuple[int, int]] = []
+    for i, flag in enumerate(mask):
+        if flag and runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        elif flag:
+            runs.append((i, i))
+    return runs
+
+
+def describe_frequencies(
+    fitted: np.ndarray, declared: np.ndarray, unscaled: np.ndarray
+) -> tuple[str, str]:
+    """The code and words for a fitted frequency table against the declared one."""
+    ratio = fitted / declared
+    differ = np.abs(ratio - 1.0) > SAME_FREQUENCY
+    if np.allclose(ratio, ratio[0], rtol=SAME_FREQUENCY):
+        factor = float(ratio[0])
+        if np.allclose(fitted, unscaled, rtol=SAME_FREQUENCY):
+            return registered("rope.scaling_none"), (
+                "rotates at the unscaled frequencies base^(-2i/d): the declared frequency "
+                "scaling is not applied"
+            )
+        return registered("rope.scaling_linear"), (
+            f"every frequency is the declared one times {factor:.6g} (a linear scaling by "
+            f"{1 / factor:.6g} the declared table does not have, or positions multiplied)"
+        )
+    # A geometric table omega_i = b^(-2i/d) with another base: log omega linear in i, 0 at i=0.
+    d = 2 * fitted.size
+    if np.all(fitted > 0) and math.isclose(fitted[0], 1.0, rel_tol=SAME_FREQUENCY):
+        exponents = np.arange(0, d, 2) / d
+        logs = np.log(fitted)
+        base = math.exp(-float(logs[1:] @ exponents[1:]) / float(exponents[1:] @ exponents[1:]))
+        if np.allclose(fitted, base**-exponents, rtol=SAME_FREQUENCY):
+            return registered("positional.base_wrong"), (
+                f"rotates at a geometric table base^(-2i/d) with base {base:.6g}"
+            )
+    parts = []
+    for first, last in _bands(differ):
+        span = f"pair {first}" if first == last else f"pairs {first}-{last}"
+        to_declared = ratio[first : last + 1]
+        to_unscaled = fitted[first : last + 1] / unscaled[first : last + 1]
+        parts.append(
+            f"{span}: {_range(to_declared)} x the declared frequency, "
+            f"{_range(to_unscaled)} x the unscaled base^(-2i/d)"
+        )
+    return registered("positional.frequency_wrong"), (
+        "rotates at frequencies other than the declared table (solved for, pair by pair, from "
+        f"the output): {'; '.join(parts)}; the other pairs as declared"
+    )
+
+
+def _range(values: np.ndarray) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.4g}" if math.isclose(lo, hi, rel_tol=1e-3) else f"{lo:.4g} to {hi:.4g}"
+
+
+def fitted_frequency_hypotheses(
+    component: str,
+    conventions: Any,
+    evaluate: Evaluate,
+    test: np.ndarray,
+    ignore: np.ndarray | None = None,
+) -> Iterator[Alternative]:
+    """The oracle at the frequency table fitted to ``test``, under the declared pairing
+    first and then the other, for every component whose oracle runs RoPE."""
+    if getattr(conventions, "positions", None) not in ("rope", None) or not reaches(
+        component, "rope"
+    ):
+        return
+    if np.size(test) > MAX_OUTPUT_ENTRIES:
+        return
+    d = _head_dim(evaluate)
+    if d is None or d % 2 or d // 2 > MAX_PAIRS:
+        return
+    declared = _declared_frequencies(d, conventions)
+    unscaled = oracle.rope_frequencies(d, base=conventions.pe_base)
+    layout = conventions.rope_layout
+    for pairing in (layout, *(p for p in LAYOUTS if p != layout)):
+        fitted, _ = fit_frequencies(evaluate, test, declared, pairing, ignore)
+        if pairing == layout and np.allclose(fitted, declared, rtol=SAME_FREQUENCY):
+            continue
+        if pairing == layout:
+            found, words = describe_frequencies(fitted, declared, unscaled)
+        else:
+            found = convention_code("rope_layout", pairing)
+            words = f"pairs the features as {pairing} instead of {layout}" + (
+                ""
+                if np.allclose(fitted, declared, rtol=SAME_FREQUENCY)
+                else f", and {describe_frequencies(fitted, declared, unscaled)[1]}"
+            )
+        table = ", ".join(f"{w:.6g}" for w in fitted)
+        yield Alternative(
+            found,
+            f"the output is the spec's with RoPE's frequencies solved for from the output: "
+            f"it {words} (fitted omega = [{table}]; declared "
+            f"[{', '.join(f'{w:.6g}' for w in declared)}]; SPEC.md §2.3, §2.6)",
+            pieces={"rope": _rope_with(fitted, pairing)},
+        )
+
+
+def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the cos/sin table laid out for ``table_layout`` (channel c turned by the
+    frequency of the pair c belongs to under that layout) and the rotation pairing the
+    channels by ``pairing``: where the two differ, the members of a pair turn by different
+    angles."""
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        x = oracle._f64(x)
+        length, d = x.shape[-2], x.shape[-1]
+        half = d // 2
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        omega = (
+            base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+            if frequencies is None
+            else oracle._f64(frequencies)
+        )
+        channels = np.arange(d)
+        per_channel = (
+            omega[channels // 2] if table_layout == "interleaved" else omega[channels % half]
+        )
+        theta = positions.astype(np.float64)[:, None] * per_channel  # (L, d)
+        cos, sin = np.cos(theta), np.sin(theta)
+        if pairing == "interleaved":
+            first, second = channels[0::2], channels[1::2]
+        else:
+            first, second = channels[:half], channels[half:]
+        out = np.empty_like(x)
+        a, b = x[..., first], x[..., second]
+        out[..., first] = a * cos[:, first] - b * sin[:, first]
+        out[..., second] = b * cos[:, second] + a * sin[:, second]
+        return out
+
+    return rope
+
+
+def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """The cos/sin table laid out for one pairing and applied with the other: the declared
+    pairing with the other table, and the declared table with the other pairing."""
+    if not reaches(component, "rope"):
+        return
+    declared = getattr(conventions, "rope_layout", "interleaved")
+    other = next(p for p in LAYOUTS if p != declared)
+    words = {
+        "interleaved": "interleaved pairs (2i, 2i+1): repeat_interleave(freqs, 2)",
+        "half_split": "half-split pairs (i, i + d/2): cat(freqs, freqs)",
+    }
+    for table_layout, pairing in ((other, declared), (declared, other)):
+        yield Alternative(
+            registered("rope.table_layout_mismatch"),
+            f"the output is the spec's with RoPE's cos/sin table laid out for "
+            f"{words[table_layout]}, applied by a rotation that pairs the features as "
+            f"{pairing}: the two members of a pair are turned by different angles, so the "
+            "map is no rotation (lay the table out for the pairing the rotation uses; "
+            "SPEC.md §2.3)",
+            pieces={"rope": _rope_table_for(table_layout, pairing)},
+        )
