@@ -399,7 +399,7 @@ def polarity_probe_attention(tck: Harness, inst: Instance) -> None:
         )
     if compare(out, added).passed:
         raise CheckFailure(
-            "mask.ignored",
+            "mask.added_as_bias",
             "with q = 0 the weights are proportional to exp(keep): the 0/1 keep-mask is "
             "ADDED to the scores as a float, so masked keys keep a weight of 1/e relative "
             f"to kept ones ({found.describe()} against the kept-key mean). A boolean "

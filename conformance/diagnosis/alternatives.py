@@ -165,6 +165,8 @@ def fits(
         if spec.shape != gold.shape or not np.isfinite(spec[undefined]).all():
             return False
         ignore = undefined if ignore is None else ignore | undefined
+    if nan == "ignore" and np.all(ignore):
+        return False  # an alternative of NaN only is judged on no position: no evidence
     return within(test, gold, tolerance, ignore)
 
 

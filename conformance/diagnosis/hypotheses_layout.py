@@ -15,8 +15,11 @@ The codes (registered in ``tck.reference.codes``):
 
 - ``attention.softmax_axis_wrong``: ``softmax(scores, dim=a)`` for an axis ``a`` of the
   (B, H, Lq, Lk) scores other than the keys (the batch, the heads or the queries);
-- ``mask.ignored``: the boolean keep-mask is cast to float and *added* to the scores (kept
-  keys +1, masked keys +0), or its complement is (masked keys +1): nothing is hidden;
+- ``mask.added_as_bias``: the boolean keep-mask the attention core receives (padding and
+  causal combined) is cast to float and *added* to the scores (kept keys +1, masked keys
+  +0), or its complement is (masked keys +1): nothing is hidden. The same class as
+  ``tck.conformance.diagnosis.hypotheses_masks``' bias family, which solves for any offset
+  but only where the core receives the padding mask alone;
 - ``mask.causal_diagonal_hidden``: the causal triangle keeps j < i instead of j <= i
   (``triu(diagonal=0)``): query 0 has no key, its row follows a fully-masked-row policy;
 - ``vit.patch_order``: the patch embedding's (B, D, gh, gw) output turned into (B, N, D) in
@@ -116,7 +119,7 @@ def mask_added_hypotheses(component: str) -> Iterator[Alternative]:
         (True, "masked keys get +1 and kept keys +0"),
     ):
         yield Alternative(
-            "mask.ignored",
+            "mask.added_as_bias",
             "the output is the spec's with the boolean mask cast to float and ADDED to the "
             f"scores, as an additive (0 / -inf) mask would be ({words}): nothing is hidden, "
             "the mask has next to no effect (a bool/float mask mix-up; use masked_fill, or "

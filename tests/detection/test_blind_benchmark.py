@@ -1,8 +1,9 @@
 """The blind diagnosis benchmarks (tests/blind: four implementations the diagnosis was not
 written against, 84 one-line bugs; tests/blind2: four more, 65 bugs and 7 correct controls,
-written later by someone else; tests/blind3: three more, 81 bugs and 9 controls; tests/blind4:
-four more, 90 bugs and 10 controls; each with its PROTOCOL.md), scored under ``-m detection`` (tox -e detection: the controls)
-beside the mutant catalogue's diagnosis benchmark and reported separately from it: the
+written later by someone else; tests/blind3: three more, 81 bugs and 9 controls;
+tests/blind4: four more, 90 bugs and 10 controls; each with its PROTOCOL.md), scored under
+``-m detection`` (tox -e detection: the controls) beside the mutant catalogue's diagnosis
+benchmark and reported separately from it: the
 mutants measure how well the kit names the bugs it was built to name, these sets how well
 it names bugs in code its authors never saw. A set's controls (correct rewrites) must pass.
 
