@@ -38,3 +38,18 @@ def test_check_modules_import_tck_absolutely():
     for path in paths:
         relative = re.findall(r"^\s*from \.+\w* import", path.read_text(), re.MULTILINE)
         assert not relative, f"{path.name} uses relative imports: {relative}"
+
+
+def test_every_test_that_needs_transformers_runs_in_the_hf_env():
+    """The self-tests env (py311) has no transformers, so a test that skips without it runs
+    only where tox.ini's hf env names it: a file left off that list would be skipped in
+    every env of a green CI run."""
+    tox = (ROOT / "tox.ini").read_text(encoding="utf-8")
+    hf_env = tox.split("[testenv:hf]", 1)[1].split("\n[", 1)[0]
+    needs = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").glob("*/test_*.py")
+        if re.search(r"importorskip\(\s*[\"']transformers[\"']", path.read_text("utf-8"))
+    )
+    missing = [path for path in needs if path not in hf_env]
+    assert needs and not missing, f"not run by tox -e hf: {missing}"
