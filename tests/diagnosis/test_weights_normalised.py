@@ -107,11 +107,26 @@ def test_a_running_sum_not_rescaled_is_named(component: str, tile: int) -> None:
     assert failure.value.code == "attention.weights_not_normalized", failure.value
 
 
-def test_a_normaliser_taken_before_the_mask_is_named() -> None:
+def test_weights_off_on_every_row_are_left_to_the_oracle_comparison() -> None:
+    """A normaliser taken before the causal mask is off on a row of 3 keys already: the
+    measurement's premise (short rows do not depend on the scores) fails, and it skips
+    rather than guess between that and values that are not one vector."""
     tck = _harness("decoder", _normalised_before_mask)
-    with pytest.raises(CheckFailure) as failure:
+    with pytest.raises(pytest.skip.Exception, match="3 keys"):
         test_normalisation.test_weights_sum_to_one_long_rows(tck)
-    assert failure.value.code == "attention.weights_not_normalized", failure.value
+
+
+def _value_from_key(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    """Correct weights over values that are not one vector (the keys taken as values)."""
+    weights = np.exp(_masked_scores(q, k, keep_mask, scale))
+    weights = np.nan_to_num(weights / weights.sum(-1, keepdims=True))
+    return weights @ np.asarray(k, np.float64)
+
+
+@pytest.mark.parametrize("component", ["causal_self_attention", "encoder_layer"])
+def test_values_that_are_not_one_vector_are_not_read_as_weights(component: str) -> None:
+    with pytest.raises(pytest.skip.Exception, match="not one vector"):
+        test_normalisation.test_weights_sum_to_one_long_rows(_harness(component, _value_from_key))
 
 
 @pytest.mark.parametrize("sdpa", [_diagonal_hidden, _scale_doubled])
