@@ -196,3 +196,33 @@ def test_no_island_is_measured_on_a_float64_subject() -> None:
     found = islands.measure(tck)
     assert isinstance(found, islands.Island) and found.status == "exact"
     assert islands.subject_floor(tck) is None
+
+
+@pytest.mark.spec("10.12", "5.2")
+def test_a_small_float64_bug_is_not_taken_for_an_island() -> None:
+    """eps outside the square root with eps = 1e-6 moves a LayerNorm by about eps / std,
+    a few float32 roundoffs: within the island bound, but a float64 hypothesis reproduces
+    it to float64's own floor, which float32 rounding never is. No island, no island bound:
+    the oracle comparison fails at float64's floor and names the eps placement."""
+    from tck.adapters.mutants import layer_norm_std_plus_eps as bug
+    from tck.adapters.mutants import tutorial
+    from tck.conformance.checks import test_equality
+
+    class SmallEps(bug.LayerNorm):
+        def __init__(self, features: int, eps: float = 1e-6) -> None:
+            super().__init__(features, eps=1e-6)
+
+    adapter = tutorial.mutant(
+        "eps_outside_small",
+        tutorial.layer_norm_entry(SmallEps, conventions=Conventions(eps=1e-6)),
+    )
+    subject = next(iter(adapter.subjects()))
+    found = islands.measure(Harness(adapter, subject, seed=0, record=Recorder()))
+    assert isinstance(found, islands.Island) and found.status == "explained", found
+    assert found.max_abs_err <= found.bound  # small enough to pass for float32 rounding
+    assert found.explained_by == "layer_norm.eps_outside_sqrt"
+    tck = Harness(adapter, subject, seed=0, record=Recorder())
+    assert islands.subject_floor(tck) is None
+    with pytest.raises(CheckFailure) as failure:
+        test_equality.test_oracle(tck)
+    assert failure.value.code == "layer_norm.eps_outside_sqrt"
