@@ -179,7 +179,7 @@ def describe_frequencies(
     """The code and words for a fitted frequency table against the declared one."""
     ratio = fitted / declared
     differ = np.abs(ratio - 1.0) > SAME_FREQUENCY
-    if np.allclose(ratio, ratio[0], rtol=SAME_FREQUENCY):
+    if ratio[0] != 0 and np.allclose(ratio, ratio[0], rtol=SAME_FREQUENCY):
         factor = float(ratio[0])
         if np.allclose(fitted, unscaled, rtol=SAME_FREQUENCY):
             return registered("rope.scaling_none"), (
@@ -244,6 +244,8 @@ def fitted_frequency_hypotheses(
     for pairing in (layout, *(p for p in LAYOUTS if p != layout)):
         fitted, _ = fit_frequencies(evaluate, test, declared, pairing, ignore)
         if pairing == layout and np.allclose(fitted, declared, rtol=SAME_FREQUENCY):
+            continue
+        if not np.any(fitted):  # no rotation at all: RoPE missing, a hypothesis of its own
             continue
         if pairing == layout:
             found, words = describe_frequencies(fitted, declared, unscaled)

@@ -122,3 +122,13 @@ def test_the_scale_probe_still_reads_a_scale_bug_under_rope() -> None:
     with pytest.raises(CheckFailure) as failure:
         _scale_probe("causal_scale_d_model")
     assert failure.value.code == "attention.scale_wrong"
+
+
+def test_a_table_fitted_to_zero_is_no_scaling() -> None:
+    """Frequencies fitted to 0 (no rotation: a 16-bit output the fit reads as unrotated)
+    are not 'every frequency times 0', a linear scaling by 1/0."""
+    from tck.conformance.diagnosis.rope_measured import describe_frequencies
+
+    declared = np.array([1.0, 0.0464, 0.00215])
+    code, words = describe_frequencies(np.zeros(3), declared, declared)
+    assert code == "positional.frequency_wrong", (code, words)
