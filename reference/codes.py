@@ -634,6 +634,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the cos/sin table is laid out for one pairing (interleaved or half split) and applied "
         "by a rotation that pairs the features the other way",
     ),
+    (
+        "cache.padding_misaligned",
+        "cause",
+        "11.6 11.7",
+        "the key-padding mask is laid over the cache's keys at the wrong offset (sliced from "
+        "slot 0 where the cache's first kept key is a later token): in cached steps padded "
+        "rows see pads or lose real keys",
+    ),
 ]
 
 
