@@ -206,6 +206,15 @@ NAMES: tuple[str, ...] = (
     "heads_merged_feature_major",
     # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
     "softmax_online_half",
+    # caches of another design, measured from outside (which keys each cached query attends):
+    # a fixed-size ring cache under a sliding window, one slot too small, its step mask
+    # numbered top-left, its padding mask read by place or dropped in steps (SPEC.md §11.6,
+    # §11.7, §4.5); a GPT whose past length is read as the number of layers
+    "ring_cache_too_small",
+    "ring_cache_top_left",
+    "ring_cache_padding_by_place",
+    "ring_cache_padding_dropped",
+    "lm_past_length_from_layers",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
