@@ -215,6 +215,10 @@ NAMES: tuple[str, ...] = (
     "ring_cache_padding_by_place",
     "ring_cache_padding_dropped",
     "lm_past_length_from_layers",
+    # masks and weights on the wrong axis: the attention weights contracted over the queries,
+    # the causal mask inverted (SPEC.md §3.1, §4.3)
+    "weights_transposed_matmul",
+    "causal_future_kept",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
