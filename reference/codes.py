@@ -642,6 +642,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "slot 0 where the cache's first kept key is a later token): in cached steps padded "
         "rows see pads or lose real keys",
     ),
+    (
+        "attention.cross_keys_from_decoder",
+        "cause",
+        "3.5 7.2",
+        "cross-attention takes its keys or values from the decoder's own stream instead of "
+        "the encoder's memory",
+    ),
 ]
 
 

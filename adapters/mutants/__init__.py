@@ -219,6 +219,10 @@ NAMES: tuple[str, ...] = (
     # the causal mask inverted (SPEC.md §3.1, §4.3)
     "weights_transposed_matmul",
     "causal_future_kept",
+    # cross-attention's memory and mask (SPEC.md §3.5, §7.2): the decoder's own stream
+    # attended instead of the memory, the source padding dropped
+    "cross_attn_memory_unread",
+    "cross_attn_padding_dropped",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

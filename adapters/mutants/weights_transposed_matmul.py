@@ -2,8 +2,8 @@
 (what the einsum ``"bhij,bhid->bhjd"`` computes where ``"bhij,bhjd->bhid"`` is meant): output
 row j sums the values of the queries with the weights every query gave key j. The softmax
 itself is over the keys, as it should be; its result is contracted over the wrong axis
-(SPEC.md §3.1). Only a call with as many queries as keys runs it; cross-attention fails on
-its shapes."""
+(SPEC.md §3.1). Only a call with as many queries as keys runs it, so the mutant is offered as
+an encoder layer (self-attention), as the einsum ViTs and encoders that have it are."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import tutorial
-from .tutorial import attention_entry, mha_entry, mutant
+from .tutorial import encoder_layer_entry, mutant
 
 BUG_CLASS = "weights_transposed_matmul"
 EXPECTED_CODES = frozenset({"attention.softmax_axis_wrong"})
@@ -36,6 +36,8 @@ class MultiHeadAttention(tutorial.MultiHeadAttention):
     attention_class = ScaledDotProductAttention
 
 
-adapter = mutant(
-    BUG_CLASS, attention_entry(ScaledDotProductAttention), mha_entry(MultiHeadAttention)
-)
+class EncoderLayer(tutorial.EncoderLayer):
+    attention_class = MultiHeadAttention
+
+
+adapter = mutant(BUG_CLASS, encoder_layer_entry(EncoderLayer))

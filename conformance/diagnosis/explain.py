@@ -273,6 +273,7 @@ def _hypotheses(
 ) -> tuple[str, str] | None:
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
     the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_cross import cross_attention_hypotheses
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, patch grid
     from .hypotheses_mask_axes import mask_axes_hypotheses
@@ -335,6 +336,7 @@ def _hypotheses(
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),
             mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
+            cross_attention_hypotheses(component),  # cross-attention's mask and memory
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
             pooling_hypotheses(component),
