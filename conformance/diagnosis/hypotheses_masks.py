@@ -102,9 +102,15 @@ def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> It
 def solved_mask_bias(
     component: str, inputs: Mapping[str, np.ndarray], evaluate: Evaluate, test: np.ndarray
 ) -> Iterator[Alternative]:
-    """The bias offset c under which ``scores + c * keep`` comes closest to ``test``; nothing
-    where the attention core receives no mask on this call (every offset gives one output)."""
+    """The bias offset c under which ``scores + c * keep`` comes closest to ``test``, on a
+    call that passes a mask or a causal flag (a model that builds its masks inside, from
+    padding ids, gets the offsets +1 and -1 only: a search costs a hundred evaluations of
+    it); nothing where the attention core receives no mask (every offset gives one output)."""
     if not reaches(component, "scaled_dot_product_attention"):
+        return
+    causal = inputs.get("causal")
+    passes_mask = any(k in inputs for k in MASK_INPUTS)
+    if not passes_mask and not (causal is not None and bool(np.asarray(causal).any())):
         return
     try:
         if np.array_equal(evaluate(_bias(component, 1.0)), evaluate(_bias(component, -1.0))):
