@@ -223,6 +223,8 @@ NAMES: tuple[str, ...] = (
     # attended instead of the memory, the source padding dropped
     "cross_attn_memory_unread",
     "cross_attn_padding_dropped",
+    # every layer extending one cache buffer, in a model built from n_decoder_layers
+    "lm_layers_one_buffer",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

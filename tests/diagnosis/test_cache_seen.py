@@ -138,3 +138,10 @@ def test_a_right_cache_measures_nothing() -> None:
     judged = np.asarray(inputs["key_padding"], bool).copy()
     judged[:, :1] = False
     assert measured_cause(tck, inst, inputs, ranges, judged) is None
+
+
+def test_layers_extending_one_buffer_are_named_in_a_model_built_from_decoder_layers() -> None:
+    """The one-layer build sets every layer-count field (this model reads n_decoder_layers)."""
+    assert _fails_with("lm_layers_one_buffer", "causal_lm", "test_kv_cache") == (
+        "cache.layers_share_pool"
+    )
