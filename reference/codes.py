@@ -634,6 +634,21 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the cos/sin table is laid out for one pairing (interleaved or half split) and applied "
         "by a rotation that pairs the features the other way",
     ),
+    (
+        "cache.padding_misaligned",
+        "cause",
+        "11.6 11.7",
+        "the key-padding mask is laid over the cache's keys at the wrong offset (sliced from "
+        "slot 0 where the cache's first kept key is a later token): in cached steps padded "
+        "rows see pads or lose real keys",
+    ),
+    (
+        "attention.cross_keys_from_decoder",
+        "cause",
+        "3.5 7.2",
+        "cross-attention takes its keys or values from the decoder's own stream instead of "
+        "the encoder's memory",
+    ),
 ]
 
 

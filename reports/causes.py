@@ -130,6 +130,10 @@ def self_consistency(code: str) -> bool:
 # declaring fully_masked_rows='nan' would hide the bug.
 CONSEQUENCES: dict[str, tuple[str, ...]] = {
     "mask.fully_masked_rows_nan": ("numerics.overflow",),
+    # a mask that never reaches the scores accepts any shape, and leaves a masked key's
+    # gradient non-zero
+    "shape.accepts_bad_mask": ("mask.ignored",),
+    "mask.masked_key_gradient": ("mask.ignored", "mask.added_as_bias", "mask.polarity_inverted"),
 }
 
 

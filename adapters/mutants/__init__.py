@@ -206,6 +206,25 @@ NAMES: tuple[str, ...] = (
     "heads_merged_feature_major",
     # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
     "softmax_online_half",
+    # caches of another design, measured from outside (which keys each cached query attends):
+    # a fixed-size ring cache under a sliding window, one slot too small, its step mask
+    # numbered top-left, its padding mask read by place or dropped in steps (SPEC.md §11.6,
+    # §11.7, §4.5); a GPT whose past length is read as the number of layers
+    "ring_cache_too_small",
+    "ring_cache_top_left",
+    "ring_cache_padding_by_place",
+    "ring_cache_padding_dropped",
+    "lm_past_length_from_layers",
+    # masks and weights on the wrong axis: the attention weights contracted over the queries,
+    # the causal mask inverted (SPEC.md §3.1, §4.3)
+    "weights_transposed_matmul",
+    "causal_future_kept",
+    # cross-attention's memory and mask (SPEC.md §3.5, §7.2): the decoder's own stream
+    # attended instead of the memory, the source padding dropped
+    "cross_attn_memory_unread",
+    "cross_attn_padding_dropped",
+    # every layer extending one cache buffer, in a model built from n_decoder_layers
+    "lm_layers_one_buffer",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

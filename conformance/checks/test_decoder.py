@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 
 from tck.adapters import AdapterFailure, Unsupported
-from tck.conformance.diagnosis.cache_measure import measure_cache
+from tck.conformance.diagnosis.cache_measure import layers_share_cache, measure_cache
+from tck.conformance.diagnosis.cache_positions import position_cause
+from tck.conformance.diagnosis.cache_seen import measured_cause
 from tck.conformance.diagnosis.decoding import (
     cache_orders,
     cache_slots,
@@ -278,6 +280,11 @@ def step_outputs(
     except Exception as err:  # the implementation's own error while decoding
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if CONCAT_ERRORS.search(str(err)):
+            shared = layers_share_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=509))
+            if shared is not None:  # a one-layer build decodes right: not the axis
+                raise CheckFailure(
+                    shared[0], f"{shared[1]}; the step failed: {first[:200]}"
+                ) from err
             raise CheckFailure(
                 "cache.wrong_axis",
                 f"a decoding step with the cache failed: {type(err).__name__}: {first[:200]}; "
@@ -528,9 +535,20 @@ def check_cache(
                     decoded &= ~np.broadcast_to(ignore, full.shape)
                 if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
                     raise CheckFailure(code, f"{message}; {numbers}", result.metrics())
-        # no layout reproduces it: measure the cache (one layer against several; which
-        # earlier tokens still reach the last one), tck.conformance.diagnosis.cache_measure
-        measured = measure_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=509))
+        # no layout reproduces it: measure which keys each cached query attends
+        # (tck.conformance.diagnosis.cache_seen), then the cache (one layer against several;
+        # which earlier tokens still reach the last one: cache_measure)
+        measured = None
+        if inst.params is not None and tck.component in CAUSAL:
+            judged = np.zeros(full.shape[:2], bool)
+            judged[:, prefill:] = True
+            if keep is not None:
+                judged &= np.asarray(keep, bool)
+            measured = position_cause(tck, inst, inputs, cached, ranges, judged)
+            measured = measured or measured_cause(
+                tck, inst, inputs, ranges, judged, give_positions=give_positions
+            )
+        measured = measured or measure_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=509))
         if measured is not None:
             raise CheckFailure(measured[0], f"{measured[1]}; {numbers}", result.metrics())
         raise CheckFailure("cache.mismatch", f"{numbers} ({clause})", result.metrics())

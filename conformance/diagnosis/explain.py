@@ -273,8 +273,10 @@ def _hypotheses(
 ) -> tuple[str, str] | None:
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
     the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_cross import cross_attention_hypotheses
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
-    from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
+    from .hypotheses_layout import layout_hypotheses  # softmax axis, patch grid
+    from .hypotheses_mask_axes import mask_axes_hypotheses
     from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
         batch_flat_causal_hypotheses,
         default_mask_inverted,
@@ -327,12 +329,14 @@ def _hypotheses(
             _table_not_added(inst.params),
             _convention_alternatives(component, inst.conventions),
             params_alternatives(),
+            mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
             _mask_hypotheses(inputs),
-            mask_bias_hypotheses(component, inputs),
             batch_flat_causal_hypotheses(component),
             _offset_hypotheses(component, inputs),
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),
+            mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
+            cross_attention_hypotheses(component),  # cross-attention's mask and memory
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
             pooling_hypotheses(component),

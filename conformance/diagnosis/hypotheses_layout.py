@@ -1,7 +1,8 @@
 """Explanations of an oracle mismatch by the attention core and the ViT token layout:
-a softmax over any axis of the scores but the keys, a keep-mask added to the scores as 0/1
-values instead of applied, a causal triangle that hides the diagonal, patch tokens read from
-the patch grid in another axis order, and a position table added before the class token.
+a softmax over any axis of the scores but the keys, a causal triangle that hides the
+diagonal, patch tokens read from the patch grid in another axis order, and a position table
+added before the class token. (A keep-mask added to the scores as 0/1 values is one family
+over the combined mask, in ``tck.conformance.diagnosis.hypotheses_masks``.)
 
 Each hypothesis is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``): the oracle with
 the piece it lives in replaced, in a separate oracle passed to the comparison
@@ -15,11 +16,6 @@ The codes (registered in ``tck.reference.codes``):
 
 - ``attention.softmax_axis_wrong``: ``softmax(scores, dim=a)`` for an axis ``a`` of the
   (B, H, Lq, Lk) scores other than the keys (the batch, the heads or the queries);
-- ``mask.added_as_bias``: the boolean keep-mask the attention core receives (padding and
-  causal combined) is cast to float and *added* to the scores (kept keys +1, masked keys
-  +0), or its complement is (masked keys +1): nothing is hidden. The same class as
-  ``tck.conformance.diagnosis.hypotheses_masks``' bias family, which solves for any offset
-  but only where the core receives the padding mask alone;
 - ``mask.causal_diagonal_hidden``: the causal triangle keeps j < i instead of j <= i
   (``triu(diagonal=0)``): query 0 has no key, its row follows a fully-masked-row policy;
 - ``vit.patch_order``: the patch embedding's (B, D, gh, gw) output turned into (B, N, D) in
@@ -74,19 +70,6 @@ def _sdpa_softmax_over(axis: int, fill: float) -> Callable[..., np.ndarray]:
     return sdpa
 
 
-def _sdpa_mask_added(complement: bool) -> Callable[..., np.ndarray]:
-    """Scaled dot-product attention that adds the keep-mask (or its complement) as 0/1."""
-
-    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):
-        scores = _scores(q, k, scale)
-        if keep_mask is not None:
-            keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
-            scores = scores + (~keep if complement else keep).astype(np.float64)
-        return oracle.softmax(scores) @ oracle._f64(v)
-
-    return sdpa
-
-
 def _axis_words(axis: int, ndim: int) -> str:
     if axis == ndim - 2:
         return "the query axis"
@@ -107,24 +90,6 @@ def softmax_axis_hypotheses(component: str, ndim: int = 4) -> Iterator[Alternati
             f"(softmax(scores, dim={axis}) on (B, H, Lq, Lk) scores) instead of over the keys "
             "(dim=-1): each weight is normalised across the wrong positions (SPEC.md §3.1)",
             pieces={"scaled_dot_product_attention": _sdpa_softmax_over(axis, fill)},
-        )
-
-
-def mask_added_hypotheses(component: str) -> Iterator[Alternative]:
-    """A boolean keep-mask (or its complement) added to the scores as 0/1 values."""
-    if not reaches(component, "scaled_dot_product_attention"):
-        return
-    for complement, words in (
-        (False, "kept keys get +1 and masked keys +0"),
-        (True, "masked keys get +1 and kept keys +0"),
-    ):
-        yield Alternative(
-            "mask.added_as_bias",
-            "the output is the spec's with the boolean mask cast to float and ADDED to the "
-            f"scores, as an additive (0 / -inf) mask would be ({words}): nothing is hidden, "
-            "the mask has next to no effect (a bool/float mask mix-up; use masked_fill, or "
-            "turn the keep-mask into 0 / -inf before adding it; SPEC.md §4.1)",
-            pieces={"scaled_dot_product_attention": _sdpa_mask_added(complement)},
         )
 
 
@@ -235,7 +200,6 @@ def cls_position_hypotheses(component: str) -> Iterator[Alternative]:
 def layout_hypotheses(component: str) -> Iterator[Alternative]:
     """Every hypothesis of this module for ``component``, in the order they are tried."""
     yield from softmax_axis_hypotheses(component)
-    yield from mask_added_hypotheses(component)
     yield from patch_layout_hypotheses(component)
     yield from cls_position_hypotheses(component)
     yield from causal_diagonal_hypotheses(component)

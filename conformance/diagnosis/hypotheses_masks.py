@@ -23,9 +23,12 @@ weak evidence (a degenerate call).
   root-cause ranking (``tck.reports.causes``) counts it as a property's finding, after a fit
   that reproduces the output on a call where queries do see keys.
 
-The bias family applies where the oracle's attention core receives the padding mask alone;
-under a causal mask the core receives the two combined, and the family is not tried
-(``causal`` inputs).
+The bias family is one family over the keep-mask the oracle's attention core receives:
+the padding mask, the causal triangle (cut to a sliding window) and any explicit keep-mask,
+combined as §4.1 combines them, so ``scores + tril.float()`` is named as well as ``scores +
+key_padding.float()``, on every component whose oracle runs ``scaled_dot_product_attention``.
+The offsets +1 and -1 are tried before ``mask.ignored`` (which is the family's member c = 0):
+where a mask added as a bias reproduces the output, it is the more specific account of it.
 """
 
 from __future__ import annotations
@@ -71,31 +74,26 @@ def _sdpa_mask_as_bias(offset: float) -> Callable[..., np.ndarray]:
 
 def _bias(component: str, offset: float) -> Alternative:
     lowered = (
-        f"the padded keys' scores lowered by {offset:.4g}"
+        f"the masked keys' scores lowered by {offset:.4g}"
         if offset > 0
-        else f"the padded keys' scores raised by {-offset:.4g}"
+        else f"the masked keys' scores raised by {-offset:.4g}"
     )
     return Alternative(
         "mask.added_as_bias",
-        f"the output is the spec's with the boolean keep-mask added to the scores as a float "
-        f"bias, scores + {offset:.4g} * keep ({lowered}, not removed: a 0/1 mask passed where "
-        "an additive float mask is expected, scores + mask.float() or scores + (1 - mask)); "
-        "turn the keep-mask into 0 / -inf, or pass it as bool (SPEC.md §4.1)",
+        f"the output is the spec's with the boolean keep-mask (padding and causal combined) "
+        f"added to the scores as a float bias, scores + {offset:.4g} * keep ({lowered} "
+        "relative to the kept ones, not removed: a 0/1 mask passed where an additive float "
+        "mask is expected, scores + mask.float() or scores + (1 - mask)); turn the keep-mask "
+        "into 0 / -inf, or pass it as bool (SPEC.md §4.1)",
         pieces={"scaled_dot_product_attention": _sdpa_mask_as_bias(offset)},
     )
 
 
-def _masked_call(inputs: Mapping[str, np.ndarray]) -> bool:
-    """Does the call pass a padding or keep mask, and no causal flag?"""
-    causal = inputs.get("causal")
-    if causal is not None and bool(np.asarray(causal).any()):
-        return False
-    return any(k in inputs for k in ("keep_mask", "key_padding", "memory_key_padding"))
-
-
 def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterator[Alternative]:
-    """The keep-mask added as a 0/1 bias, and its complement (``BIAS_OFFSETS``)."""
-    if not reaches(component, "scaled_dot_product_attention") or not _masked_call(inputs):
+    """The keep-mask the attention core receives added as a 0/1 bias, and its complement
+    (``BIAS_OFFSETS``). A call on which the core receives no mask makes both the spec, which
+    the rule of distinguishable evidence rejects (``alternatives.fits``)."""
+    if not reaches(component, "scaled_dot_product_attention"):
         return
     for offset in BIAS_OFFSETS:
         yield _bias(component, offset)
@@ -104,8 +102,20 @@ def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> It
 def solved_mask_bias(
     component: str, inputs: Mapping[str, np.ndarray], evaluate: Evaluate, test: np.ndarray
 ) -> Iterator[Alternative]:
-    """The bias offset c under which ``scores + c * keep`` comes closest to ``test``."""
-    if not reaches(component, "scaled_dot_product_attention") or not _masked_call(inputs):
+    """The bias offset c under which ``scores + c * keep`` comes closest to ``test``, on a
+    call that passes a mask or a causal flag (a model that builds its masks inside, from
+    padding ids, gets the offsets +1 and -1 only: a search costs a hundred evaluations of
+    it); nothing where the attention core receives no mask (every offset gives one output)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    causal = inputs.get("causal")
+    passes_mask = any(k in inputs for k in MASK_INPUTS)
+    if not passes_mask and not (causal is not None and bool(np.asarray(causal).any())):
+        return
+    try:
+        if np.array_equal(evaluate(_bias(component, 1.0)), evaluate(_bias(component, -1.0))):
+            return
+    except (ValueError, KeyError, IndexError, FloatingPointError):
         return
 
     def cost(c: float) -> float:

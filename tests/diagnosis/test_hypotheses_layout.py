@@ -17,10 +17,10 @@ from support.oracle_failure import first_oracle_failure
 from tck.adapters import load_adapter
 from tck.conformance.diagnosis.hypotheses_layout import (
     cls_position_hypotheses,
-    mask_added_hypotheses,
     patch_layout_hypotheses,
     softmax_axis_hypotheses,
 )
+from tck.conformance.diagnosis.hypotheses_masks import mask_bias_hypotheses
 from tck.conformance.toolkit.harness import Harness
 from tck.reference import oracle
 from tck.reference.inputs import Shape
@@ -72,11 +72,22 @@ def test_mask_added_hypotheses_add_the_mask_or_its_complement() -> None:
 
     golds = [
         oracle_variant(a.pieces).scaled_dot_product_attention(q, k, v, keep[None, :])
-        for a in mask_added_hypotheses("attention")
+        for a in mask_bias_hypotheses("attention", {})
     ]
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(5)
     np.testing.assert_allclose(golds[0], oracle.softmax(scores + keep) @ v)
+    # scores + (1 - keep) is scores - keep shifted by a constant per row: the offset -1
     np.testing.assert_allclose(golds[1], oracle.softmax(scores + ~keep) @ v)
+
+
+def test_the_bias_family_covers_the_causal_triangle() -> None:
+    """One family over the combined mask: a causal call's triangle added as 0/1 is named."""
+    q, k, v = _qkv(1)
+    tril = np.tril(np.ones((q.shape[-2], k.shape[-2]), bool))
+    plus_one = next(iter(mask_bias_hypotheses("causal_self_attention", {})))
+    gold = oracle_variant(plus_one.pieces).scaled_dot_product_attention(q, k, v, tril)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(5)
+    np.testing.assert_allclose(gold, oracle.softmax(scores + tril) @ v)
 
 
 def test_patch_layouts_cover_every_grid_order_and_exclude_the_spec() -> None:
