@@ -425,11 +425,29 @@ class Harness:
         self.record.convention(code, message)
 
     def assert_matches_oracle(
-        self, inst: Instance, inputs: Mapping[str, np.ndarray], what: str = "output"
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        what: str = "output",
+        *,
+        by_layer: bool = False,
     ) -> np.ndarray:
-        """Run and compare with the oracle; on failure, explain and raise CheckFailure."""
+        """Run and compare with the oracle; on failure, explain and raise CheckFailure.
+        With ``by_layer``, where the adapter records a real-size stack's layers
+        (``layer_states``), the call is first judged layer by layer (``teacher``): a pass
+        there is the call's pass; anything else is judged by the whole comparison below,
+        with the same output (the model is not run again)."""
         self.require_params(inst)
-        test = self.run(inst, inputs)
+        capture = getattr(self.adapter, "layer_states", None) if by_layer else None
+        if callable(capture):
+            with capture(inst.handle) as states:
+                test = self.run(inst, inputs)
+            if states is not None and states.complete() and inst.params:
+                if self._judged_by_layer(inst, inputs, test, states, what):
+                    return test
+            del states
+        else:
+            test = self.run(inst, inputs)
         chunks = gold_chunks(self, inst, inputs, test.shape)
         if chunks is not None:  # a long call of a language model: its logits in chunks
             result = self.compare_chunked(inst, test, chunks, inputs)
@@ -455,6 +473,50 @@ class Harness:
             message += padded_worst(inputs, test.shape, result.worst_index)
             raise CheckFailure(code, f"{what}: {message}", result.metrics())
         return test
+
+    def _judged_by_layer(
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        test: np.ndarray,
+        states: Any,
+        what: str,
+    ) -> bool:
+        """Whether ``test`` passes the layer-by-layer judgement (``teacher.judge``); a pass
+        is recorded as the call's row, saying how it was judged."""
+        from .teacher import judge
+
+        if test.ndim != 3 or "ids" not in inputs:
+            return False
+        judgement = judge(
+            inputs,
+            test,
+            states,
+            inst.params or {},
+            inst.config,
+            inst.conventions,
+            dtype=inst.dtype,
+            component=self.component,
+            seed=self.seed,
+        )
+        if not judgement.passed:
+            return False
+        part, worst = judgement.worst()
+        self.note(worst.metrics())
+        self.note({"judged_by_layer": {"layers": states.n_layers, "positions": judgement.rows}})
+        self.record.calls.append(
+            {
+                "what": f"{what}, judged layer by layer: the input to layer 0 at every "
+                f"position, each of {states.n_layers} layers' outputs and the logits at "
+                f"{judgement.rows} positions from 0 to {test.shape[1] - 1} (worst: {part})",
+                "seq_len": seq_len(inputs),
+                "max_abs_err": worst.max_abs_err,
+                "ratio": worst.ratio,
+                "passed": True,
+                **call_facts(self.component, inputs, inst.config),  # SPEC.md §10.11
+            }
+        )
+        return True
 
 
 Chunks = Callable[..., Iterator[tuple[slice, np.ndarray, "np.ndarray | None"]]]
