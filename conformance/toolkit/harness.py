@@ -117,6 +117,7 @@ class Harness:
         self.combination_searches = 0  # tck.conformance.diagnosis.explain.matching_combination
         self.runs: dict[int, int] = {}  # id(instance) -> calls of run (state hypotheses)
         self._outputs: list[np.ndarray] = []  # what run() returned, the last few
+        self.check: str | None = None  # the check's id, where the plugin says (twin_may_ask)
 
     # ------------------------------------------------------------------ building
     @property
@@ -249,6 +250,37 @@ class Harness:
         self._outputs = []
         _ORACLE_MEMO.release(id(self))  # a twin's check: the answers it used go
         GRADIENT_MEMO.release(id(self))
+        if not getattr(self.adapter, "loads_params", True):  # a checkpoint checked as it is
+            give_back_freed_memory()
+
+    def twin_may_ask(self, dtype: str) -> bool:
+        """Whether another subject of this component (an attention implementation's twin:
+        ``causal_lm[sdpa]`` for ``causal_lm[eager]``) is offered in ``dtype`` and runs this
+        check there (a real-size stack's ``stack_plan``), and so may ask the oracle what
+        this check asks (``OracleMemo``). hf.vit's eager stacks run in
+        float32 only, their sdpa twins in float64: an answer kept for such a twin is never
+        asked for (ViT-B/16: 0.65 GB of float64 reference gradients per stack, held until a
+        later check on the same component)."""
+        stem = self.subject.name.partition("[")[0]
+        subjects = getattr(self.adapter, "subjects", None)
+        offered = getattr(self.adapter, "dtypes", None)
+        if not callable(subjects) or not callable(offered):
+            return True  # cannot tell: keep it, the memo's own rules drop it
+        twins = [
+            s
+            for s in subjects()
+            if s.name != self.subject.name and s.name.partition("[")[0] == stem
+        ]
+        plan = getattr(self.adapter, "stack_plan", None)  # a real-size stack's stated set
+
+        def runs(twin: Subject) -> bool:
+            if dtype not in offered(twin):
+                return False
+            if not callable(plan) or self.check is None:
+                return True
+            return plan(twin, self.check, {"dtype": dtype}) is None
+
+        return any(runs(s) for s in twins)
 
     def recipe(self, inputs: Mapping[str, np.ndarray]) -> tuple[Shape, int] | None:
         """How ``inputs`` were made (shape, seed), if by ``self.inputs`` (possibly changed
@@ -852,6 +884,36 @@ def _read_only(value: Any) -> Any:
 
 
 _ORACLE_MEMO = OracleMemo()
+
+
+_LIBC: Any = None
+
+
+def give_back_freed_memory() -> None:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``), where there
+    is one. glibc raises its threshold for serving a block by ``mmap`` to the largest block
+    freed so far (up to 32 MB), so after a check frees a real-size checkpoint's arrays the
+    next ones come from the heap, whose freed pages count as resident until trimmed: the
+    peak then ratchets from check to check (ViT-B/16: 0.35 GB given back after one stack's
+    gradient check, measured 2026-11-26). One call per check of a checkpoint checked as it
+    is; elsewhere (macOS, musl) nothing."""
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = False
+        try:
+            import ctypes
+            import sys
+
+            if sys.platform.startswith("linux"):
+                trim = ctypes.CDLL("libc.so.6").malloc_trim
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+                _LIBC = trim
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC(0)
+
+
 # float64 autograd through the reference, kept the same way (careful.gold_gradients)
 GRADIENT_MEMO = OracleMemo()
 
