@@ -250,7 +250,7 @@ class Harness:
         self._outputs = []
         _ORACLE_MEMO.release(id(self))  # a twin's check: the answers it used go
         GRADIENT_MEMO.release(id(self))
-        if not getattr(self.adapter, "loads_params", True):  # a checkpoint checked as it is
+        if _real_size_stack(self.subject):  # its arrays are the checkpoint's size
             give_back_freed_memory()
 
     def twin_may_ask(self, dtype: str) -> bool:
@@ -889,14 +889,27 @@ _ORACLE_MEMO = OracleMemo()
 _LIBC: Any = None
 
 
+def _real_size_stack(subject: Subject) -> bool:
+    """Whether ``subject`` is a real-size checkpoint's whole stack (``real_size.applies``),
+    whose checks allocate and free arrays of the checkpoint's size."""
+    from tck.adapters.real_size import applies
+
+    try:
+        return applies(subject)
+    except ValueError:  # a bad $TCK_STACK_PLAN: the plan itself says so, not this
+        return False
+
+
 def give_back_freed_memory() -> None:
     """Return the C heap's free pages to the system (glibc's ``malloc_trim``), where there
     is one. glibc raises its threshold for serving a block by ``mmap`` to the largest block
     freed so far (up to 32 MB), so after a check frees a real-size checkpoint's arrays the
     next ones come from the heap, whose freed pages count as resident until trimmed: the
     peak then ratchets from check to check (ViT-B/16: 0.35 GB given back after one stack's
-    gradient check, measured 2026-11-26). One call per check of a checkpoint checked as it
-    is; elsewhere (macOS, musl) nothing."""
+    gradient check, measured 2026-11-26). One call per check of a real-size checkpoint's
+    whole stack, not after every check: the pages given back are faulted in again by
+    the next check that needs them (trimming after every check of a BERT-base run cost about
+    10 s of system time); elsewhere (macOS, musl) nothing."""
     global _LIBC
     if _LIBC is None:
         _LIBC = False
