@@ -25,11 +25,12 @@ twin module that shares its parameters (``_twin``). See docs/checkpoints.md.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -729,6 +730,7 @@ def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         **conv,
     )
     adapter = _PretrainedDecoder(f"hf.gpt2:{path.name}", entries)
+    adapter.layer_list = "transformer.h"
     adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
     adapter.positions = min(int(c.n_positions), MAX_REAL_LENGTH)
@@ -814,6 +816,7 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: str) ->
     )
     adapter = _PretrainedDecoder(f"hf.{family}:{path.name}", entries)
     adapter.float32_note = hf_decoder.LLAMA_FLOAT32_NOTE
+    adapter.layer_list = "model.layers"
     adapter.views = views
     adapter.fixed, adapter.folder = fixed, path
     adapter.positions = min(int(c.max_position_embeddings), MAX_REAL_LENGTH)
@@ -825,6 +828,54 @@ class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
     (its RMSNorm and RoPE angles compute in float32), and say so when asked for float64."""
 
     float32_note = ""
+    layer_list: str | None = None  # the ModuleList of the layers (``layer_states``)
+
+    @contextlib.contextmanager
+    def layer_states(self, handle: TorchHandle) -> Iterator[Any]:
+        """During the block, every forward of a real-size ``causal_lm`` stack in float64
+        records the input to layer 0 and each layer's output (float64 copies, a
+        ``teacher.LayerStates``): the oracle comparison judges its call at the checkpoint's
+        own context layer by layer from them (``tck.conformance.toolkit.teacher``). Yields
+        None for any other subject, dtype or size (the whole comparison is made then).
+        Forward hooks that return nothing: the model's output is unchanged."""
+        from tck.conformance.toolkit.teacher import LayerStates
+
+        path = self.layer_list
+        wanted = handle.subject.component == "causal_lm" and handle.dtype == torch.float64
+        if path is None or not wanted or not real_size.applies(handle.subject):
+            yield None
+            return
+        try:
+            layers = handle.module.get_submodule(path)
+        except AttributeError:
+            yield None
+            return
+        states = LayerStates(len(layers), outputs=[None] * len(layers))
+
+        def kept(value: Any) -> np.ndarray | None:
+            value = value[0] if isinstance(value, tuple) else value
+            if not isinstance(value, torch.Tensor):
+                return None
+            return value.detach().to(torch.float64, copy=True).cpu().numpy()
+
+        def first(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            states.first = kept(args[0] if args else kwargs.get("hidden_states"))
+
+        def output_of(index: int) -> Callable[..., None]:
+            def hook(module: nn.Module, args: Any, output: Any) -> None:
+                states.outputs[index] = kept(output)
+
+            return hook
+
+        hooks = (
+            [layers[0].register_forward_pre_hook(first, with_kwargs=True)] if len(layers) else []
+        )
+        hooks += [layer.register_forward_hook(output_of(i)) for i, layer in enumerate(layers)]
+        try:
+            yield states
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def refuse_dtype(
         self, subject: Subject, config: Config, *, seed: int, dtype: str, device: str

@@ -11,7 +11,10 @@ whole stack runs the set below, which is what depth can change:
   at 224 px). A wrong weight, a wrong layer order or a bug in any one layer fails here. The
   full-length call is made once per checkpoint: by the ``[eager]`` stack when it runs in
   float64, its ``[sdpa]`` twin (the same weights) then making the usual calls only
-  (``pretrained._AsIs.twin_made_it``);
+  (``pretrained._AsIs.twin_made_it``). A language model's (``causal_lm``) full-length call
+  is judged layer by layer (``tck.conformance.toolkit.teacher``: the oracle's block fed
+  the model's own output of the layer before, at 64 positions spread over the context,
+  keys and values at every position), the whole comparison where any part fails;
 - ``masks.padding_invariance``: padding through every layer;
 - ``gradients.gradients`` in float64 only: the backward pass through every layer, against
   float64 autograd through the reference (one call, every parameter);

@@ -3,6 +3,7 @@
     python benchmarks/real_size.py                    # the four shapes, then a Markdown table
     python benchmarks/real_size.py gpt2 llama         # some of them
     python benchmarks/real_size.py bert --layers 2,6,12 [--seq 512] [--out DIR] [-- TCK-ARGS]
+    python benchmarks/real_size.py gpt2 --per-check --out DIR   # CPU s and memory per check
 
 The shapes, each with random weights (seed 0) saved by ``save_pretrained`` into a temporary
 folder:
@@ -106,7 +107,9 @@ def run_child(command: list[str], env: dict[str, str], log: Path) -> dict[str, A
     }
 
 
-def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> dict[str, Any]:
+def measure(
+    kind: str, layers: int, out: Path, seq: int, extra: list[str], per_check: bool = False
+) -> dict[str, Any]:
     model = out / f"{kind}-{layers}L"
     shutil.rmtree(model, ignore_errors=True)
     started = time.perf_counter()
@@ -121,6 +124,13 @@ def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> di
     # sets OMP_NUM_THREADS
     env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
+    checks = out / f"run-{kind}-{layers}L.checks.jsonl"
+    if per_check:  # each check's CPU seconds and memory high-water mark (check_profile.py)
+        checks.unlink(missing_ok=True)
+        here = str(Path(__file__).resolve().parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        env["PYTEST_ADDOPTS"] = f"{env.get('PYTEST_ADDOPTS', '')} -p check_profile".strip()
+        env["TCK_CHECK_PROFILE"] = str(checks)
     load_before = os.getloadavg()[0]  # a shared machine: the figures need their load
     timing = run_child(command, env, out / f"run-{kind}-{layers}L.log")
     row: dict[str, Any] = {
@@ -134,6 +144,11 @@ def measure(kind: str, layers: int, out: Path, seq: int, extra: list[str]) -> di
         **timing,
     }
     row["rss_over_float64"] = round(row["max_rss_mb"] / row["float64_mb"], 2)
+    if per_check and checks.is_file():
+        profile = [json.loads(line) for line in checks.read_text().splitlines() if line]
+        row["checks_cpu_s"] = round(sum(c["cpu_s"] for c in profile), 1)
+        row["heaviest_checks"] = sorted(profile, key=lambda c: -c["cpu_s"])[:8]
+        row["highest_checks"] = sorted(profile, key=lambda c: -c.get("rss_peak_gb", 0))[:3]
     document_path = results / "results.json"
     if document_path.is_file():
         document = json.loads(document_path.read_text())
@@ -234,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=None, help="positions (default: the shape's)")
     parser.add_argument("--out", default=None, help="keep checkpoints and results here")
     parser.add_argument("--tck-args", default="", help="passed on to tck run (one string)")
+    parser.add_argument(
+        "--per-check",
+        action="store_true",
+        help="each check's CPU seconds and memory high-water mark (run-*.checks.jsonl in --out)",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.kinds) - set(KINDS))
     if unknown:
@@ -245,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         depths = args.layers or str(DEFAULT_LAYERS[kind])
         for layers in (int(n) for n in depths.split(",")):
             seq = args.seq or DEFAULT_SEQ[kind]
-            row = measure(kind, layers, out, seq, args.tck_args.split())
+            row = measure(kind, layers, out, seq, args.tck_args.split(), args.per_check)
             print(json.dumps(row), flush=True)
             rows.append(row)
             if not args.out:  # a checkpoint at a time on disk

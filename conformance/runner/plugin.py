@@ -396,6 +396,7 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Iterator[Harness]:
         record=record,
         world=request.config.stash[_STATE].get("world"),
     )
+    harness.check = check_id(request.node)  # which check asks (Harness.twin_may_ask)
     spaces.use(subject)  # the strategies draw lengths inside its ConfigSpace
     harness.require_device()  # a subject that does not run there: a skip that says why
     plan = getattr(harness.adapter, "stack_plan", None)  # a real-size checkpoint's stack

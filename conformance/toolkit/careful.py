@@ -274,6 +274,8 @@ def gold_gradients(
     gold = naive.grad(handle, dict(inputs), cotangent)
     if key is not None:  # a checkpoint's weights: their float64 reference copy goes now
         h.naive_handles.pop((id(inst), "float64", DEFAULT_DEVICE), None)
+    if key is not None and not h.twin_may_ask(inst.dtype):
+        return gold  # no twin in this dtype: kept for nobody (Harness.twin_may_ask)
     return GRADIENT_MEMO.put(key, gold, inst.params, id(h))
 
 

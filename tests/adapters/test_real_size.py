@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.hf_checkpoints import save_bert
 
@@ -356,3 +357,66 @@ def test_checkpoint_read_once_per_process(tmp_path) -> None:
     assert "exit 0" in done.stdout and "loads 1" in done.stdout, (
         done.stdout[-2000:] + done.stderr[-2000:]
     )
+
+
+def test_reference_gradients_kept_only_for_a_twin_that_asks(tmp_path, monkeypatch) -> None:
+    """hf.vit's eager stacks run in float32 only and their sdpa twins in float64: the float64
+    reference gradients of the eager stack's check are kept for nobody (they were held until
+    a later check on the same component: 0.65 GB each at ViT-B/16's size). Twins in the same
+    dtype (a decoder's float64 stacks) still share them."""
+    from support.hf_checkpoints import save_vit
+
+    from tck.adapters import pretrained
+    from tck.conformance.toolkit import careful
+    from tck.conformance.toolkit.harness import GRADIENT_MEMO, Harness, give_back_freed_memory
+
+    monkeypatch.setenv("TCK_STACK_PLAN", "on")
+    save_vit(
+        tmp_path / "vit",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        image_size=32,
+        patch_size=16,
+    )
+    adapter = pretrained.vit(tmp_path / "vit")
+    by_name = {s.name: s for s in adapter.subjects()}
+    eager = Harness(adapter, by_name["encoder[eager]"], seed=0)
+    eager.check = "gradients.gradients"
+    assert "float64" not in adapter.dtypes(by_name["encoder[eager]"])
+    assert not eager.twin_may_ask("float32")  # the sdpa stack runs float64 gradients only
+    sdpa = Harness(adapter, by_name["encoder[sdpa]"], seed=0)
+    sdpa.check = "gradients.gradients"
+    assert not sdpa.twin_may_ask("float64")  # its eager twin has no float64
+    GRADIENT_MEMO.clear()
+    inst = eager.instance(dtype="float32")
+    inputs = eager.inputs(inst)
+    out = eager.run(inst, inputs)
+    gold = careful.gold_gradients(eager, inst, inputs, np.ones_like(out))
+    assert gold and not GRADIENT_MEMO._entries  # computed, not kept
+    eager.release()
+    give_back_freed_memory()  # where there is no glibc, nothing
+
+
+def test_twins_in_one_dtype_may_ask(tmp_path, monkeypatch) -> None:
+    from support.hf_checkpoints import save_bert as save
+
+    from tck.adapters import pretrained
+    from tck.conformance.toolkit.harness import Harness
+
+    monkeypatch.setenv("TCK_STACK_PLAN", "on")
+    save(
+        tmp_path / "bert",
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=POSITIONS,
+    )
+    adapter = pretrained.bert(tmp_path / "bert")
+    subject = next(s for s in adapter.subjects() if s.name == "encoder[eager]")
+    h = Harness(adapter, subject, seed=0)
+    h.check = "gradients.gradients"
+    assert h.twin_may_ask("float64")
+    assert not h.twin_may_ask("float16")  # the stack's float16 gradients are layer 0's
