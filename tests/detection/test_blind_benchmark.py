@@ -1,7 +1,8 @@
 """The blind diagnosis benchmarks (tests/blind: four implementations the diagnosis was not
 written against, 84 one-line bugs; tests/blind2: four more, 65 bugs and 7 correct controls,
 written later by someone else; tests/blind3: three more, 81 bugs and 9 controls;
-tests/blind4: four more, 90 bugs and 10 controls; each with its PROTOCOL.md), scored under
+tests/blind4: four more, 90 bugs and 10 controls; tests/blind5: four more, 60 bugs and 10
+controls; each with its PROTOCOL.md), scored under
 ``-m detection`` (tox -e detection: the controls) beside the mutant catalogue's diagnosis
 benchmark and reported separately from it: the
 mutants measure how well the kit names the bugs it was built to name, these sets how well
@@ -45,8 +46,16 @@ TIMEOUT_S = 900.0  # per bug, as run.py's default
 #   minutes of wall time with 2 jobs.
 # - tests/blind4, 90 bugs: 89 detected, 61 right class first ("after", 2026-11-26); about
 #   30 minutes of wall time with 2 jobs.
+# - tests/blind5, 60 bugs: 58 detected, 42 right class first ("before", 2026-11-26, on the
+#   code as it was when the set was frozen); about 25 minutes of wall time with 2 jobs.
 # tox -e detection runs every set's controls; the bugs of each set on demand (tox.ini).
-FLOORS = {"blind": (80, 69), "blind2": (61, 56), "blind3": (77, 62), "blind4": (87, 58)}
+FLOORS = {
+    "blind": (80, 69),
+    "blind2": (61, 56),
+    "blind3": (77, 62),
+    "blind4": (87, 58),
+    "blind5": (56, 40),
+}
 
 
 @pytest.fixture(autouse=True)
