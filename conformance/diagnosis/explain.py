@@ -273,6 +273,15 @@ def _hypotheses(
 ) -> tuple[str, str] | None:
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
     the spec's own output by more than that bound (``alternatives.fits``)."""
+    from .hypotheses_fitted import (  # position tables, FFN activations, ViT tokens
+        activation_family_hypotheses,
+        activation_place_hypotheses,
+        class_token_hypotheses,
+        patch_kernel_hypotheses,
+        pe_function_hypotheses,
+        positional_base_hypotheses,
+        sibling_leaf_hypotheses,
+    )
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, mask added, patch grid
     from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
@@ -360,6 +369,11 @@ def _hypotheses(
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),
+                pe_function_hypotheses(component),
+                activation_place_hypotheses(component),
+                patch_kernel_hypotheses(inst.params),
+                class_token_hypotheses(component),
+                sibling_leaf_hypotheses(inst.params),
             )
         )
     if found is None:
@@ -376,6 +390,8 @@ def _hypotheses(
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
             solved_mask_bias(component, inputs, evaluate, test),
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
+            positional_base_hypotheses(component, inst.conventions, evaluate, test),
+            activation_family_hypotheses(component, evaluate, test),
         ):
             if first([candidate]) is not None and holds_on_second_call(
                 h, inst, inputs, candidate, tolerance
