@@ -206,6 +206,19 @@ NAMES: tuple[str, ...] = (
     "heads_merged_feature_major",
     # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
     "softmax_online_half",
+    # pieces of whole models, by class: the positional table's base, exponent and functions
+    # inside an encoder-decoder or a rotary attention, an FFN activation none of the declared
+    # ones (a plain FFN, a gated one's gate) or after the output projection, the patch kernel
+    # transposed, the class token appended, one bias read from a sibling projection
+    "seq2seq_pe_linspace_exponent",
+    "seq2seq_pe_cos_sin_swapped",
+    "rope_exponent_doubled",
+    "ffn_squared_relu",
+    "swiglu_gate_quick_gelu",
+    "lm_mlp_gelu_after_proj",
+    "vit_patch_kernel_transposed",
+    "vit_cls_appended",
+    "mha_value_bias_from_query",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
