@@ -29,6 +29,7 @@ def test_float16_statistics_inside_a_pre_ln_layer_are_named() -> None:
 @pytest.mark.parametrize(
     ("adapter", "name"),
     [
+        ("reference", "layer_norm"),
         ("reference", "encoder_layer[pre_gelu]"),
         ("reference", "vit"),
         ("reference", "causal_lm"),
