@@ -157,3 +157,22 @@ def test_no_hypothesis_here_equals_the_spec() -> None:
             assert not np.allclose(out, spec), alternative.code
     assert not list(fitted.pe_function_hypotheses("causal_self_attention"))
     assert not list(fitted.class_token_hypotheses("encoder_layer"))
+
+
+def test_a_view_that_raises_is_named_by_what_it_would_compute() -> None:
+    """shapes.view_errors: a head split by a view that raises on the batched calls (a
+    time-first projection is not contiguous) is named by its layout; a subject whose calls
+    run is left to the oracle checks."""
+    from tck.conformance.checks import test_view_errors as check
+    from tck.conformance.toolkit.results import CheckFailure
+
+    adapter = load_adapter("mutants.mha_time_first_view_heads")
+    tck = Harness(adapter, adapter.subjects()[0], seed=0)
+    with pytest.raises(CheckFailure) as failure:
+        check.test_view_errors(tck)
+    assert failure.value.code == "attention.heads_split_wrong_order", failure.value.message
+    assert "viewed as" in failure.value.message
+    reference = load_adapter("reference")
+    subject = next(s for s in reference.subjects() if s.component == "mha")
+    with pytest.raises(pytest.skip.Exception):
+        check.test_view_errors(Harness(reference, subject, seed=0))
