@@ -225,6 +225,8 @@ NAMES: tuple[str, ...] = (
     # heads cut by a view that raises on the suite's batched calls (a time-first projection
     # is not contiguous) and splits the heads in the wrong order where it runs
     "mha_time_first_view_heads",
+    # an encoder stack whose layers are one module (``[layer] * n``): shared parameters
+    "encoder_layers_one_module",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
