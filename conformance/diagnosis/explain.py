@@ -240,8 +240,13 @@ def padded_positions(
 def _convention_alternatives(component: str, declared: Conventions) -> Iterable[Alternative]:
     """Every other value of every convention field the component has (its record's
     ``fields``, each with the catalogue's alternatives)."""
+    from .hypotheses_fitted import base_alternative  # a base, or the exponent stepped wrong
+
     for field in record(component).fields:
         for value in alternatives(field, getattr(declared, field)):
+            if field == "pe_base":
+                yield base_alternative(field, getattr(declared, field), value, solved=False)
+                continue
             yield Alternative(
                 convention_code(field, value),
                 f"behaves as {field}={value!r}, but the adapter declares "

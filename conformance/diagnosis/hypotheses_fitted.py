@@ -83,8 +83,9 @@ def exponent_message(declared: float, solved: float, k: float) -> str:
     )
 
 
-def base_alternative(field: str, declared: float, value: float) -> Alternative:
-    """The solved base ``value`` named: an exponent stepped wrong, or another base."""
+def base_alternative(field: str, declared: float, value: float, solved: bool = True) -> Alternative:
+    """The base ``value`` (solved for, or one of the catalogue's) named: an exponent stepped
+    wrong, or another base."""
     k = exponent_factor(declared, value)
     if k is not None:
         return Alternative(
@@ -92,10 +93,11 @@ def base_alternative(field: str, declared: float, value: float) -> Alternative:
             exponent_message(declared, value, k),
             conventions={field: value},
         )
+    how = " (solved for: the value under which the oracle comes closest to the output)"
     return Alternative(
         registered("positional.base_wrong"),
-        f"behaves as {field}={value:.6g} (solved for: the value under which the oracle comes "
-        f"closest to the output), but the adapter declares {field}={declared!r}",
+        f"behaves as {field}={value:.6g}{how if solved else ''}, but the adapter declares "
+        f"{field}={declared!r}",
         conventions={field: value},
     )
 
