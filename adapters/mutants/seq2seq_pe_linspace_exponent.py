@@ -31,6 +31,7 @@ class Seq2Seq(ref.Seq2Seq):
     def embed(self, ids: Tensor, table_: ref.Embedding) -> Tensor:
         c, conv = self.config, self.conventions
         scale, _ = ref.embedding_scale(c.d_model, conv)
+        ref.sinusoidal_pe(ids.shape[1], c.d_model, max_len=c.max_len)  # its length check
         pe = table(ids.shape[1], c.d_model, conv.pe_base)
         return self.dropout(table_(ids) * scale + pe.to(table_.weight))
 
