@@ -378,7 +378,6 @@ def _hypotheses(
                 activation_place_hypotheses(component),
                 patch_kernel_hypotheses(inst.params),
                 class_token_hypotheses(component),
-                sibling_leaf_hypotheses(inst.params),
             )
         )
     if found is None:
@@ -392,6 +391,8 @@ def _hypotheses(
         # A value solved for on this call fits it by construction: it is evidence only if it
         # also reproduces the subject's output on a second, independent call.
         for candidate in itertools.chain(
+            # one leaf from a sibling module: many candidates, so budgeted like a search
+            sibling_leaf_hypotheses(inst.params),
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
             solved_mask_bias(component, inputs, evaluate, test),
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
