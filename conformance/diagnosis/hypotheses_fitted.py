@@ -51,6 +51,7 @@ from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
+from .hypotheses_more import _OWN_CODES
 from .hypotheses_solved import LOG_RANGES, Evaluate, _distance, solve_log
 
 # A family is refined (60 golden-section steps) only where one of its grid points already
@@ -387,8 +388,10 @@ def sibling_leaf_hypotheses(params: Any) -> Iterator[Alternative]:
             out = dict(params)
             for parent, key in places.items():
                 out[key] = params[sources[parent]]
+            # a pair with a code of its own (the values through the key projection's weight)
+            own = _OWN_CODES.get((reader, source)) if leaf == "weight" else None
             yield Alternative(
-                registered("params.read_from_other_module"),
+                registered(own or "params.read_from_other_module"),
                 f"the output is the spec's with the {leaf} of {reader!r} read from its sibling "
                 f"{source!r} (in every layer): the module computes with its own other "
                 f"parameters and {source!r}'s {leaf} (SPEC.md §0.2)",
