@@ -282,6 +282,7 @@ def _hypotheses(
         activation_family_hypotheses,
         activation_place_hypotheses,
         class_token_hypotheses,
+        once_per_subject,
         patch_kernel_hypotheses,
         pe_function_hypotheses,
         positional_base_hypotheses,
@@ -312,6 +313,11 @@ def _hypotheses(
     from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
 
     component = h.component
+
+    def once(family: str, candidates: Iterable[Alternative]) -> Iterable[Alternative]:
+        # a costly family that failed once on this subject is not retried (hypotheses_fitted)
+        return once_per_subject(h.subject, inst.dtype, family, iter(candidates))
+
     try:
         spec = h.gold(inst, inputs)
     except (ValueError, KeyError):
@@ -392,12 +398,15 @@ def _hypotheses(
         # also reproduces the subject's output on a second, independent call.
         for candidate in itertools.chain(
             # one leaf from a sibling module: many candidates, so budgeted like a search
-            sibling_leaf_hypotheses(inst.params),
+            once("sibling_leaf", sibling_leaf_hypotheses(inst.params)),
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
             solved_mask_bias(component, inputs, evaluate, test),
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
-            positional_base_hypotheses(component, inst.conventions, evaluate, test),
-            activation_family_hypotheses(component, evaluate, test),
+            once(
+                "positional_base",
+                positional_base_hypotheses(component, inst.conventions, evaluate, test),
+            ),
+            once("activation", activation_family_hypotheses(component, evaluate, test)),
         ):
             if first([candidate]) is not None and holds_on_second_call(
                 h, inst, inputs, candidate, tolerance

@@ -61,6 +61,25 @@ from .hypotheses_solved import LOG_RANGES, Evaluate, _distance, solve_log
 PROMISING = 0.5
 
 
+# The families already tried without a fit, per subject object and dtype, in this process: a
+# subject's bug is the same in every check, so a family that explained none of a failing
+# comparison is not solved again for each later check (an encoder-decoder pays ~10 s per
+# family otherwise). The subject is held, so that its id is not reused.
+_UNFIT: dict[int, tuple[Any, set[tuple[str, str]]]] = {}
+
+
+def once_per_subject(
+    subject: Any, dtype: str, family: str, candidates: Iterator[Alternative]
+) -> Iterator[Alternative]:
+    """``candidates``, unless ``family`` already failed on ``subject`` in ``dtype``; a
+    candidate the consumer took ends the iteration, so resuming after one means it failed."""
+    _, failed = _UNFIT.setdefault(id(subject), (subject, set()))
+    if (family, dtype) in failed:
+        return
+    yield from candidates
+    failed.add((family, dtype))
+
+
 def _promising(evaluate: Evaluate, test: np.ndarray) -> float:
     try:
         return PROMISING * _distance(test, evaluate(Alternative("", "")))
