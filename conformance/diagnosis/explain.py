@@ -282,6 +282,7 @@ def _hypotheses(
         activation_family_hypotheses,
         activation_place_hypotheses,
         class_token_hypotheses,
+        grouped_qkv_hypotheses,
         once_per_subject,
         patch_kernel_hypotheses,
         pe_function_hypotheses,
@@ -384,6 +385,7 @@ def _hypotheses(
                 activation_place_hypotheses(component),
                 patch_kernel_hypotheses(inst.params),
                 class_token_hypotheses(component),
+                grouped_qkv_hypotheses(inst.config, inst.params),
             )
         )
     if found is None:

@@ -416,3 +416,77 @@ def sibling_leaf_hypotheses(params: Any) -> Iterator[Alternative]:
                 f"parameters and {source!r}'s {leaf} (SPEC.md §0.2)",
                 params=out,
             )
+
+
+# ------------------------------------------------------- a grouped fused qkv in the other layout
+
+
+def _grouped_relaid(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int, stored: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v read from one fused projection stored in layout ``stored`` and read in the
+    other. Group-major ``[KV, g + 2, d]`` (each key/value head's g query heads, its key, its
+    value: Qwen's and GPT-NeoX's grouped query_key_value) read as part-major ``[g + 2, KV,
+    d]`` then transposed, or part-major ``[q | k | v]`` read as group-major. Rows first."""
+    rest = q.shape[1:]
+    d = k.shape[0] // n_kv
+    g = q.shape[0] // (n_kv * d)
+    if stored == "group_major":
+        fused = np.concatenate(
+            [
+                q.reshape(n_kv, g, d, *rest),
+                k.reshape(n_kv, 1, d, *rest),
+                v.reshape(n_kv, 1, d, *rest),
+            ],
+            axis=1,
+        )  # [KV, g + 2, d, ...] in memory
+        read = fused.reshape(g + 2, n_kv, d, *rest).swapaxes(0, 1)  # viewed [g + 2, KV, d]
+    else:
+        read = np.concatenate([q, k, v]).reshape(n_kv, g + 2, d, *rest)  # [q | k | v] as groups
+    return (
+        read[:, :g].reshape(n_kv * g * d, *rest),
+        read[:, g].reshape(n_kv * d, *rest),
+        read[:, g + 1].reshape(n_kv * d, *rest),
+    )
+
+
+def grouped_qkv_hypotheses(config: Any, params: Any) -> Iterator[Alternative]:
+    """A fused qkv projection of grouped-query attention (fewer key/value heads than query
+    heads) stored group-major and read part-major, or the reverse, in every attention of the
+    parameters (``<prefix>q.weight``, ``k.weight``, ``v.weight``); with as many key/value
+    heads as query heads this is ``hypotheses_more.qkv_hypotheses``' head-major layout."""
+    n_heads = int(getattr(config, "n_heads", 0) or 0)
+    if not params or not n_heads:
+        return
+    prefixes = sorted({k[: -len("q.weight")] for k in params if k.endswith("q.weight")})
+    prefixes = [p for p in prefixes if f"{p}k.weight" in params and f"{p}v.weight" in params]
+    for stored, words in (
+        ("group_major", "group-major [KV, g + 2, d] and read part-major [g + 2, KV, d]"),
+        ("part_major", "part-major [q | k | v] and read group-major [KV, g + 2, d]"),
+    ):
+        out = dict(params)
+        for prefix in prefixes:
+            q_rows, k_rows = (
+                np.shape(params[f"{prefix}q.weight"])[0],
+                np.shape(params[f"{prefix}k.weight"])[0],
+            )
+            d = q_rows // n_heads
+            if not d or q_rows % n_heads or k_rows % d or k_rows // d >= n_heads:
+                return  # not grouped-query attention
+            n_kv = k_rows // d
+            for leaf in ("weight", "bias"):
+                keys = [f"{prefix}{x}.{leaf}" for x in "qkv"]
+                if not all(key in params for key in keys):
+                    continue
+                parts = [np.asarray(params[key], dtype=np.float64) for key in keys]
+                for key, relaid in zip(keys, _grouped_relaid(*parts, n_kv, stored), strict=True):
+                    out[key] = relaid
+        if not prefixes:
+            return
+        yield Alternative(
+            registered("attention.qkv_order_wrong"),
+            f"the output is the spec's with the fused qkv projection of grouped-query attention "
+            f"stored {words}: each query group takes its queries, key and value from the wrong "
+            "rows of the fused weight (SPEC.md §3.4, §11.2, §0.2)",
+            params=out,
+        )

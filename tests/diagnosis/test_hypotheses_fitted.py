@@ -176,3 +176,41 @@ def test_a_view_that_raises_is_named_by_what_it_would_compute() -> None:
     subject = next(s for s in reference.subjects() if s.component == "mha")
     with pytest.raises(pytest.skip.Exception):
         check.test_view_errors(Harness(reference, subject, seed=0))
+
+
+@pytest.mark.parametrize("stored", ["group_major", "part_major"])
+def test_a_grouped_fused_qkv_read_in_the_other_layout(stored: str) -> None:
+    """attention.qkv_order_wrong for grouped-query attention: the fused projection stored
+    group-major and read part-major (Qwen's grouped query_key_value viewed as [q | k | v]),
+    or the reverse."""
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.name == "causal_lm[llama]")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance(tck.config(n_kv_heads=2))
+    params = dict(inst.params)
+    n_heads = inst.config.n_heads
+    prefixes = sorted({k[: -len("q.weight")] for k in params if k.endswith("q.weight")})
+    d = params[f"{prefixes[0]}q.weight"].shape[0] // n_heads
+    n_kv = params[f"{prefixes[0]}k.weight"].shape[0] // d
+    assert n_kv < n_heads  # grouped
+    for prefix in prefixes:
+        for leaf in ("weight", "bias"):
+            keys = [f"{prefix}{x}.{leaf}" for x in "qkv"]
+            if all(k in params for k in keys):
+                relaid = fitted._grouped_relaid(*(params[k] for k in keys), n_kv, stored)
+                params.update(zip(keys, relaid, strict=True))
+    from tck.conformance.diagnosis.alternatives import output_of
+    from tck.conformance.diagnosis.explain import explain
+    from tck.reference.inputs import Shape
+
+    inputs = tck.inputs(inst, Shape())
+    alternative = Alternative("", "", params=params)
+    tck.run = lambda inst, inputs: output_of(  # type: ignore[method-assign]
+        "causal_lm", inputs, inst.params, inst.config, inst.conventions, alternative
+    )
+    test = tck.run(inst, inputs)
+    code, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert code == "attention.qkv_order_wrong", message
+    assert "grouped-query" in message
