@@ -52,14 +52,7 @@ from tck.reference.variants import reaches
 
 from .alternatives import Alternative
 from .hypotheses_more import _OWN_CODES
-from .hypotheses_solved import LOG_RANGES, Evaluate, _distance, solve_log
-
-# A family is refined (60 golden-section steps) only where one of its grid points already
-# comes closer to the output than this fraction of the spec's own distance from it: a family
-# that cannot explain the output costs its 31 grid points and no more (an unexplained
-# mismatch of a causal LM tries five such families).
-PROMISING = 0.5
-
+from .hypotheses_solved import LOG_RANGES, Evaluate, solve_log
 
 # The families already tried without a fit, per subject object and dtype, in this process: a
 # subject's bug is the same in every check, so a family that explained none of a failing
@@ -78,13 +71,6 @@ def once_per_subject(
         return
     yield from candidates
     failed.add((family, dtype))
-
-
-def _promising(evaluate: Evaluate, test: np.ndarray) -> float:
-    try:
-        return PROMISING * _distance(test, evaluate(Alternative("", "")))
-    except (ValueError, KeyError, IndexError):
-        return math.inf
 
 
 # ------------------------------------------------------------------ positional encodings
@@ -151,7 +137,7 @@ def positional_base_hypotheses(
     def make(value: float) -> Alternative:
         return Alternative("", "", conventions={"pe_base": value})
 
-    value = solve_log(make, evaluate, test, LOG_RANGES["pe_base"], _promising(evaluate, test))
+    value = solve_log(make, evaluate, test, LOG_RANGES["pe_base"])
     if value is None or math.isclose(value, declared, rel_tol=1e-6):
         return
     yield base_alternative("pe_base", declared, value)
@@ -308,7 +294,6 @@ def activation_family_hypotheses(
 ) -> Iterator[Alternative]:
     """Each activation family solved for in the plain FFN and in the gated FFN's gate of
     every component whose oracle runs one, named by its fitted member."""
-    promising = None
     for piece, make_ffn, where in (
         ("feed_forward", _plain_ffn_with, "the FFN's activation (SPEC.md §6.1)"),
         ("gated_feed_forward", _gated_ffn_with, "the gated FFN's gate activation (SPEC.md §11.3)"),
@@ -322,9 +307,10 @@ def activation_family_hypotheses(
             ) -> Alternative:
                 return Alternative("", "", pieces={piece: make_ffn(family(value))})
 
-            if promising is None:
-                promising = _promising(evaluate, test)
-            value = solve_log(make, evaluate, test, log_range, promising)
+            # Always refined: a member near the declared activation (QuickGELU near exact
+            # GELU) has no grid point closer to the output than the spec itself is; the
+            # per-subject memo (once_per_subject) bounds the cost instead.
+            value = solve_log(make, evaluate, test, log_range)
             if value is None:
                 continue
             yield Alternative(

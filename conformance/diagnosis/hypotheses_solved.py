@@ -221,12 +221,10 @@ def solve_log(
     evaluate: Evaluate,
     test: np.ndarray,
     log_range: tuple[float, float],
-    promising: float | None = None,
 ) -> float | None:
     """The value (not its log) in ``exp(log_range)`` whose alternative ``make(value)`` comes
     closest to ``test`` (largest absolute difference), by a grid then golden sections; None
-    when no value can be computed, or, with ``promising``, when no grid point comes closer
-    to ``test`` than that (a family that cannot explain the output is not refined)."""
+    when no value can be computed."""
 
     def cost(t: float) -> float:
         try:
@@ -238,7 +236,7 @@ def solve_log(
     grid = np.linspace(lo, hi, GRID_POINTS)
     costs = [cost(float(t)) for t in grid]
     best = int(np.argmin(costs))
-    if not math.isfinite(costs[best]) or (promising is not None and costs[best] >= promising):
+    if not math.isfinite(costs[best]):
         return None
     a, b = float(grid[max(best - 1, 0)]), float(grid[min(best + 1, len(grid) - 1)])
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
