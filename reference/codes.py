@@ -649,6 +649,32 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "cross-attention takes its keys or values from the decoder's own stream instead of "
         "the encoder's memory",
     ),
+    # --- pieces of whole models, by class: position tables, FFN activations, ViT tokens
+    (
+        "positional.sin_cos_swapped",
+        "cause",
+        "2.1",
+        "the sinusoidal table holds cos on the first member of each pair and sin on the second",
+    ),
+    (
+        "ffn.activation_wrong",
+        "cause",
+        "6.1 11.3",
+        "the FFN's activation is none of the declared ones (a fitted function: x * sigmoid(a x), "
+        "a tanh GELU with another coefficient, a power of ReLU)",
+    ),
+    (
+        "ffn.activation_misplaced",
+        "cause",
+        "6.1",
+        "the FFN's activation is applied after its output projection, not between the two",
+    ),
+    (
+        "vit.patch_kernel_transposed",
+        "cause",
+        "9.1",
+        "the patch kernel's rows and columns are swapped within each patch",
+    ),
 ]
 
 

@@ -225,6 +225,27 @@ NAMES: tuple[str, ...] = (
     "cross_attn_padding_dropped",
     # every layer extending one cache buffer, in a model built from n_decoder_layers
     "lm_layers_one_buffer",
+    # pieces of whole models, by class: the positional table's base, exponent and functions
+    # inside an encoder-decoder or a rotary attention, an FFN activation none of the declared
+    # ones (a plain FFN, a gated one's gate) or after the output projection, the patch kernel
+    # transposed, the class token appended, one bias read from a sibling projection
+    "seq2seq_pe_linspace_exponent",
+    "seq2seq_pe_cos_sin_swapped",
+    "rope_exponent_doubled",
+    "ffn_squared_relu",
+    "swiglu_gate_quick_gelu",
+    "lm_mlp_gelu_after_proj",
+    "vit_patch_kernel_transposed",
+    "vit_cls_appended",
+    "mha_value_bias_from_query",
+    # norm statistics in float16 inside a pre-LN layer: the residual stream hides the
+    # collapse from the maximum-error rule, the mean error shows it (SPEC.md §10.10)
+    "encoder_layer_norm_half_statistics",
+    # heads cut by a view that raises on the suite's batched calls (a time-first projection
+    # is not contiguous) and splits the heads in the wrong order where it runs
+    "mha_time_first_view_heads",
+    # an encoder stack whose layers are one module (``[layer] * n``): shared parameters
+    "encoder_layers_one_module",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

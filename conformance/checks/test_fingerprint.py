@@ -73,6 +73,17 @@ def test_convention(tck: Harness, field: str) -> None:
         tck.note({"not_measured": reason})
         pytest.skip(reason)
     if declared != "undefined" and declared not in shown:
+        if field == "pe_base":  # a base that is the declared one squared or square-rooted
+            from tck.conformance.diagnosis.hypotheses_fitted import (
+                exponent_factor,
+                exponent_message,
+            )
+
+            k = exponent_factor(declared, float(shown[0]))
+            if k is not None:
+                raise CheckFailure(
+                    "positional.frequency_wrong", exponent_message(declared, float(shown[0]), k)
+                )
         also = ""
         if len(together) > 1:
             others = ", ".join(f"{f}={v!r}" for f, v in together.items() if f != field)

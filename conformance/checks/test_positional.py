@@ -227,6 +227,18 @@ def test_frequencies(tck: Harness) -> None:
         base = float(measured[1] ** (-d / 2))  # w_1 = base^(-2/d)
         if math.isfinite(base) and base > 1:
             if compare(pe, table(at, frequencies(d, base), conv.pe_layout)).passed:
+                from tck.conformance.diagnosis.hypotheses_fitted import (
+                    exponent_factor,
+                    exponent_message,
+                )
+
+                k = exponent_factor(conv.pe_base, base)
+                if k is not None:  # the exponent stepped wrong, not another base
+                    raise CheckFailure(
+                        "positional.frequency_wrong",
+                        f"{exponent_message(conv.pe_base, base, k)}; {numbers}",
+                        result.metrics(),
+                    )
                 raise CheckFailure(
                     convention_code("pe_base", base),
                     f"the frequencies follow base {base:.6g}, but the adapter declares "

@@ -240,8 +240,13 @@ def padded_positions(
 def _convention_alternatives(component: str, declared: Conventions) -> Iterable[Alternative]:
     """Every other value of every convention field the component has (its record's
     ``fields``, each with the catalogue's alternatives)."""
+    from .hypotheses_fitted import base_alternative  # a base, or the exponent stepped wrong
+
     for field in record(component).fields:
         for value in alternatives(field, getattr(declared, field)):
+            if field == "pe_base":
+                yield base_alternative(field, getattr(declared, field), value, solved=False)
+                continue
             yield Alternative(
                 convention_code(field, value),
                 f"behaves as {field}={value!r}, but the adapter declares "
@@ -274,6 +279,17 @@ def _hypotheses(
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
     the spec's own output by more than that bound (``alternatives.fits``)."""
     from .hypotheses_cross import cross_attention_hypotheses
+    from .hypotheses_fitted import (  # position tables, FFN activations, ViT tokens
+        activation_family_hypotheses,
+        activation_place_hypotheses,
+        class_token_hypotheses,
+        grouped_qkv_hypotheses,
+        once_per_subject,
+        patch_kernel_hypotheses,
+        pe_function_hypotheses,
+        positional_base_hypotheses,
+        sibling_leaf_hypotheses,
+    )
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
     from .hypotheses_layout import layout_hypotheses  # softmax axis, patch grid
     from .hypotheses_mask_axes import mask_axes_hypotheses
@@ -300,6 +316,11 @@ def _hypotheses(
     from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
 
     component = h.component
+
+    def once(family: str, candidates: Iterable[Alternative]) -> Iterable[Alternative]:
+        # a costly family that failed once on this subject is not retried (hypotheses_fitted)
+        return once_per_subject(h.subject, inst.dtype, family, iter(candidates))
+
     try:
         spec = h.gold(inst, inputs)
     except (ValueError, KeyError):
@@ -364,6 +385,11 @@ def _hypotheses(
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),
+                pe_function_hypotheses(component),
+                activation_place_hypotheses(component),
+                patch_kernel_hypotheses(inst.params),
+                class_token_hypotheses(component),
+                grouped_qkv_hypotheses(inst.config, inst.params),
             )
         )
     if found is None:
@@ -377,9 +403,16 @@ def _hypotheses(
         # A value solved for on this call fits it by construction: it is evidence only if it
         # also reproduces the subject's output on a second, independent call.
         for candidate in itertools.chain(
+            # one leaf from a sibling module: many candidates, so budgeted like a search
+            once("sibling_leaf", sibling_leaf_hypotheses(inst.params)),
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
             solved_mask_bias(component, inputs, evaluate, test),
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
+            once(
+                "positional_base",
+                positional_base_hypotheses(component, inst.conventions, evaluate, test),
+            ),
+            once("activation", activation_family_hypotheses(component, evaluate, test)),
         ):
             if first([candidate]) is not None and holds_on_second_call(
                 h, inst, inputs, candidate, tolerance

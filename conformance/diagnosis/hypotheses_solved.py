@@ -273,6 +273,11 @@ def solved_hypotheses(
         if math.isclose(value, declared, rel_tol=FLOAT32_CONSTANT_RTOL):
             yield _held_in_float32(field, declared, value, conventions={field: value})
             continue
+        if field == "pe_base":  # another base, or the exponent stepped wrong
+            from .hypotheses_fitted import base_alternative
+
+            yield base_alternative(field, declared, value)
+            continue
         yield Alternative(
             convention_code(field, value),
             f"behaves as {field}={value:.6g} (solved for: the value under which the oracle "

@@ -197,6 +197,14 @@ def describe_frequencies(
         logs = np.log(fitted)
         base = math.exp(-float(logs[1:] @ exponents[1:]) / float(exponents[1:] @ exponents[1:]))
         if np.allclose(fitted, base**-exponents, rtol=SAME_FREQUENCY):
+            from .hypotheses_fitted import exponent_factor, exponent_message
+
+            declared_base = math.exp(-math.log(float(unscaled[1])) / float(exponents[1]))
+            k = exponent_factor(declared_base, base)
+            if k is not None:  # the exponent stepped wrong, not another base
+                return registered("positional.frequency_wrong"), exponent_message(
+                    declared_base, base, k
+                )
             return registered("positional.base_wrong"), (
                 f"rotates at a geometric table base^(-2i/d) with base {base:.6g}"
             )

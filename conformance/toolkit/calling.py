@@ -163,10 +163,18 @@ class GuardedAdapter:
             # checkpoint's gradients are its float64 size: GPT-2 small, 1 GB each). A dict the
             # adapter keeps and refills is left as it is.
             own = type(grads) is dict and sys.getrefcount(grads) <= 2
+            # Each gradient is held against the earlier calls' only: two parameters of one
+            # call whose gradients share memory are one tensor in the implementation (layers
+            # cloned by reference, tied weights), which the parameter checks name, not a
+            # reused output buffer.
+            earlier = list(outputs)
             for name in list(grads):
                 value = grads.pop(name) if own else grads[name]
                 if isinstance(value, np.ndarray):
-                    value = _private_output("grad", value, self._record, outputs)
+                    seen = list(earlier)
+                    value_copy = _private_output("grad", value, self._record, seen)
+                    outputs[:] = [*outputs[-3:], value]
+                    value = value_copy
                 private[name] = value
             return private
 

@@ -26,7 +26,12 @@ CODE_SHAPED = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")
 NOT_CODE_SUFFIXES = (".weight", ".bias", ".safetensors", ".pth", ".bin", ".json", ".onnx")
 # Attribute paths into third-party modules whose first name happens to be a code area.
 MODULE_PATHS = frozenset(
-    {"vit.layers", "vit.layernorm", "model.rotary_emb"}  # transformers' ViTModel, LlamaModel
+    {
+        "vit.layers",
+        "vit.layernorm",
+        "model.rotary_emb",
+        "model.layers",
+    }  # transformers' ViTModel, LlamaModel
 )
 
 

@@ -1,0 +1,478 @@
+"""Hypotheses by class for pieces that whole models hold: the position table, the FFN's
+activation, the ViT's patch kernel and class token, one parameter read from a sibling module.
+
+Each is read off the oracle's pieces (``tck.reference.variants.reaches``) or the canonical
+parameter layout (``tck.reference.params``), so every component that holds the piece gets
+it, from the op to the whole model (an encoder-decoder, a causal LM, a ViT), with no list of
+components:
+
+- **The positional base of any component with a position table or RoPE**
+  (``positional.base_wrong``): the base is solved for wherever the oracle runs
+  ``sinusoidal_pe`` or ``rope``, whether or not the component's record lists ``pe_base`` as
+  one of its fields (a seq2seq model builds the sinusoidal table inside).
+- **The inverse frequencies' exponent stepped wrong** (``positional.frequency_wrong``): a
+  solved base equal to the declared one squared or square-rooted is the exponent ``i/d``
+  for ``2i/d`` (``arange(0, d // 2) / d``) or ``4i/d``, not another base.
+- **A sinusoidal table with the wrong function on a member of each pair**: sine on both
+  members (``positional.not_relative``: the encoding of p + k is then no fixed linear map of
+  p's), cosine on both (the same), or cosine on the even members and sine on the odd
+  (``positional.sin_cos_swapped``).
+- **An FFN activation that is none of the declared ones** (``ffn.activation_wrong``): three
+  parameterised families are solved for, x * sigmoid(a x) (SiLU at a = 1, QuickGELU at a =
+  1.702), the tanh GELU with a cubic coefficient c (0.044715 in gelu_new), and ReLU(x)^p
+  (squared ReLU at p = 2); the message names the fitted function. In a plain FFN (§6.1) and in
+  a gated one's gate (§11.3).
+- **The activation after the output projection** (``ffn.activation_misplaced``):
+  ``act(fc2(fc1(x)))`` for ``fc2(act(fc1(x)))``.
+- **The patch kernel transposed within each patch** (``vit.patch_kernel_transposed``): the
+  kernel's rows and columns swapped (an einsum ``dcqp`` for ``dcpq``, a ``weight.transpose(2,
+  3)``), wherever the parameters hold a square ``patch_embed.weight``.
+- **The class token appended after the patches** (``vit.pooling_wrong_token``): the position
+  table added to the tokens in their new order, so token 0, the pooled one, is a patch.
+- **One parameter of a module read from a sibling module** (``params.read_from_other_module``):
+  a query bias taken from the key projection, a norm's shift from the other norm; the
+  whole-module case is ``hypotheses_more.other_module_hypotheses``.
+
+Every hypothesis is an ``Alternative`` judged by the rules of ``alternatives.fits``; a solved
+value is evidence only where it also holds on a second call (``explain``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from tck.reference import oracle, record
+from tck.reference.codes import code as registered
+from tck.reference.variants import reaches
+
+from .alternatives import Alternative
+from .hypotheses_more import _OWN_CODES
+from .hypotheses_solved import LOG_RANGES, Evaluate, solve_log
+
+# The families already tried without a fit, per subject object and dtype, in this process: a
+# subject's bug is the same in every check, so a family that explained none of a failing
+# comparison is not solved again for each later check (an encoder-decoder pays ~10 s per
+# family otherwise). The subject is held, so that its id is not reused.
+_UNFIT: dict[int, tuple[Any, set[tuple[str, str]]]] = {}
+
+
+def once_per_subject(
+    subject: Any, dtype: str, family: str, candidates: Iterator[Alternative]
+) -> Iterator[Alternative]:
+    """``candidates``, unless ``family`` already failed on ``subject`` in ``dtype``; a
+    candidate the consumer took ends the iteration, so resuming after one means it failed."""
+    _, failed = _UNFIT.setdefault(id(subject), (subject, set()))
+    if (family, dtype) in failed:
+        return
+    yield from candidates
+    failed.add((family, dtype))
+
+
+# ------------------------------------------------------------------ positional encodings
+
+# A solved base b' = b ** k of the declared b with k one of these is the frequencies'
+# exponent scaled by k (i/d for 2i/d: k = 1/2; 4i/d: k = 2), since b' ** (-2i/d) = b **
+# (-2ki/d). Other ratios (1e6 for 1e4 is k = 1.5) stay a base: bases in use are powers of
+# ten, and any of them is some power of another.
+EXPONENT_FACTORS = (0.5, 2.0)
+# How close k must be: the solved base is refined to ~1e-12 relatively in float64 and to
+# ~1e-6 under a float32 bound; over ln(b) >= ln(10) that moves k by less than 1e-6.
+EXPONENT_RTOL = 1e-5
+
+
+def exponent_factor(declared: float, solved: float) -> float | None:
+    """k where ``solved`` is ``declared ** k`` for k in ``EXPONENT_FACTORS``, else None."""
+    if declared <= 1.0 or solved <= 1.0:
+        return None
+    k = math.log(solved) / math.log(declared)
+    return next((f for f in EXPONENT_FACTORS if math.isclose(k, f, rel_tol=EXPONENT_RTOL)), None)
+
+
+def exponent_message(declared: float, solved: float, k: float) -> str:
+    step, code = {0.5: ("i/d", "arange(0, d // 2) / d"), 2.0: ("4i/d", "arange(0, 2 d, 4) / d")}[k]
+    return (
+        f"the inverse frequencies are base^(-{step}) ({code} for arange(0, d, 2) / d) instead "
+        "of base^(-2i/d): the exponent "
+        f"steps by {k:g} times the spec's (solved for: the table is a geometric one with base "
+        f"{solved:.6g}, the declared {declared:g} to the power {k:g}; SPEC.md §2.1, §2.3)"
+    )
+
+
+def base_alternative(field: str, declared: float, value: float, solved: bool = True) -> Alternative:
+    """The base ``value`` (solved for, or one of the catalogue's) named: an exponent stepped
+    wrong, or another base."""
+    k = exponent_factor(declared, value)
+    if k is not None:
+        return Alternative(
+            registered("positional.frequency_wrong"),
+            exponent_message(declared, value, k),
+            conventions={field: value},
+        )
+    how = " (solved for: the value under which the oracle comes closest to the output)"
+    return Alternative(
+        registered("positional.base_wrong"),
+        f"behaves as {field}={value:.6g}{how if solved else ''}, but the adapter declares "
+        f"{field}={declared!r}",
+        conventions={field: value},
+    )
+
+
+def positional_base_hypotheses(
+    component: str, conventions: Any, evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """The positional base solved for in a component whose oracle builds a sinusoidal table
+    or rotates, when its record does not list ``pe_base`` (those get
+    ``hypotheses_solved.solved_hypotheses``)."""
+    if "pe_base" in record(component).fields:
+        return
+    if not (reaches(component, "sinusoidal_pe") or reaches(component, "rope")):
+        return
+    declared = float(conventions.pe_base)
+
+    def make(value: float) -> Alternative:
+        return Alternative("", "", conventions={"pe_base": value})
+
+    value = solve_log(make, evaluate, test, LOG_RANGES["pe_base"])
+    if value is None or math.isclose(value, declared, rel_tol=1e-6):
+        return
+    yield base_alternative("pe_base", declared, value)
+
+
+# (function of the even member, function of the odd member) of each pair, besides (sin, cos)
+_PAIR_FUNCTIONS = {
+    ("sin", "sin"): "positional.not_relative",
+    ("cos", "cos"): "positional.not_relative",
+    ("cos", "sin"): "positional.sin_cos_swapped",
+}
+
+
+def _sinusoidal_pe_with(even: str, odd: str) -> Callable[..., np.ndarray]:
+    """§2.1 with ``even`` and ``odd`` (np.sin or np.cos by name) on the members of a pair."""
+    functions = {"sin": np.sin, "cos": np.cos}
+
+    def sinusoidal_pe(
+        length: int,
+        d_model: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        max_len: int | None = None,
+    ) -> np.ndarray:
+        table = oracle.sinusoidal_pe(length, d_model, base=base, layout=layout, max_len=max_len)
+        angles = np.arange(length, dtype=np.float64)[:, None] * (
+            base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
+        )
+        first, second = functions[even](angles), functions[odd](angles)
+        if layout == "interleaved":
+            table[:, 0::2], table[:, 1::2] = first, second
+        else:
+            table[:, : d_model // 2], table[:, d_model // 2 :] = first, second
+        return table
+
+    return sinusoidal_pe
+
+
+def pe_function_hypotheses(component: str) -> Iterator[Alternative]:
+    """The sinusoidal table with sine on both members of a pair, cosine on both, or the two
+    swapped, in every component whose oracle builds the table."""
+    if not reaches(component, "sinusoidal_pe"):
+        return
+    for (even, odd), code in _PAIR_FUNCTIONS.items():
+        consequence = (
+            "the pair is no longer a rotation of one angle, so the encoding of p + k is not a "
+            "fixed linear map of p's"
+            if even == odd
+            else "each pair's two members are exchanged"
+        )
+        yield Alternative(
+            registered(code),
+            f"the output is the spec's with the sinusoidal table holding {even} on the first "
+            f"member of each pair and {odd} on the second (PE[p, 2i] = {even}, PE[p, 2i+1] = "
+            f"{odd}; the spec: sin, cos): {consequence} (SPEC.md §2.1, §2.2)",
+            pieces={"sinusoidal_pe": _sinusoidal_pe_with(even, odd)},
+        )
+
+
+# ------------------------------------------------------------------ the FFN's activation
+
+
+def _sigmoid_scaled(a: float) -> Callable[[np.ndarray], np.ndarray]:
+    def act(x: np.ndarray) -> np.ndarray:  # x * sigmoid(a x), written to not overflow
+        x = np.asarray(x, dtype=np.float64)
+        return x * 0.5 * (1.0 + np.tanh(0.5 * a * x))
+
+    return act
+
+
+def _gelu_tanh_with(c: float) -> Callable[[np.ndarray], np.ndarray]:
+    def act(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + c * x**3)))
+
+    return act
+
+
+def _relu_power(p: float) -> Callable[[np.ndarray], np.ndarray]:
+    def act(x: np.ndarray) -> np.ndarray:
+        return np.maximum(np.asarray(x, dtype=np.float64), 0.0) ** p
+
+    return act
+
+
+def _named_sigmoid(a: float) -> str:
+    known = {1.0: "SiLU / swish", 1.702: "QuickGELU, CLIP's approximation of GELU"}
+    name = next((n for v, n in known.items() if math.isclose(a, v, rel_tol=2e-3)), "")
+    return f"x * sigmoid({a:.4g} x)" + (f" ({name})" if name else "")
+
+
+def _named_tanh(c: float) -> str:
+    return (
+        f"0.5 x (1 + tanh(sqrt(2/pi) (x + {c:.4g} x^3))), the tanh GELU with cubic "
+        f"coefficient {c:.4g} (gelu_new's is 0.044715)"
+    )
+
+
+def _named_power(p: float) -> str:
+    return f"max(x, 0)^{p:.4g}" + (" (squared ReLU)" if math.isclose(p, 2.0, rel_tol=2e-3) else "")
+
+
+# (family, its log search range, its namer); the ranges hold every member in use (a = 1 and
+# 1.702, c = 0.044715, p = 2) with room either side.
+ACTIVATION_FAMILIES: tuple[tuple[Callable[[float], Any], tuple[float, float], Any], ...] = (
+    (_sigmoid_scaled, (math.log(0.05), math.log(50.0)), _named_sigmoid),
+    (_gelu_tanh_with, (math.log(1e-4), math.log(20.0)), _named_tanh),
+    (_relu_power, (math.log(0.2), math.log(5.0)), _named_power),
+)
+
+
+def _plain_ffn_with(act: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    """§6.1 with ``act`` in place of the declared activation."""
+
+    def feed_forward(x: Any, params: Any, *, activation: str = "relu") -> np.ndarray:
+        return oracle.linear(act(oracle.linear(x, params, "fc1.")), params, "fc2.")
+
+    return feed_forward
+
+
+def _gated_ffn_with(act: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    """§11.3 with ``act`` in place of the declared gate activation."""
+
+    def gated_feed_forward(x: Any, params: Any, *, activation: str = "silu") -> np.ndarray:
+        hidden = act(oracle.linear(x, params, "gate.")) * oracle.linear(x, params, "up.")
+        return oracle.linear(hidden, params, "down.")
+
+    return gated_feed_forward
+
+
+def _activated_after_output(x: Any, params: Any, *, activation: str = "relu") -> np.ndarray:
+    """§6.1 with the activation after the output projection: act(fc2(fc1(x)))."""
+    hidden = oracle.linear(oracle.linear(x, params, "fc1."), params, "fc2.")
+    return oracle.ACTIVATIONS[activation](hidden)
+
+
+def activation_place_hypotheses(component: str) -> Iterator[Alternative]:
+    """The declared activation applied after the FFN's output projection instead of between
+    its two projections, in every component whose oracle runs the plain FFN."""
+    if not reaches(component, "feed_forward"):
+        return
+    yield Alternative(
+        registered("ffn.activation_misplaced"),
+        "the output is the spec's with the FFN's activation applied after its output "
+        "projection, act(fc2(fc1(x))), instead of between the two, fc2(act(fc1(x))) (a "
+        "misplaced parenthesis; SPEC.md §6.1)",
+        pieces={"feed_forward": _activated_after_output},
+    )
+
+
+def activation_family_hypotheses(
+    component: str, evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """Each activation family solved for in the plain FFN and in the gated FFN's gate of
+    every component whose oracle runs one, named by its fitted member."""
+    for piece, make_ffn, where in (
+        ("feed_forward", _plain_ffn_with, "the FFN's activation (SPEC.md §6.1)"),
+        ("gated_feed_forward", _gated_ffn_with, "the gated FFN's gate activation (SPEC.md §11.3)"),
+    ):
+        if not reaches(component, piece):
+            continue
+        for family, log_range, named in ACTIVATION_FAMILIES:
+
+            def make(
+                value: float, family: Any = family, make_ffn: Any = make_ffn, piece: str = piece
+            ) -> Alternative:
+                return Alternative("", "", pieces={piece: make_ffn(family(value))})
+
+            # Always refined: a member near the declared activation (QuickGELU near exact
+            # GELU) has no grid point closer to the output than the spec itself is; the
+            # per-subject memo (once_per_subject) bounds the cost instead.
+            value = solve_log(make, evaluate, test, log_range)
+            if value is None:
+                continue
+            yield Alternative(
+                registered("ffn.activation_wrong"),
+                f"the output is the spec's with {where} replaced by {named(value)} (solved for "
+                "among parameterised families: x * sigmoid(a x), the tanh GELU with a fitted "
+                "cubic coefficient, max(x, 0)^p): the activation is none of the declared ones",
+                pieces={piece: make_ffn(family(value))},
+            )
+
+
+# ------------------------------------------------------- the ViT's patches and class token
+
+
+def patch_kernel_hypotheses(params: Any) -> Iterator[Alternative]:
+    """The patch kernel (D, C, p, p) applied with its rows and columns swapped."""
+    weight = None if not params else params.get("patch_embed.weight")
+    if weight is None or np.ndim(weight) != 4 or np.shape(weight)[2] != np.shape(weight)[3]:
+        return
+    yield Alternative(
+        registered("vit.patch_kernel_transposed"),
+        "the output is the spec's with the patch kernel transposed within each patch: "
+        "weight[d, c, x, y] meets pixel (y, x) (an einsum 'dcqp' for 'dcpq', a kernel "
+        "flattened in (c, x, y) order against patches in (c, y, x); SPEC.md §9.1)",
+        params={**params, "patch_embed.weight": np.swapaxes(np.asarray(weight), 2, 3)},
+    )
+
+
+def _vit_tokens_class_last(images: Any, params: Any, config: Any, conventions: Any) -> Any:
+    """§9.1-§9.4 with the class token after the patches: [patches, cls] + pos_embed."""
+    weight, bias = params["patch_embed.weight"], params["patch_embed.bias"]
+    x = oracle.patch_embed(images, weight, bias, patch_size=config.patch_size)
+    cls = np.broadcast_to(oracle._f64(params["cls_token"]), (x.shape[0], 1, x.shape[2]))
+    x = np.concatenate([x, cls], axis=1) + oracle._f64(params["pos_embed"])
+    return oracle.encoder(x, oracle.subparams(params, "encoder."), config, conventions=conventions)
+
+
+def class_token_hypotheses(component: str) -> Iterator[Alternative]:
+    """The class token concatenated after the patch tokens, in every component whose oracle
+    builds the ViT's tokens: the pooled token 0 is then the first patch."""
+    if not reaches(component, "vit_tokens"):
+        return
+    yield Alternative(
+        registered("vit.pooling_wrong_token"),
+        "the output is the spec's with the class token appended after the patch tokens "
+        "(torch.cat((x, cls), dim=1) for torch.cat((cls, x), dim=1)): the position table "
+        "meets the tokens in that order and the pooled token 0 is the first patch, not the "
+        "class token (SPEC.md §9.2, §9.5)",
+        pieces={"vit_tokens": _vit_tokens_class_last},
+    )
+
+
+# ------------------------------------------------------------------ one leaf from a sibling
+
+_LEAF_KEY = re.compile(r"^(?P<parent>(?:.*\.)?)(?P<module>[^.]+)\.(?P<leaf>weight|bias)$")
+
+
+def sibling_leaf_hypotheses(params: Any) -> Iterator[Alternative]:
+    """One leaf (the bias, or the weight) of a module read from a sibling module of the same
+    parent, in every layer at once: ``q = x W_q + b_k``. Read off the canonical layout."""
+    if not params:
+        return
+    # (parent with layer indices blanked, module, leaf) -> {parent: key}
+    leaves: dict[tuple[str, str, str], dict[str, str]] = {}
+    for key in params:
+        match = _LEAF_KEY.match(key)
+        if match:
+            shape = re.sub(r"\.\d+\.", ".*.", "." + match["parent"])
+            leaves.setdefault((shape, match["module"], match["leaf"]), {})[match["parent"]] = key
+    for (shape, reader, leaf), places in leaves.items():
+        for (other_shape, source, other_leaf), sources in leaves.items():
+            if (other_shape, other_leaf) != (shape, leaf) or source == reader:
+                continue
+            if set(sources) != set(places) or any(
+                np.shape(params[sources[p]]) != np.shape(params[k]) for p, k in places.items()
+            ):
+                continue
+            if all(np.array_equal(params[sources[p]], params[k]) for p, k in places.items()):
+                continue  # the same values: no input tells them apart
+            out = dict(params)
+            for parent, key in places.items():
+                out[key] = params[sources[parent]]
+            # a pair with a code of its own (the values through the key projection's weight)
+            own = _OWN_CODES.get((reader, source)) if leaf == "weight" else None
+            yield Alternative(
+                registered(own or "params.read_from_other_module"),
+                f"the output is the spec's with the {leaf} of {reader!r} read from its sibling "
+                f"{source!r} (in every layer): the module computes with its own other "
+                f"parameters and {source!r}'s {leaf} (SPEC.md §0.2)",
+                params=out,
+            )
+
+
+# ------------------------------------------------------- a grouped fused qkv in the other layout
+
+
+def _grouped_relaid(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int, stored: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v read from one fused projection stored in layout ``stored`` and read in the
+    other. Group-major ``[KV, g + 2, d]`` (each key/value head's g query heads, its key, its
+    value: Qwen's and GPT-NeoX's grouped query_key_value) read as part-major ``[g + 2, KV,
+    d]`` then transposed, or part-major ``[q | k | v]`` read as group-major. Rows first."""
+    rest = q.shape[1:]
+    d = k.shape[0] // n_kv
+    g = q.shape[0] // (n_kv * d)
+    if stored == "group_major":
+        fused = np.concatenate(
+            [
+                q.reshape(n_kv, g, d, *rest),
+                k.reshape(n_kv, 1, d, *rest),
+                v.reshape(n_kv, 1, d, *rest),
+            ],
+            axis=1,
+        )  # [KV, g + 2, d, ...] in memory
+        read = fused.reshape(g + 2, n_kv, d, *rest).swapaxes(0, 1)  # viewed [g + 2, KV, d]
+    else:
+        read = np.concatenate([q, k, v]).reshape(n_kv, g + 2, d, *rest)  # [q | k | v] as groups
+    return (
+        read[:, :g].reshape(n_kv * g * d, *rest),
+        read[:, g].reshape(n_kv * d, *rest),
+        read[:, g + 1].reshape(n_kv * d, *rest),
+    )
+
+
+def grouped_qkv_hypotheses(config: Any, params: Any) -> Iterator[Alternative]:
+    """A fused qkv projection of grouped-query attention (fewer key/value heads than query
+    heads) stored group-major and read part-major, or the reverse, in every attention of the
+    parameters (``<prefix>q.weight``, ``k.weight``, ``v.weight``); with as many key/value
+    heads as query heads this is ``hypotheses_more.qkv_hypotheses``' head-major layout."""
+    n_heads = int(getattr(config, "n_heads", 0) or 0)
+    if not params or not n_heads:
+        return
+    prefixes = sorted({k[: -len("q.weight")] for k in params if k.endswith("q.weight")})
+    prefixes = [p for p in prefixes if f"{p}k.weight" in params and f"{p}v.weight" in params]
+    for stored, words in (
+        ("group_major", "group-major [KV, g + 2, d] and read part-major [g + 2, KV, d]"),
+        ("part_major", "part-major [q | k | v] and read group-major [KV, g + 2, d]"),
+    ):
+        out = dict(params)
+        for prefix in prefixes:
+            q_rows, k_rows = (
+                np.shape(params[f"{prefix}q.weight"])[0],
+                np.shape(params[f"{prefix}k.weight"])[0],
+            )
+            d = q_rows // n_heads
+            if not d or q_rows % n_heads or k_rows % d or k_rows // d >= n_heads:
+                return  # not grouped-query attention
+            n_kv = k_rows // d
+            for leaf in ("weight", "bias"):
+                keys = [f"{prefix}{x}.{leaf}" for x in "qkv"]
+                if not all(key in params for key in keys):
+                    continue
+                parts = [np.asarray(params[key], dtype=np.float64) for key in keys]
+                for key, relaid in zip(keys, _grouped_relaid(*parts, n_kv, stored), strict=True):
+                    out[key] = relaid
+        if not prefixes:
+            return
+        yield Alternative(
+            registered("attention.qkv_order_wrong"),
+            f"the output is the spec's with the fused qkv projection of grouped-query attention "
+            f"stored {words}: each query group takes its queries, key and value from the wrong "
+            "rows of the fused weight (SPEC.md §3.4, §11.2, §0.2)",
+            params=out,
+        )
