@@ -834,12 +834,10 @@ class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
     def layer_states(self, handle: TorchHandle) -> Iterator[Any]:
         """During the block, every forward of a real-size ``causal_lm`` stack in float64
         records the input to layer 0 and each layer's output (float64 copies, a
-        ``teacher.LayerStates``): the oracle comparison judges its call at the checkpoint's
+        ``real_size.LayerStates``): the oracle comparison judges its call at the checkpoint's
         own context layer by layer from them (``tck.conformance.toolkit.teacher``). Yields
         None for any other subject, dtype or size (the whole comparison is made then).
         Forward hooks that return nothing: the model's output is unchanged."""
-        from tck.conformance.toolkit.teacher import LayerStates
-
         path = self.layer_list
         wanted = handle.subject.component == "causal_lm" and handle.dtype == torch.float64
         if path is None or not wanted or not real_size.applies(handle.subject):
@@ -850,7 +848,7 @@ class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
         except AttributeError:
             yield None
             return
-        states = LayerStates(len(layers), outputs=[None] * len(layers))
+        states = real_size.LayerStates(len(layers), outputs=[None] * len(layers))
 
         def kept(value: Any) -> np.ndarray | None:
             value = value[0] if isinstance(value, tuple) else value

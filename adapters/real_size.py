@@ -40,7 +40,10 @@ stack: the full verdict, at 12 times the layer subjects' cost).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .base import Subject
 
@@ -116,3 +119,20 @@ def stack_skip(
         "layer 0, its own weights); the stack runs the oracle comparison (at its full length "
         f"too), padding invariance and float64 gradients (${ENV}=off runs everything here)"
     )
+
+
+@dataclass
+class LayerStates:
+    """What the model computed on the way to its output, captured during the call (float64,
+    (B, L, D) each): the input to layer 0 and every layer's output, in order."""
+
+    n_layers: int
+    first: np.ndarray | None = None
+    outputs: list[np.ndarray | None] = field(default_factory=list)
+
+    def complete(self) -> bool:
+        return (
+            self.first is not None
+            and len(self.outputs) == self.n_layers
+            and all(o is not None and o.shape == self.first.shape for o in self.outputs)
+        )

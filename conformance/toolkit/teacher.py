@@ -33,11 +33,12 @@ diagnosis as before: the layer-by-layer judgement only ever decides a pass.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tck.adapters.real_size import LayerStates
 from tck.reference import Config, Conventions, oracle
 from tck.reference.params import has_final_norm, subparams
 from tck.reference.tolerance import Comparison, compare, k_forward
@@ -46,23 +47,6 @@ from tck.reference.tolerance import Comparison, compare, k_forward
 # drawn at random (RANDOM, seeded), so no fixed stride can hide a periodic bug.
 SPREAD = 48
 RANDOM = 16
-
-
-@dataclass
-class LayerStates:
-    """What the model computed on the way to its output, captured during the call (float64,
-    (B, L, D) each): the input to layer 0 and every layer's output, in order."""
-
-    n_layers: int
-    first: np.ndarray | None = None
-    outputs: list[np.ndarray | None] = field(default_factory=list)
-
-    def complete(self) -> bool:
-        return (
-            self.first is not None
-            and len(self.outputs) == self.n_layers
-            and all(o is not None and o.shape == self.first.shape for o in self.outputs)
-        )
 
 
 def judged_rows(length: int, seed: int = 0) -> np.ndarray:

@@ -28,6 +28,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from tck.adapters import Chunk, ConfigSpace, TorchEntry, TorchModuleAdapter
 from tck.reference import Conventions, canonical_conventions
@@ -91,18 +92,21 @@ class NewGELU(nn.Module):  # nanoGPT's, with its constant kept as a float32 tens
         return 0.5 * x * (1.0 + torch.tanh(self.c * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-class LayerNorm(nn.Module):  # nanoGPT's, by hand, so that a bug can be injected
+class LayerNorm(nn.Module):  # nanoGPT's (F.layer_norm), or by hand with the bug injected
     def __init__(self, dim: int, eps_outside: bool = False):
         super().__init__()
         self.eps, self.eps_outside = 1e-5, eps_outside
         self.weight, self.bias = nn.Parameter(torch.ones(dim)), nn.Parameter(torch.zeros(dim))
 
     def forward(self, x):
-        mean = x.mean(-1, keepdim=True)
-        var = (x - mean).pow(2).mean(-1, keepdim=True)
-        if self.eps_outside:  # the bug: (x - mean) / (std + eps)
-            return (x - mean) / (var.sqrt() + self.eps) * self.weight + self.bias
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        if not self.eps_outside:  # F.layer_norm keeps 16-bit inputs' statistics in float32
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        # the bug, (x - mean) / (std + eps), with the statistics in float32 as above (so
+        # that the eps is the only difference from the correct norm)
+        wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        mean = wide.mean(-1, keepdim=True)
+        std = (wide - mean).pow(2).mean(-1, keepdim=True).sqrt()
+        return ((wide - mean) / (std + self.eps)).type_as(x) * self.weight + self.bias
 
 
 class CausalSelfAttention(nn.Module):  # nanoGPT's
