@@ -69,6 +69,10 @@ print(json.dumps({
     "causes": [c["code"] for c in causes],
     "first_message": causes[0]["message"] if causes else "",
     "failing": sum(r.get("status") in ("fail", "error") for r in results),
+    "failing_rows": [
+        [r.get("check"), (r.get("diagnosis") or {}).get("code")]
+        for r in results if r.get("status") in ("fail", "error")
+    ],
     "summary": data.get("summary"),
 }))
 """
@@ -82,6 +86,26 @@ def load_controls(set_dir: Path = HERE) -> list[dict[str, Any]]:
     """The set's correct one-line rewrites (controls.json; none when the set has no file)."""
     path = set_dir / "controls.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+
+def load_findings(set_dir: Path = HERE) -> dict[str, set[tuple[str, str]]]:
+    """Findings judged after the freeze on a set's correct implementations (PROTOCOL.md of
+    the set): a row the kit fails on the implementation itself, which its SPEC clause says is
+    a real deviation the author did not intend (findings.json: a list of {"impl", "check",
+    "code", "finding", "judged_by", "date"}; none when the set has no file). Implementation ->
+    its (check, code) pairs. A control whose only failing rows are its implementation's
+    findings added nothing wrong: it passes "with findings", never plainly."""
+    path = set_dir / "findings.json"
+    found: dict[str, set[tuple[str, str]]] = {}
+    if not path.is_file():
+        return found
+    for entry in json.loads(path.read_text(encoding="utf-8")):
+        keys = ("impl", "check", "code", "finding", "judged_by", "date")
+        missing = [k for k in keys if not entry.get(k)]
+        if missing:
+            raise ValueError(f"{path}: a finding lacks {', '.join(missing)}: {entry}")
+        found.setdefault(entry["impl"], set()).add((entry["check"], entry["code"]))
+    return found
 
 
 def load_implementations(set_dir: Path = HERE) -> dict[str, list[str]]:
@@ -331,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bugs = load_bugs(args.set)
     controls = [] if args.no_controls else load_controls(args.set)
+    findings = load_findings(args.set)
     wanted = {b for spec in args.only_bug for b in spec.split(",") if b}
     unknown = sorted(wanted - {b["id"] for b in [*bugs, *load_controls(args.set)]})
     if unknown:
@@ -354,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.timeout, args.keep,
             )  # fmt: skip
         if is_control:
-            row = score_control(bug, record)
+            row = score_control(bug, record, findings)
             mark = "ok " if row["passed"] else "FAL"
             print(f"[{mark}] {bug['id']}: {row['failing']} failing", file=sys.stderr, flush=True)
             return row
@@ -432,18 +457,39 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(rows))
         passed = sum(c["passed"] for c in scored_controls)
         print(f"controls passed (0 failing rows): {passed}/{len(scored_controls)}")
+        if findings:
+            judged = sum(c["passed_with_findings"] for c in scored_controls)
+            print(
+                f"controls passed counting the judged findings on their implementations "
+                f"(findings.json): {judged}/{len(scored_controls)}"
+            )
     return 0
 
 
-def score_control(control: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    """A control passes when its run has no fail or error row (and the runner had no error)."""
+def score_control(
+    control: dict[str, Any],
+    record: dict[str, Any],
+    findings: dict[str, set[tuple[str, str]]] | None = None,
+) -> dict[str, Any]:
+    """A control passes when its run has no fail or error row (and the runner had no error);
+    it passes with findings when every failing row is a judged finding on its implementation
+    (``load_findings``): the rewrite added no failure of its own."""
     failing = record.get("failing")
+    judged = (findings or {}).get(control["impl"], set())
+    rows = [tuple(row) for row in record.get("failing_rows") or []]
+    passed = failing == 0 and not record.get("runner_error")
     return {
         "id": control["id"],
         "impl": control["impl"],
         "control": True,
         "failing": failing,
-        "passed": failing == 0 and not record.get("runner_error"),
+        "passed": passed,
+        "passed_with_findings": passed
+        or (
+            not record.get("runner_error")
+            and len(rows) == failing
+            and all(row in judged for row in rows)
+        ),
         "causes": record.get("causes") or [],
         "summary": record.get("summary"),
         "duration_s": record.get("duration_s"),
@@ -487,6 +533,9 @@ def _write_json(
             ),
             "controls": len(controls),
             "controls_passed": sum(c["passed"] for c in controls),
+            "controls_passed_with_findings": sum(
+                c.get("passed_with_findings", c["passed"]) for c in controls
+            ),
         },
         "bugs": scored,
         "controls": controls,
