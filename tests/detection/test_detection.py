@@ -99,7 +99,10 @@ def test_mutant_is_killed(name: str) -> None:
     refresh_matrix()
     found = failures(document)
     reported = {code for codes in found.values() for code in codes}
-    errors = [r for r in document["results"] if r["status"] == "error"]
+    # an exception is the mutant's adapter failing, not its bug, unless raising is the bug
+    # (RAISES: a view that raises on the suite's batched calls); its code is still required
+    raises_by_design = getattr(module, "RAISES", False)
+    errors = [r for r in document["results"] if r["status"] == "error" and not raises_by_design]
     assert not errors, f"{name}: the mutant's adapter raised: " + "; ".join(
         f"{r['check']} [{r['subject']}]: {r['diagnosis']['message'][:200]}" for r in errors
     )
