@@ -89,22 +89,23 @@ def load_controls(set_dir: Path = HERE) -> list[dict[str, Any]]:
 
 
 def load_findings(set_dir: Path = HERE) -> dict[str, set[tuple[str, str]]]:
-    """Findings judged after the freeze on a set's correct implementations (PROTOCOL.md of
-    the set): a row the kit fails on the implementation itself, which its SPEC clause says is
-    a real deviation the author did not intend (findings.json: a list of {"impl", "check",
-    "code", "finding", "judged_by", "date"}; none when the set has no file). Implementation ->
-    its (check, code) pairs. A control whose only failing rows are its implementation's
-    findings added nothing wrong: it passes "with findings", never plainly."""
+    """Findings judged after the freeze on a set's correct code: a row the kit fails on an
+    implementation itself, or on a control's rewrite, which its SPEC clause says is a real
+    deviation the author did not intend (findings.json: a list of {"impl" or "control",
+    "check", "code", "finding", "judged_by", "date"}; none when the set has no file).
+    Implementation or control id -> its (check, code) pairs. A control whose only failing rows
+    are such findings passes "with findings", never plainly."""
     path = set_dir / "findings.json"
     found: dict[str, set[tuple[str, str]]] = {}
     if not path.is_file():
         return found
     for entry in json.loads(path.read_text(encoding="utf-8")):
-        keys = ("impl", "check", "code", "finding", "judged_by", "date")
+        keys = ("check", "code", "finding", "judged_by", "date")
         missing = [k for k in keys if not entry.get(k)]
-        if missing:
-            raise ValueError(f"{path}: a finding lacks {', '.join(missing)}: {entry}")
-        found.setdefault(entry["impl"], set()).add((entry["check"], entry["code"]))
+        where = entry.get("impl") or entry.get("control")
+        if missing or not where:
+            raise ValueError(f"{path}: a finding lacks {', '.join(missing) or 'impl'}: {entry}")
+        found.setdefault(where, set()).add((entry["check"], entry["code"]))
     return found
 
 
@@ -460,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         if findings:
             judged = sum(c["passed_with_findings"] for c in scored_controls)
             print(
-                f"controls passed counting the judged findings on their implementations "
+                f"controls passed counting the judged findings on their code "
                 f"(findings.json): {judged}/{len(scored_controls)}"
             )
     return 0
@@ -475,7 +476,9 @@ def score_control(
     it passes with findings when every failing row is a judged finding on its implementation
     (``load_findings``): the rewrite added no failure of its own."""
     failing = record.get("failing")
-    judged = (findings or {}).get(control["impl"], set())
+    judged = (findings or {}).get(control["impl"], set()) | (findings or {}).get(
+        control["id"], set()
+    )
     rows = [tuple(row) for row in record.get("failing_rows") or []]
     passed = failing == 0 and not record.get("runner_error")
     return {

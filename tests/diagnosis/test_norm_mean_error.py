@@ -4,6 +4,8 @@ layer whose residual stream hides them from the maximum-error rule; float32 stat
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tck.adapters import load_adapter
@@ -24,6 +26,22 @@ def test_float16_statistics_inside_a_pre_ln_layer_are_named() -> None:
         check.test_norm_statistics_mean_error(tck)
     assert failure.value.code == "numerics.norm_statistics_low_precision", failure.value.message
     assert failure.value.metrics["mean_error_ratio"] > check.K_MEAN_NORM
+
+
+def test_declared_input_dtype_statistics_are_held_to_the_naive_run(monkeypatch) -> None:
+    """The same layer declaring half_precision="input_dtype" (SPEC.md §10.10): held to the run
+    with every quantity in float16, it gets a convention row, not a failure."""
+    tck = _harness("mutants.encoder_layer_norm_half_statistics", "encoder_layer")
+    made = tck.instance
+    conventions = dataclasses.replace(tck.subject.conventions, half_precision="input_dtype")
+    subject = dataclasses.replace(tck.subject, conventions=conventions)
+
+    def declared(*args, **kwargs):
+        return dataclasses.replace(made(*args, **kwargs), subject=subject)
+
+    monkeypatch.setattr(tck, "instance", declared)
+    check.test_norm_statistics_mean_error(tck)
+    assert any("half_precision='input_dtype'" in m for _, m in tck.record.conventions)
 
 
 @pytest.mark.parametrize(
