@@ -148,7 +148,8 @@ def test_norm_statistics_mean_error(tck: Harness) -> None:
             "numerics.norm_statistics_low_precision",
             f"the norm statistics are formed in {DTYPE}, not float32: the output is "
             "closer to the careful run with its mean and variance in "
-            f"{DTYPE} than to the careful run; {numbers} (SPEC.md §10.10)",
+            f"{DTYPE} than to the careful run; {numbers}: form them in float32, or declare "
+            "half_precision='input_dtype' where the input dtype is intended (SPEC.md §10.10)",
             {"mean_error_ratio": ratio},
         )
     else:
