@@ -246,6 +246,9 @@ NAMES: tuple[str, ...] = (
     "mha_time_first_view_heads",
     # an encoder stack whose layers are one module (``[layer] * n``): shared parameters
     "encoder_layers_one_module",
+    # heads left [B, L, H, d] for a kernel that reads [B, H, L, d]: raises on masked calls,
+    # attends over the heads on unmasked ones
+    "mha_heads_left_time_major",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

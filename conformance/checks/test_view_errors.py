@@ -1,4 +1,22 @@
-"""§3.3, §10.6 A view that raises where the spec defines the output: what would it compute?
+"""§3.3, §4.1, §10.6 A call that raises where the spec defines the output: what would it
+compute?
+
+Two checks, one idea: an exception names no class, so where a call raises the check makes
+the nearest call that runs and lets the diagnosis name what it computes.
+
+**A masked call that raises** (``shapes.masked_call_errors``). A layout bug that only a mask
+can expose raises there: heads left ``[B, L, H, d]`` (flash-attn's layout) and handed to a
+kernel that wants ``[B, H, L, d]`` run on unmasked calls, where the sequence and head axes
+trade places silently, and raise on every masked one, where the mask ``[B, 1, 1, Lk]`` no
+longer broadcasts; cross-attention keys taken from the wrong stream raise where ``Lq !=
+Lk``. The report is left with ``adapter.exception``. On every component whose inputs include
+a mask, where the default masked call raises, the check calls a fresh instance without any
+mask, then without a mask and with ``Lk = Lq``, then without a mask on one token (a mask the
+implementation builds itself broadcasts there), and compares the first call that runs with
+the oracle: a mismatch is named by the diagnosis, beside the exception's words; a call that
+matches leaves the exception alone (the mask handling is the only fault).
+
+**A view that raises** (``shapes.view_errors``).
 
 ``tensor.view(shape)`` raises ``RuntimeError: view size is not compatible with input
 tensor's size and stride`` when the tensor's memory cannot be read in that shape without a
@@ -26,6 +44,7 @@ from typing import Any
 
 import pytest
 
+from tck.adapters.base import Unsupported
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import RECORDS
@@ -38,6 +57,9 @@ components = pytest.mark.components
 HEADED = tuple(
     name for name in RECORDS if reaches(name, "split_heads") or reaches(name, "merge_heads")
 )
+# Components with an input the builder makes only for a masked call (a key-padding or keep
+# mask, SPEC.md §4.1, §4.2).
+MASKED = tuple(name for name, rec in RECORDS.items() if any(i.when == "masked" for i in rec.inputs))
 # torch's words for a view the memory layout cannot give (aten/src/ATen/native/TensorShape.cpp)
 VIEW_ERROR = "view size is not compatible with input tensor's size and stride"
 
@@ -101,3 +123,52 @@ def test_view_errors(tck: Harness) -> None:
             {**failure.metrics, "views_replaced": len(mode.replaced)},
         ) from None
     raise raised  # the views, made reshapes, give the spec: the exception is the only fault
+
+
+# The calls tried in turn when the default masked call raises: no mask; no mask with the keys
+# as long as the queries (a cross-attention that takes its keys from the wrong stream); no
+# mask and one token, where a mask the implementation builds itself ([B, 1, 1, L] from an
+# all-ones attention mask) broadcasts over any layout.
+UNMASKED_CALLS: tuple[tuple[Shape, str], ...] = (
+    (Shape(masked=False), "without a mask"),
+    (Shape(masked=False, lk=Shape().lq), "without a mask and with Lk = Lq"),
+    (Shape(masked=False, lq=1, lk=1), "without a mask, of one token"),
+)
+
+
+@spec("4.1", "10.6", id="shapes.masked_call_errors")
+@components(*MASKED)
+def test_masked_call_errors(tck: Harness) -> None:
+    """A masked call the spec defines that raises: the nearest unmasked call that runs,
+    compared with the oracle and named by the diagnosis (SPEC.md §4.1, §10.6)."""
+    inst = tck.instance()
+    tck.require_params(inst)
+    try:
+        tck.run(inst, tck.inputs(inst, Shape()))
+    except Unsupported:
+        raise  # a call the adapter declines is a skip with its reason, not a bug
+    except Exception as err:  # any other exception: what it hides is the question
+        if VIEW_ERROR in str(err):
+            pytest.skip("the call raises in a view: shapes.view_errors judges it")
+        raised = err
+    else:
+        pytest.skip("the masked call runs: the oracle checks judge its output")
+    words = f"{type(raised).__name__}: {str(raised)[:200]}"
+    for shape, how in UNMASKED_CALLS:
+        fresh = tck.instance()
+        plain = tck.inputs(fresh, shape)
+        try:
+            tck.run(fresh, plain)
+        except Exception:  # raises here too: try the next call
+            continue
+        try:
+            tck.assert_matches_oracle(fresh, plain, what=f"the call {how}")
+        except CheckFailure as failure:
+            raise CheckFailure(
+                failure.code,
+                f"the masked call raises ({words}); the same call {how} runs, and "
+                f"{failure.message} (SPEC.md §4.1, §10.6)",
+                {**failure.metrics, "masked_call_raised": type(raised).__name__},
+            ) from None
+        raise raised  # the unmasked call is the spec's: the mask handling is the only fault
+    raise raised  # nothing nearer runs: the exception is all there is to report

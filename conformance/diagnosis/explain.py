@@ -302,7 +302,11 @@ def _hypotheses(
         solved_mask_bias,
         whole_rows_only,
     )
-    from .hypotheses_more import counting_sublayers, more_hypotheses  # heads, bias, residual
+    from .hypotheses_more import (  # heads, bias, residual
+        counting_sublayers,
+        kv_tiling_hypotheses,
+        more_hypotheses,
+    )
     from .hypotheses_solved import (
         norm_axes_hypotheses,
         rope_direction_hypotheses,
@@ -390,6 +394,7 @@ def _hypotheses(
                 patch_kernel_hypotheses(inst.params),
                 class_token_hypotheses(component),
                 grouped_qkv_hypotheses(inst.config, inst.params),
+                kv_tiling_hypotheses(component),
             )
         )
     if found is None:

@@ -16,7 +16,9 @@ components:
 - **A sinusoidal table with the wrong function on a member of each pair**: sine on both
   members (``positional.not_relative``: the encoding of p + k is then no fixed linear map of
   p's), cosine on both (the same), or cosine on the even members and sine on the odd
-  (``positional.sin_cos_swapped``).
+  (``positional.sin_cos_swapped``); its exponent taken per feature (``j/d``) or stepped
+  by ``1/(d/2 - 1)`` (``positional.frequency_wrong``); its rows read at ``p + k``
+  (``positional.position_offset``), where no ``positions`` input can be shifted.
 - **An FFN activation that is none of the declared ones** (``ffn.activation_wrong``): three
   parameterised families are solved for, x * sigmoid(a x) (SiLU at a = 1, QuickGELU at a =
   1.702), the tanh GELU with a cubic coefficient c (0.044715 in gelu_new), and ReLU(x)^p
@@ -177,11 +179,87 @@ def _sinusoidal_pe_with(even: str, odd: str) -> Callable[..., np.ndarray]:
     return sinusoidal_pe
 
 
-def pe_function_hypotheses(component: str) -> Iterator[Alternative]:
-    """The sinusoidal table with sine on both members of a pair, cosine on both, or the two
-    swapped, in every component whose oracle builds the table."""
+def _sinusoidal_pe_rule(
+    exponent: Callable[[np.ndarray, int], np.ndarray], offset: int = 0
+) -> Callable[..., np.ndarray]:
+    """§2.1 with column j of the table (in interleaved order: sine at even j, cosine at odd j)
+    turning at base^(-exponent(j, d)) (the spec's: 2 floor(j / 2) / d) at positions
+    p + ``offset``; the concatenated layout then moves the sines to the first half."""
+
+    def sinusoidal_pe(
+        length: int,
+        d_model: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "interleaved",
+        max_len: int | None = None,
+    ) -> np.ndarray:
+        oracle.sinusoidal_pe(length, d_model, base=base, layout=layout, max_len=max_len)  # checks
+        j = np.arange(d_model)
+        positions = np.arange(length, dtype=np.float64)[:, None] + offset  # (L, 1)
+        angles = positions * base ** (-exponent(j, d_model))  # (L, d)
+        table = np.where(j % 2 == 0, np.sin(angles), np.cos(angles))
+        if layout == "concatenated":
+            table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
+        return table
+
+    return sinusoidal_pe
+
+
+def _spec_exponent(j: np.ndarray, d: int) -> np.ndarray:
+    return 2 * (j // 2) / d
+
+
+# Exponent rules of the sinusoidal table besides the spec's 2 floor(j/2) / d, each a one-line
+# slip in the code that builds it: (rule, words).
+PE_EXPONENT_RULES: tuple[tuple[Callable[[np.ndarray, int], np.ndarray], str], ...] = (
+    (
+        lambda j, d: j / d,
+        "j / d for every feature j instead of 2 floor(j/2) / d per pair (the exponent taken "
+        "per feature: each cosine turns at the next pair's frequency, not its sine's)",
+    ),
+    (
+        lambda j, d: (j // 2) / max(d // 2 - 1, 1),
+        "i / (d/2 - 1) for pair i instead of 2i / d (tensor2tensor's and fairseq's "
+        "log(base) / (d/2 - 1) step)",
+    ),
+)
+# Positions p + k where the table is indexed: a padding offset carried over (fairseq and BART
+# number positions from padding_idx + 1 or 2), an index off by one.
+PE_TABLE_OFFSETS = (1, 2, -1)
+
+
+def pe_rule_hypotheses(component: str) -> Iterator[Alternative]:
+    """The sinusoidal table built with another exponent rule, or read at positions p + k, in
+    every component whose oracle builds the table (a model, a stack or a layer that numbers
+    its own positions, where no ``positions`` input can be shifted)."""
     if not reaches(component, "sinusoidal_pe"):
         return
+    for rule, words in PE_EXPONENT_RULES:
+        yield Alternative(
+            registered("positional.frequency_wrong"),
+            f"the output is the spec's with the sinusoidal table's frequency exponent {words} "
+            "(SPEC.md §2.1)",
+            pieces={"sinusoidal_pe": _sinusoidal_pe_rule(rule)},
+        )
+    for offset in PE_TABLE_OFFSETS:
+        yield Alternative(
+            registered("positional.position_offset"),
+            f"the output is the spec's with the sinusoidal table read at position p "
+            f"{offset:+d}: positions are counted from {offset} instead of 0 (an offset such as "
+            "BART's and fairseq's padding offset carried into a model that has none, or an "
+            "index off by one; SPEC.md §2.1)",
+            pieces={"sinusoidal_pe": _sinusoidal_pe_rule(_spec_exponent, offset)},
+        )
+
+
+def pe_function_hypotheses(component: str) -> Iterator[Alternative]:
+    """The sinusoidal table with sine on both members of a pair, cosine on both, or the two
+    swapped, in every component whose oracle builds the table; then its exponent rule and
+    position offset (``pe_rule_hypotheses``)."""
+    if not reaches(component, "sinusoidal_pe"):
+        return
+    yield from pe_rule_hypotheses(component)
     for (even, odd), code in _PAIR_FUNCTIONS.items():
         consequence = (
             "the pair is no longer a rotation of one angle, so the encoding of p + k is not a "

@@ -97,6 +97,23 @@ def _split_heads_no_transpose(x: Any, n_heads: int) -> np.ndarray:
     return oracle._f64(x).reshape(b, n_heads, length, width // n_heads)
 
 
+def _split_heads_left_time_major(x: Any, n_heads: int) -> np.ndarray:
+    """(B, L, H*d) -> (B, L, H, d) with no transpose: the positions stand where the heads
+    belong and the heads where the positions belong (flash-attn's layout given to a kernel
+    that reads (B, H, L, d))."""
+    b, length, width = x.shape
+    if width % n_heads:
+        raise ValueError(f"width {width} is not divisible by n_heads={n_heads}")
+    return oracle._f64(x).reshape(b, length, n_heads, width // n_heads)
+
+
+def _merge_heads_left_time_major(x: Any) -> np.ndarray:
+    """(B, L, H, d) -> (B, L, H*d): the attention's output read back in the layout it was
+    given, with no transpose."""
+    b, length = x.shape[:2]
+    return oracle._f64(x).reshape(b, length, -1)
+
+
 def _residual_after_norm(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
     """A pre-LN sublayer whose residual is the normalised input: h = Norm(x); h + f(h)."""
     if conventions.norm_placement == "post":
@@ -227,6 +244,60 @@ def head_split_hypotheses(component: str) -> Iterator[Alternative]:
         "channels and the scores compare the wrong vectors (SPEC.md §3.3)",
         pieces={"split_heads": _split_heads_no_transpose},
     )
+    if reaches(component, "merge_heads"):
+        yield Alternative(
+            "attention.heads_split_wrong_order",
+            "the output is the spec's with the heads left as (B, L, H, d) (x.view(B, L, H, d) "
+            "without the transpose to (B, H, L, d)) for an attention that reads (B, H, L, d), "
+            "and its output read back the same way: each position attends over its own heads "
+            "instead of each head over the positions; a padding mask (B, 1, 1, Lk) no longer "
+            "broadcasts, so masked calls raise (SPEC.md §3.3)",
+            pieces={
+                "split_heads": _split_heads_left_time_major,
+                "merge_heads": _merge_heads_left_time_major,
+            },
+        )
+
+
+# §11.2's repeat_kv runs twice per attention, keys first, then values (oracle
+# causal_self_attention): the tensor a tiling slip touches, by its place in that pair.
+KV_TILED = {"keys": 0, "values": 1}
+
+
+def _repeat_kv_tiled_on(which: int) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation: the replacement counts its calls) under which
+    the ``which``-th tensor of every (keys, values) pair is tiled, ``x.repeat(1, g, 1, 1)``
+    (query head h reads kv head h mod H_kv), and the other one grouped as the spec says."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        seen = [0]
+
+        def repeat_kv(x: Any, n_rep: int) -> np.ndarray:
+            seen[0] += 1
+            if (seen[0] - 1) % 2 == which:
+                return np.tile(oracle._f64(x), (1, n_rep, 1, 1))
+            return oracle.repeat_kv(x, n_rep)
+
+        return {"repeat_kv": repeat_kv}
+
+    return pieces
+
+
+def kv_tiling_hypotheses(component: str) -> Iterator[Alternative]:
+    """Grouped-query attention with only the keys, or only the values, tiled over the query
+    heads (the both-tiled case is ``decoding.tiled_kv_heads``, a permutation of the
+    parameters): in every component whose oracle repeats key/value heads."""
+    if not reaches(component, "repeat_kv"):
+        return
+    for tensor, which in KV_TILED.items():
+        yield Alternative(
+            "attention.kv_heads_tiled",
+            f"the output is the spec's with the {tensor} alone tiled over the query heads "
+            f"(query head h reads {tensor[:-1]} head h mod H_kv: a repeat or broadcast on the "
+            "group axis in the wrong place) where SPEC.md §11.2 gives query head h kv head "
+            "h // (H / H_kv) (each head repeated in place); the other tensor is grouped right",
+            pieces=_repeat_kv_tiled_on(which),
+        )
 
 
 def _merge_heads_no_transpose(x: Any) -> np.ndarray:

@@ -24,6 +24,11 @@ parameterised families that no list of candidate values covers, solved numerical
   norm; positions then share statistics (in a decoder, the future leaks through them).
 - RoPE's inverse frequencies rounded to float16 or bfloat16 before the angles are formed
   (``numerics.rope_angles_low_precision``), in every component whose oracle runs RoPE.
+- A norm with the other norm's statistics: LayerNorm without its mean subtraction
+  (``layer_norm.not_centred``), RMSNorm with one (``layer_norm.rms_wrong_statistics``), in
+  every component whose oracle runs that norm.
+- RoPE's angles rounded to float16 or bfloat16 before their cosine or sine is taken
+  (``numerics.rope_angles_low_precision``), in any subject.
 - The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
   RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
   subject compared in float32 or float64 (float32 tables in a float64 subject are the
@@ -359,8 +364,10 @@ def _sinusoidal_pe_in(dtype: str) -> Callable[..., np.ndarray]:
     return sinusoidal_pe
 
 
-def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
-    """§2.3 with the cos and sin tables stored in ``dtype``."""
+def _rope_with(
+    tables: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> Callable[..., np.ndarray]:
+    """§2.3 with the cos and sin tables made by ``tables`` from the angles theta (L, d/2)."""
 
     def rope(  # type: ignore[no-untyped-def]
         x: Any,
@@ -381,7 +388,7 @@ def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
             else np.asarray(frequencies, dtype=np.float64)
         )
         theta = positions.astype(np.float64)[:, None] * omega  # (L, d/2)
-        cos, sin = rounded_to(np.cos(theta), dtype), rounded_to(np.sin(theta), dtype)
+        cos, sin = tables(theta)
         if layout == "interleaved":
             a, b = x[..., 0::2], x[..., 1::2]
         elif layout == "half_split":
@@ -397,6 +404,32 @@ def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
         return out
 
     return rope
+
+
+def _rope_in(dtype: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the cos and sin tables stored in ``dtype``."""
+    return _rope_with(
+        lambda theta: (rounded_to(np.cos(theta), dtype), rounded_to(np.sin(theta), dtype))
+    )
+
+
+# Which of the two tables a 16-bit angle feeds (the angles cast before one of cos and sin only
+# is a one-line slip as common as before both).
+ANGLE_TABLES = ("cos and sin", "cos", "sin")
+
+
+def _rope_angles_in(dtype: str, which: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the angles theta = p * omega rounded to ``dtype`` before ``which`` of the
+    cosine and sine is taken (``torch.cos(angles.to(torch.float16))``), that table then held
+    in ``dtype`` too."""
+
+    def tables(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        low = rounded_to(theta, dtype)
+        cos = rounded_to(np.cos(low), dtype) if "cos" in which else np.cos(theta)
+        sin = rounded_to(np.sin(low), dtype) if "sin" in which else np.sin(theta)
+        return cos, sin
+
+    return _rope_with(tables)
 
 
 def _rope_frequencies_in(dtype: str, stepwise: bool) -> Callable[..., np.ndarray]:
@@ -425,15 +458,16 @@ def _rope_frequencies_in(dtype: str, stepwise: bool) -> Callable[..., np.ndarray
 
 
 def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alternative]:
-    """Each table the component's oracle builds, stored in each 16-bit dtype."""
-    if compared_in not in TABLE_COMPARISONS:
-        return
+    """Each table the component's oracle builds, stored in each 16-bit dtype, in a subject
+    compared in float32 or float64 (in a 16-bit subject a 16-bit table is its dtype's own);
+    RoPE's inverse frequencies or its angles formed in a 16-bit dtype, in any subject (SPEC.md
+    §10.10 forms them in float32 whatever the model's dtype)."""
     tables = (
         ("sinusoidal_pe", _sinusoidal_pe_in, "the sinusoidal position table (SPEC.md §2.1)"),
         ("rope", _rope_in, "RoPE's cos and sin tables (SPEC.md §2.3)"),
     )
     for piece, make, words in tables:
-        if not reaches(component, piece):
+        if compared_in not in TABLE_COMPARISONS or not reaches(component, piece):
             continue
         for dtype in TABLE_DTYPES:
             yield Alternative(
@@ -444,17 +478,28 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
                 "and keep it in the model's dtype or better",
                 pieces={piece: make(dtype)},
             )
-    if reaches(component, "rope"):
-        for dtype, stepwise in itertools.product(TABLE_DTYPES, (True, False)):
-            yield Alternative(
-                registered("numerics.rope_angles_low_precision"),
-                f"the output is the spec's with RoPE's inverse frequencies base^(-2i/d) "
-                f"{'computed' if stepwise else 'stored'} in {dtype} before the angles "
-                f"p * omega are formed (an inv_freq buffer built or kept in {dtype}): every "
-                f"angle is off by {dtype}'s rounding of its frequency, times the position "
-                "(SPEC.md §2.3, §10.10)",
-                pieces={"rope": _rope_frequencies_in(dtype, stepwise)},
-            )
+    if not reaches(component, "rope"):
+        return
+    for dtype, stepwise in itertools.product(TABLE_DTYPES, (True, False)):
+        yield Alternative(
+            registered("numerics.rope_angles_low_precision"),
+            f"the output is the spec's with RoPE's inverse frequencies base^(-2i/d) "
+            f"{'computed' if stepwise else 'stored'} in {dtype} before the angles "
+            f"p * omega are formed (an inv_freq buffer built or kept in {dtype}): every "
+            f"angle is off by {dtype}'s rounding of its frequency, times the position "
+            "(SPEC.md §2.3, §10.10)",
+            pieces={"rope": _rope_frequencies_in(dtype, stepwise)},
+        )
+    for dtype, which in itertools.product(TABLE_DTYPES, ANGLE_TABLES):
+        yield Alternative(
+            registered("numerics.rope_angles_low_precision"),
+            f"the output is the spec's with RoPE's angles p * omega rounded to {dtype} "
+            f"before the {which} {'are' if which == ANGLE_TABLES[0] else 'is'} taken (the "
+            f"angles cast to the model's dtype first): an angle is off by up to half of "
+            f"{dtype}'s spacing at its size, so far positions rotate wrongly; form the angles "
+            "and their cos and sin in float32, then cast (SPEC.md §2.3, §10.10)",
+            pieces={"rope": _rope_angles_in(dtype, which)},
+        )
 
 
 # The axes a norm's statistics may wrongly run over, besides the spec's last axis.
@@ -510,11 +555,60 @@ def _rms_norm_eps_outside(x: Any, weight: Any = None, *, eps: float = 1e-5) -> n
     return y if weight is None else y * oracle._f64(weight)
 
 
+def _layer_norm_not_centred(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    eps: float = 1e-5,
+    eps_placement: str = "inside_sqrt",
+    variance: str = "biased",
+) -> np.ndarray:
+    """§5.1 without the centring: x / sqrt(mean(x^2) + eps) * weight + bias (the mean
+    subtraction lost, the gain and shift kept)."""
+    x = oracle._f64(x)
+    y = x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps)
+    y = y if weight is None else y * oracle._f64(weight)
+    return y if bias is None else y + oracle._f64(bias)
+
+
+def _rms_norm_centred(x: Any, weight: Any = None, *, eps: float = 1e-5) -> np.ndarray:
+    """§5.3 with the rows centred first: the variance where the mean square belongs."""
+    x = oracle._f64(x)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    y = centred / np.sqrt((centred**2).mean(axis=-1, keepdims=True) + eps)
+    return y if weight is None else y * oracle._f64(weight)
+
+
+def norm_kind_hypotheses(component: str) -> Iterator[Alternative]:
+    """The statistics of the other norm, in every component whose oracle runs a norm:
+    LayerNorm without its mean subtraction (an RMS in LayerNorm's place, gain and shift
+    kept), RMSNorm with one (a variance in the mean square's place)."""
+    if reaches(component, "layer_norm"):
+        yield Alternative(
+            registered("layer_norm.not_centred"),
+            "the output is the spec's with LayerNorm's mean subtraction dropped: x / "
+            "sqrt(mean(x^2) + eps) * weight + bias instead of (x - mean) / sqrt(var + eps) * "
+            "weight + bias, so the normalised rows are not centred (SPEC.md §5.1)",
+            pieces={"layer_norm": _layer_norm_not_centred},
+        )
+    if reaches(component, "rms_norm"):
+        yield Alternative(
+            registered("layer_norm.rms_wrong_statistics"),
+            "the output is the spec's with RMSNorm's rows centred first: (x - mean) / "
+            "sqrt(var + eps) * weight (a LayerNorm without bias) instead of x / "
+            "sqrt(mean(x^2) + eps) * weight (SPEC.md §5.3)",
+            pieces={"rms_norm": _rms_norm_centred},
+        )
+
+
 def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
     """LayerNorm and RMSNorm statistics over (sequence, features), or over the sequence
     alone, instead of over the features; RMSNorm's eps outside the square root (LayerNorm's
     placement is the ``eps_placement`` convention field; RMSNorm's oracle has no such
-    field, so the piece is replaced)."""
+    field, so the piece is replaced); the other norm's statistics
+    (``norm_kind_hypotheses``)."""
+    yield from norm_kind_hypotheses(component)
     if reaches(component, "rms_norm"):
         yield Alternative(
             registered("layer_norm.eps_outside_sqrt"),

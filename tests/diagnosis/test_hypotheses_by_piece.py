@@ -1,0 +1,199 @@
+"""Hypotheses read off the oracle's pieces, so that every component holding the piece gets
+them, from the op to the whole model: a norm with the other norm's statistics
+(hypotheses_solved.norm_kind_hypotheses), RoPE's angles rounded to 16 bits before their cosine
+or sine (hypotheses_solved.table_dtype_hypotheses), the sinusoidal table with another exponent
+rule or read at p + k (hypotheses_fitted.pe_rule_hypotheses), heads left time-major for a
+kernel that reads them head-major (hypotheses_more.head_split_hypotheses), and a masked call
+that raises judged by the nearest call that runs (shapes.masked_call_errors).
+
+Each buggy subject here is written in the test, independently of the hypothesis that must
+name it (a Marian-style table, a norm by hand), and named inside components other than the
+op that holds the piece."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from test_hypotheses_solved import _explained
+
+from tck.adapters import load_adapter
+from tck.conformance.diagnosis.alternatives import Alternative, output_of
+from tck.conformance.diagnosis.explain import explain
+from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.results import CheckFailure
+from tck.reference.inputs import Shape
+
+
+def _layer_norm_by_hand(x: Any, weight: Any = None, bias: Any = None, **kw: Any) -> np.ndarray:
+    """LayerNorm that divides by the root mean square and never subtracts the mean."""
+    x = np.asarray(x, dtype=np.float64)
+    rms = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + kw.get("eps", 1e-5))
+    return (x / rms) * weight + (0.0 if bias is None else bias)
+
+
+def _rms_norm_centred_by_hand(x: Any, weight: Any = None, *, eps: float = 1e-5) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=-1, keepdims=True)
+    return x / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps) * weight
+
+
+@pytest.mark.parametrize("component", ["encoder_layer", "decoder_layer", "vit", "encoder"])
+def test_a_layer_norm_that_does_not_centre_is_named_in_any_component(component: str) -> None:
+    (code, message), _ = _explained(
+        component, Alternative("", "", pieces={"layer_norm": _layer_norm_by_hand})
+    )
+    assert code == "layer_norm.not_centred", message
+
+
+def _explained_on(name: str, alternative: Alternative, **config: Any) -> tuple[str, str]:
+    """``explain`` on the reference subject ``name`` (its config changed by ``config``)
+    computing ``alternative``."""
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.name == name)
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance()
+    if config:
+        inst = tck.instance(dataclasses.replace(inst.config, **config))
+    inputs = tck.inputs(inst, Shape())
+    spec = tck.gold(inst, inputs)
+    tck.run = lambda inst, inputs: output_of(  # type: ignore[method-assign]
+        subject.component, inputs, inst.params, inst.config, inst.conventions, alternative
+    )
+    test = tck.run(inst, inputs)
+    return explain(tck, inst, inputs, test, tck.compare(inst, test, spec))
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "decoder_block[llama]", "causal_lm[llama]"])
+def test_an_rms_norm_that_centres_is_named(name: str) -> None:
+    code, message = _explained_on(
+        name, Alternative("", "", pieces={"rms_norm": _rms_norm_centred_by_hand})
+    )
+    assert code == "layer_norm.rms_wrong_statistics", message
+
+
+def _rope_cos_of_half_angles(x: Any, positions: Any = None, **kw: Any) -> np.ndarray:
+    """RoPE whose cosine is taken of the angles cast to float16 first."""
+    x = np.asarray(x, dtype=np.float64)
+    length, d = x.shape[-2:]
+    positions = np.arange(length) if positions is None else np.asarray(positions)
+    omega = kw.get("frequencies")
+    if omega is None:
+        omega = kw.get("base", 10000.0) ** (-np.arange(0, d, 2) / d)
+    theta = positions[:, None] * omega
+    cos = np.cos(theta.astype(np.float16)).astype(np.float16).astype(np.float64)
+    sin = np.sin(theta)
+    half = kw.get("layout", "interleaved") == "half_split"
+    a, b = (x[..., : d // 2], x[..., d // 2 :]) if half else (x[..., 0::2], x[..., 1::2])
+    rotated = (a * cos - b * sin, a * sin + b * cos)
+    if half:
+        return np.concatenate(rotated, axis=-1)
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = rotated
+    return out
+
+
+@pytest.mark.parametrize("name", ["rope", "decoder_block[llama]", "causal_lm[llama]"])
+def test_rope_angles_cast_to_16_bits_before_the_cosine_are_named(name: str) -> None:
+    code, message = _explained_on(
+        name, Alternative("", "", pieces={"rope": _rope_cos_of_half_angles})
+    )
+    assert code == "numerics.rope_angles_low_precision", message
+    assert "float16 before the cos" in message
+
+
+def _marian_table(exponent: str, offset: int = 0):  # type: ignore[no-untyped-def]
+    """HF Marian's sinusoidal table, written as its file writes it (sines in the first half,
+    cosines in the second), with the exponent taken per feature or per pair, positions + k."""
+
+    def sinusoidal_pe(length: int, d_model: int, **kw: Any) -> np.ndarray:
+        base = kw.get("base", 10000.0)
+        rule = {"pair": lambda j: 2 * (j // 2) / d_model, "feature": lambda j: j / d_model}
+        enc = np.array(
+            [
+                [(pos + offset) / np.power(base, rule[exponent](j)) for j in range(d_model)]
+                for pos in range(length)
+            ]
+        )
+        table = np.empty_like(enc)
+        half = d_model // 2
+        table[:, :half], table[:, half:] = np.sin(enc[:, 0::2]), np.cos(enc[:, 1::2])
+        if kw.get("layout", "interleaved") == "interleaved":
+            table = np.stack([table[:, :half], table[:, half:]], axis=-1).reshape(length, -1)
+        return table
+
+    return sinusoidal_pe
+
+
+@pytest.mark.parametrize("component", ["seq2seq", "sinusoidal_pe"])
+@pytest.mark.parametrize(
+    ("exponent", "offset", "code"),
+    [
+        ("feature", 0, "positional.frequency_wrong"),
+        ("pair", 2, "positional.position_offset"),
+        ("pair", 1, "positional.position_offset"),
+    ],
+)
+def test_a_sinusoidal_table_built_or_read_wrong_is_named(
+    component: str, exponent: str, offset: int, code: str
+) -> None:
+    table = Alternative("", "", pieces={"sinusoidal_pe": _marian_table(exponent, offset)})
+    (found, message), _ = _explained(component, table)
+    assert found == code, message
+
+
+def test_the_marian_table_of_the_tests_is_the_spec_with_no_bug() -> None:
+    from tck.reference import oracle
+
+    for layout in ("interleaved", "concatenated"):
+        spec = oracle.sinusoidal_pe(9, 8, layout=layout)
+        assert np.allclose(_marian_table("pair")(9, 8, layout=layout), spec, atol=1e-12)
+
+
+def test_heads_left_time_major_are_named_where_the_masked_call_raises() -> None:
+    """shapes.masked_call_errors on its mutant: the masked call raises, the unmasked call
+    with Lk = Lq runs and is named; the correct reference's masked call runs (a skip)."""
+    from tck.conformance.checks import test_view_errors as check
+
+    adapter = load_adapter("mutants.mha_heads_left_time_major")
+    tck = Harness(adapter, adapter.subjects()[0], seed=0)
+    with pytest.raises(CheckFailure) as failure:
+        check.test_masked_call_errors(tck)
+    assert failure.value.code == "attention.heads_split_wrong_order", failure.value.message
+    assert "the masked call raises (RuntimeError" in failure.value.message
+    reference = load_adapter("reference")
+    subject = next(s for s in reference.subjects() if s.component == "encoder_layer")
+    with pytest.raises(pytest.skip.Exception):
+        check.test_masked_call_errors(Harness(reference, subject, seed=0))
+
+
+def _repeat_kv_tiling(tiled: str):  # type: ignore[no-untyped-def]
+    """Pieces whose ``repeat_kv`` tiles the keys or the values (by the order the oracle asks:
+    keys, then values), as ``k[:, None]`` broadcast on the wrong axis does."""
+
+    def pieces() -> dict[str, Any]:
+        calls = []
+
+        def repeat_kv(x: Any, n_rep: int) -> np.ndarray:
+            calls.append(None)
+            is_key = len(calls) % 2 == 1
+            x = np.asarray(x, dtype=np.float64)
+            if is_key == (tiled == "keys"):
+                return np.concatenate([x] * n_rep, axis=1)  # head h reads h mod H_kv
+            return np.repeat(x, n_rep, axis=1)
+
+        return {"repeat_kv": repeat_kv}
+
+    return pieces
+
+
+@pytest.mark.parametrize("name", ["causal_self_attention", "decoder_block[llama]"])
+@pytest.mark.parametrize("tiled", ["keys", "values"])
+def test_keys_or_values_alone_tiled_over_the_query_heads_are_named(name: str, tiled: str) -> None:
+    code, message = _explained_on(
+        name, Alternative("", "", pieces=_repeat_kv_tiling(tiled)), n_kv_heads=2
+    )
+    assert code == "attention.kv_heads_tiled", message
+    assert f"the {tiled} alone" in message
