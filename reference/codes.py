@@ -391,6 +391,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "9.1",
         "patches are flattened channels-last against a conv-ordered weight",
     ),
+    (
+        "vit.patch_extraction_wrong",
+        "cause",
+        "9.1",
+        "the tokens are not the p x p squares of the patch grid (the image's axes cut in "
+        "another order: strips of rows, a reshape without the transpose)",
+    ),
     ("vit.extra_norm_in_patch_embed", "cause", "9.1", "an extra LayerNorm in the patch embedding"),
     # --- decoding with a cache
     ("cache.mismatch", "cause", "11.6", "cached decoding disagrees with the full forward"),

@@ -317,7 +317,12 @@ def _hypotheses(
     )
     from .hypotheses_strided import strided_head_hypotheses  # heads as (d, H)
     from .rope_measured import fitted_frequency_hypotheses, table_layout_hypotheses
-    from .structural import extra_norm_hypotheses, patch_order_hypotheses, pooling_hypotheses
+    from .structural import (
+        extra_norm_hypotheses,
+        patch_axes_hypotheses,
+        patch_order_hypotheses,
+        pooling_hypotheses,
+    )
 
     component = h.component
 
@@ -418,6 +423,7 @@ def _hypotheses(
                 positional_base_hypotheses(component, inst.conventions, evaluate, test),
             ),
             once("activation", activation_family_hypotheses(component, evaluate, test)),
+            once("patch_axes", patch_axes_hypotheses(component)),
         ):
             if first([candidate]) is not None and holds_on_second_call(
                 h, inst, inputs, candidate, tolerance

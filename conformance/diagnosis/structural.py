@@ -14,6 +14,7 @@ holds when nothing in the canonical parameters maps onto it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,6 +84,79 @@ def patch_order_hypotheses(component: str) -> Iterator[Alternative]:
         "a conv's: the patch pixels meet the wrong weights (SPEC.md §9.1)",
         pieces={"patch_embed": _patch_embed_channels_last},
     )
+
+
+# The image reshaped (B, C, gh, p, gw, p) has, after the batch, these axes; the spec's tokens
+# are (gh, gw) and each token's vector (C, py, px), the order a conv's weight (D, C, p, p)
+# flattens in. An implementation may cut its patches with the axes in another order and
+# flatten its kernel in another one (a Dense kernel stored HWIO flattens (py, px, C)).
+PATCH_AXES = ("C", "gh", "py", "gw", "px")
+SPEC_PATCH_ORDER = (1, 3, 0, 2, 4)  # (gh, gw, C, py, px)
+KERNEL_ORDERS = ((0, 1, 2), (1, 2, 0))  # the weight's (C, py, px) as (C, py, px), (py, px, C)
+
+
+def _patch_embed_axes(order: tuple[int, ...], kernel: tuple[int, ...]) -> Callable[..., Any]:
+    """§9.1 with the image's axes (``PATCH_AXES``) permuted to ``order`` and then read
+    row-major as (N_p, C p p) tokens, against the weight flattened in ``kernel`` order."""
+
+    def patch_embed(images: Any, weight: Any, bias: Any, *, patch_size: int) -> Any:
+        images = oracle._f64(images)
+        b, c, h, w = images.shape
+        p = patch_size
+        if h % p or w % p:
+            raise ValueError("the image does not divide into patches")
+        parts = images.reshape(b, c, h // p, p, w // p, p)  # (B, C, gh, py, gw, px)
+        tokens = parts.transpose(0, *(a + 1 for a in order)).reshape(b, -1, c * p * p)
+        weight = oracle._f64(weight)  # (D, C, py, px)
+        flat = weight.transpose(0, *(a + 1 for a in kernel)).reshape(weight.shape[0], -1)
+        return tokens @ flat.T + oracle._f64(bias)
+
+    return patch_embed
+
+
+def _patch_axes_code(order: tuple[int, ...], kernel: tuple[int, ...]) -> tuple[str, str]:
+    """The class of a patch extraction: which axes make the tokens and how each is read."""
+    grid, content = order[:2], order[2:]
+    read = ", ".join(PATCH_AXES[a] for a in order)
+    flattened = ", ".join(("C", "py", "px")[k] for k in kernel)
+    words = (
+        f"cuts its patches with the image's axes in the order ({read}) of (C, gh, py, gw, px) "
+        f"and a kernel flattened ({flattened})"
+    )
+    if set(grid) != {1, 3}:
+        return "vit.patch_extraction_wrong", (
+            f"{words}: the tokens are not the p x p squares of the patch grid but strips of "
+            "rows or columns across it (a reshape without the transpose that brings the grid "
+            "axes together; SPEC.md §9.1)"
+        )
+    if grid != (1, 3):
+        return "vit.patch_order", f"{words}: the grid is read column-major (SPEC.md §9.1)"
+    as_kernel = tuple({0: 0, 2: 1, 4: 2}[a] for a in content)  # the pixels in kernel terms
+    if as_kernel.index(0) != kernel.index(0):
+        return "vit.patch_flatten_order", (
+            f"{words}: each patch's pixels meet the weights of another channel (SPEC.md §9.1)"
+        )
+    return "vit.patch_kernel_transposed", (
+        f"{words}: each patch's rows meet the kernel's columns (SPEC.md §9.1)"
+    )
+
+
+def patch_axes_hypotheses(component: str) -> Iterator[Alternative]:
+    """Every way to cut the patches by permuting the image's axes, against either kernel
+    flattening, in every component whose oracle runs the patch embedding: the spec's grid
+    order with another pixel order (a flatten order, a transposed kernel), the grid
+    column-major, and tokens that are no squares of the grid at all (a reshape without the
+    transpose). The spec's own cut and its equals never fit (``alternatives.fits``)."""
+    if not reaches(component, "patch_embed"):
+        return
+    for kernel in KERNEL_ORDERS:
+        for order in itertools.permutations(range(5)):
+            code, message = _patch_axes_code(order, kernel)
+            yield Alternative(
+                code,
+                f"the output is the spec's if the model {message}",
+                pieces={"patch_embed": _patch_embed_axes(order, kernel)},
+            )
 
 
 def _vit_mean_with_class_token(images: Any, params: Any, config: Any, *, conventions: Any) -> Any:
