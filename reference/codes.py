@@ -334,6 +334,12 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ("ffn.gate_up_swapped", "cause", "11.3", "the gate and up projections are swapped"),
     ("blocks.residual_missing", "cause", "7.1 7.2", "a sublayer's residual connection is missing"),
     (
+        "blocks.residual_from_layer_input",
+        "cause",
+        "7.1 7.2",
+        "a sublayer adds its output to the layer's input, skipping the sublayer before it",
+    ),
+    (
         "blocks.not_permutation_equivariant",
         "cause",
         "10.5",

@@ -10,7 +10,7 @@ from .gpt_tutorial import llama_block_entry
 from .tutorial import mutant
 
 BUG_CLASS = "ffn_residual_from_block_input"
-EXPECTED_CODES = frozenset({"blocks.residual_missing"})
+EXPECTED_CODES = frozenset({"blocks.residual_from_layer_input"})
 
 
 class Block(gpt_tutorial.Block):

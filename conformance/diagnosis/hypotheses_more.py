@@ -201,7 +201,7 @@ def residual_from_layer_input_hypotheses(
     )
     for name in names:
         yield Alternative(
-            "blocks.residual_missing",
+            "blocks.residual_from_layer_input",
             f"the output is the spec's with the sublayer normalised by {name} adding its "
             "output to the layer's input instead of to its own input (out = x + f(norm(h)) "
             "for h + f(norm(h)), h the earlier sublayer's output): the earlier sublayer's "

@@ -197,3 +197,36 @@ def test_keys_or_values_alone_tiled_over_the_query_heads_are_named(name: str, ti
     )
     assert code == "attention.kv_heads_tiled", message
     assert f"the {tiled} alone" in message
+
+
+def _ffn_residual_from_layer_input():  # type: ignore[no-untyped-def]
+    """Pieces whose last sublayer of each layer (norm2 of two, norm3 of three) adds the
+    layer's input: HF's ``self.output(intermediate, hidden_states)`` for ``attention_output``."""
+    from tck.reference import oracle
+
+    def pieces() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+
+        def sublayer(x, params, norm_prefix, conventions, fn):  # type: ignore[no-untyped-def]
+            if norm_prefix == "norm1.":
+                seen["x0"] = x
+            last = "norm3." if "norm3.weight" in params else "norm2."
+            if norm_prefix != last:
+                return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+            if conventions.norm_placement == "post":
+                return oracle.norm(seen["x0"] + fn(x), params, norm_prefix, conventions)
+            return seen["x0"] + fn(oracle.norm(x, params, norm_prefix, conventions))
+
+        return {"_sublayer": sublayer}
+
+    return pieces
+
+
+@pytest.mark.parametrize(
+    "name", ["encoder_layer", "encoder", "decoder_layer", "decoder_block[llama]", "vit"]
+)
+def test_a_residual_from_the_layer_input_is_named(name: str) -> None:
+    code, message = _explained_on(
+        name, Alternative("", "", pieces=_ffn_residual_from_layer_input())
+    )
+    assert code == "blocks.residual_from_layer_input", message

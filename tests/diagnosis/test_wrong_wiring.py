@@ -52,9 +52,9 @@ def _ffn_from_layer_input() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("component", ["decoder_block", "causal_lm"])
-def test_a_sublayer_added_to_the_layer_input_is_a_residual_missing(component: str) -> None:
+def test_a_sublayer_added_to_the_layer_input_is_named(component: str) -> None:
     code, message = _named(component, pieces=_ffn_from_layer_input)  # pre-LN subjects
-    assert code == "blocks.residual_missing", message
+    assert code == "blocks.residual_from_layer_input", message
     assert "layer's input" in message
 
 
