@@ -249,6 +249,17 @@ NAMES: tuple[str, ...] = (
     # heads left [B, L, H, d] for a kernel that reads [B, H, L, d]: raises on masked calls,
     # attends over the heads on unmasked ones
     "mha_heads_left_time_major",
+    # classes read off the oracle's pieces, in components other than the op: a norm with
+    # the other norm's statistics, RoPE's angles in 16 bits, a sinusoidal table's exponent
+    # per feature or its rows offset, keys alone tiled over the query heads, patches cut
+    # without the transpose
+    "vit_layer_norm_not_centred",
+    "rms_norm_centred",
+    "rope_angles_half",
+    "seq2seq_pe_exponent_per_feature",
+    "seq2seq_pe_offset_two",
+    "gqa_keys_tiled",
+    "vit_patch_strips",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
