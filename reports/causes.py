@@ -71,8 +71,13 @@ def evidence(result: Mapping[str, Any]) -> int:
     """How strongly a result supports its code: 3 an explanation reproduced the output at
     the comparison's own precision, 2 at float32's only (a float64 subject's retry), 1 any
     other finding (and a fit on a call where the hypothesis hides every key: a degenerate
-    call), 0 a hypothesis that fits only a 16-bit comparison."""
+    call), 0 a hypothesis that fits only a 16-bit comparison, or a cause read from the words
+    of an exception rather than measured (``metrics.inferred_from``: a concatenation that
+    does not fit suggests a cache grown along another axis; a measured cause of the same
+    rank is the one to fix first)."""
     metrics = result.get("metrics") or {}
+    if metrics.get("inferred_from") == "exception":
+        return 0
     if reproduced(result) and metrics.get("degenerate_fit") == metrics.get("reproduced_by"):
         # reproduced only where every key is hidden (tck.conformance.diagnosis.hypotheses_masks)
         return 1

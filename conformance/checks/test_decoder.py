@@ -290,6 +290,8 @@ def step_outputs(
                 f"a decoding step with the cache failed: {type(err).__name__}: {first[:200]}; "
                 "appending the new token's keys and values to the cache does not fit: the "
                 "cache grows along an axis other than the sequence axis (SPEC.md §11.6)",
+                # read from the error's words, not measured: weaker than a measured cause
+                {"inferred_from": "exception"},
             ) from err
         raise
     for out, (start, stop) in zip(outs, ranges, strict=True):
@@ -435,6 +437,23 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             f"each call's {which} are put before the cached ones instead of after them (the "
             f"{'keys' if which == 'values' else 'values'} appended as they should be): the "
             "weight of a cached key multiplies another token's value (SPEC.md §11.6)",
+            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+        )
+    # only one of the two written one slot too far into a preallocated cache
+    # (cache_k[:, :, F + 1:F + n + 1] = k beside cache_v[:, :, F:F + n] = v)
+    for keys_order, values_order, which, other in (
+        ("late", "append", "keys", "values"),
+        ("append", "late", "values", "keys"),
+    ):
+        orders = cache_orders(
+            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
+        )
+        yield (
+            "cache.causal_off_by_one",
+            f"each call's {which} are written one cache slot too far (slots F+1..F+n of a "
+            f"cache filled to F, where F..F+n-1 are read) while its {other} are written where "
+            f"they belong: every token's own {which[:-1]} is never read, slot 0 holds zeros, "
+            "and each weight meets the other tensor of the token before (SPEC.md §11.6)",
             decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
         )
     yield (

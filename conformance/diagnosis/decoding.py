@@ -144,6 +144,10 @@ def decode(
 # ------------------------------------------------------- the cache as slots, some of them empty
 
 
+# The token index of a cache slot that holds zeros (never written): past every token.
+EMPTY_SLOT = np.iinfo(np.int64).max
+
+
 def cache_slots(
     batch: int,
     length: int,
@@ -267,28 +271,35 @@ def cache_orders(
     window: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cache as two rows of slots, the keys' and the values', each extended at its end
-    (``"append"``, ``torch.cat([cache, new])``) or at its start (``"prepend"``,
-    ``torch.cat([new, cache])``) by every call after the first. Query i of a call of n tokens
+    (``"append"``, ``torch.cat([cache, new])``), at its start (``"prepend"``,
+    ``torch.cat([new, cache])``) by every call after the first, or written one slot too far
+    into a preallocated cache (``"late"``: a call of n tokens on a cache filled to F writes
+    slots F+1..F+n; slot 0 is never written and holds zeros). Query i of a call of n tokens
     on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
     ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
     (§11.7); the score of slot s uses the key held there, the weight multiplies the value
     held there. Returns (key token (L, L), value token (L, L), keep (B, 1, L, L)), indexed by
-    query and slot. Both "append" is the spec."""
-    key_at = np.zeros((length, length), int)
-    value_at = np.zeros((length, length), int)
+    query and slot, ``EMPTY_SLOT`` where a slot holds zeros. Both "append" is the spec."""
+    key_at = np.full((length, length), EMPTY_SLOT)
+    value_at = np.full((length, length), EMPTY_SLOT)
     keep = np.zeros((batch, length, length), bool)
-    held = {"keys": [], "values": []}  # type: dict[str, list[int]]
+    held: dict[str, list[int]] = {"keys": [], "values": []}
     pad = None if key_padding is None else np.asarray(key_padding, bool)
     for call, (start, stop) in enumerate(ranges):
         new = list(range(start, stop))
         for name, order in (("keys", keys), ("values", values)):
-            held[name] = new + held[name] if order == "prepend" and call else held[name] + new
-        n, total = stop - start, len(held["keys"])
+            if order == "late":  # slot s holds token s - 1 once written, slot 0 never
+                held[name] = [EMPTY_SLOT, *range(stop - 1)]
+            elif order == "prepend" and call:
+                held[name] = new + held[name]
+            else:
+                held[name] = held[name] + new
+        n, total = stop - start, stop
         for i in range(n):
             row, at = start + i, total - n + i
             first = 0 if window is None else max(at - window + 1, 0)
-            key_at[row, :total] = held["keys"]
-            value_at[row, :total] = held["values"]
+            key_at[row, :total] = held["keys"][:total]
+            value_at[row, :total] = held["values"][:total]
             for slot in range(first, at + 1):
                 keep[:, row, slot] = True if pad is None else pad[:, slot]
     return key_at, value_at, keep[:, None]
@@ -303,8 +314,13 @@ def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.nda
     def scaled_dot_product_attention(q, k, v, keep_mask=None, *, scale=None, **kw):  # type: ignore[no-untyped-def]
         q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
         scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-        keys = k[..., key_at, :]  # (B, H, L, S, d)
-        values = v[..., value_at, :]
+        # EMPTY_SLOT indexes a zero row appended to the tokens: a slot never written
+        zero_k, zero_v = (
+            np.zeros((*k.shape[:-2], 1, k.shape[-1])),
+            np.zeros((*v.shape[:-2], 1, v.shape[-1])),
+        )
+        keys = np.concatenate([k, zero_k], axis=-2)[..., np.minimum(key_at, k.shape[-2]), :]
+        values = np.concatenate([v, zero_v], axis=-2)[..., np.minimum(value_at, v.shape[-2]), :]
         scores = np.einsum("bhid,bhisd->bhis", q, keys) * scale
         scores = np.where(keep, scores, -np.inf)
         top = np.max(scores, axis=-1, keepdims=True)

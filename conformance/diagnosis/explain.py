@@ -304,6 +304,7 @@ def _hypotheses(
     )
     from .hypotheses_more import (  # heads, bias, residual
         counting_sublayers,
+        heads_time_major_hypotheses,
         kv_tiling_hypotheses,
         more_hypotheses,
     )
@@ -391,6 +392,7 @@ def _hypotheses(
             itertools.chain(
                 folded_hypotheses(component),
                 strided_head_hypotheses(component),
+                heads_time_major_hypotheses(component),
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 norm_axes_hypotheses(component),

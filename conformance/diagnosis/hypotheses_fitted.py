@@ -16,8 +16,8 @@ components:
 - **A sinusoidal table with the wrong function on a member of each pair**: sine on both
   members (``positional.not_relative``: the encoding of p + k is then no fixed linear map of
   p's), cosine on both (the same), or cosine on the even members and sine on the odd
-  (``positional.sin_cos_swapped``); its exponent taken per feature (``j/d``) or stepped
-  by ``1/(d/2 - 1)`` (``positional.frequency_wrong``); its rows read at ``p + k``
+  (``positional.sin_cos_swapped``); its exponent taken per feature (``j/d``,
+  ``positional.frequency_wrong``); its rows read at ``p + k``
   (``positional.position_offset``), where no ``positions`` input can be shifted.
 - **An FFN activation that is none of the declared ones** (``ffn.activation_wrong``): three
   parameterised families are solved for, x * sigmoid(a x) (SiLU at a = 1, QuickGELU at a =
@@ -211,17 +211,14 @@ def _spec_exponent(j: np.ndarray, d: int) -> np.ndarray:
 
 
 # Exponent rules of the sinusoidal table besides the spec's 2 floor(j/2) / d, each a one-line
-# slip in the code that builds it: (rule, words).
+# slip in the code that builds it: (rule, words). A rule that is the spec's at another base
+# (tensor2tensor's log(base) / (d/2 - 1) step is base^(d / (d - 2))) is the solved base's
+# (positional_base_hypotheses), not listed here.
 PE_EXPONENT_RULES: tuple[tuple[Callable[[np.ndarray, int], np.ndarray], str], ...] = (
     (
         lambda j, d: j / d,
         "j / d for every feature j instead of 2 floor(j/2) / d per pair (the exponent taken "
         "per feature: each cosine turns at the next pair's frequency, not its sine's)",
-    ),
-    (
-        lambda j, d: (j // 2) / max(d // 2 - 1, 1),
-        "i / (d/2 - 1) for pair i instead of 2i / d (tensor2tensor's and fairseq's "
-        "log(base) / (d/2 - 1) step)",
     ),
 )
 # Positions p + k where the table is indexed: a padding offset carried over (fairseq and BART

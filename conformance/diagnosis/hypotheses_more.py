@@ -244,7 +244,13 @@ def head_split_hypotheses(component: str) -> Iterator[Alternative]:
         "channels and the scores compare the wrong vectors (SPEC.md §3.3)",
         pieces={"split_heads": _split_heads_no_transpose},
     )
-    if reaches(component, "merge_heads"):
+
+
+def heads_time_major_hypotheses(component: str) -> Iterator[Alternative]:
+    """Heads left (B, L, H, d) for an attention that reads (B, H, L, d), and read back the
+    same way: computable only where a mask broadcasts over that layout (an unmasked call, or
+    one token), as the implementation's own call is (shapes.masked_call_errors)."""
+    if reaches(component, "split_heads") and reaches(component, "merge_heads"):
         yield Alternative(
             "attention.heads_split_wrong_order",
             "the output is the spec's with the heads left as (B, L, H, d) (x.view(B, L, H, d) "

@@ -64,7 +64,7 @@ def test_an_alternative_equal_to_the_spec_is_never_evidence() -> None:
     inst = tck.instance()
     inputs = tck.inputs(inst, Shape(batch=2, lq=1, lk=1))
     spec = tck.gold(inst, inputs)
-    (split,) = head_split_hypotheses("mha")
+    (split,) = head_split_hypotheses("mha")  # the view without the transpose
     gold = output_of("mha", inputs, inst.params, inst.config, inst.conventions, split)
     np.testing.assert_allclose(gold, spec, rtol=1e-13)  # the input cannot tell them apart
     test = spec * (1 + 1e-7)  # a float32-sized error, wrong for float64
