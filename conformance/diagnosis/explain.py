@@ -60,6 +60,10 @@ MAX_COMBINED_FIELDS = 3
 COMBINATION_BUDGET = 400
 COMBINATION_SEARCHES = 3
 
+# Codes that a simpler one (the mask ignored) explains as well on a call where every key
+# of the rows it fits is hidden (hypotheses_masks.degenerate).
+SIMPLER_ON_HIDDEN_ROWS = ("mask.added_as_bias",)
+
 # The dtypes whose comparison is tight enough for a fitting hypothesis to count as having
 # reproduced the output (tck.reports.causes ranks such an explanation first).
 REPRODUCING_DTYPES = ("float64", "float32")
@@ -352,6 +356,11 @@ def _hypotheses(
         if found is not None:  # every key hidden on this call: weak evidence (hypotheses_masks)
             hidden = degenerate(component, found, evaluate(found), evaluate, tolerance, unpromised)
             hidden = hidden or (found.code.startswith("mask.") and whole_rows_only(inputs))
+            if hidden and found.code in SIMPLER_ON_HIDDEN_ROWS:
+                # on rows whose every key is hidden a bias constant over the row cancels in
+                # softmax: the mask ignored fits as well, and is the simpler account
+                simpler = [a for a in _mask_hypotheses(inputs) if a.code == "mask.ignored"]
+                found = first_fit(simpler, evaluate, test, spec, tolerance, unpromised) or found
             note_degenerate(h.note, found.code if hidden else "")
         return found
 
