@@ -262,8 +262,6 @@ NAMES: tuple[str, ...] = (
     "vit_patch_strips",
     # a static cache whose keys alone are written one slot too far
     "cache_keys_slot_late",
-    # float32's minimum as the mask fill of a float16 model: -inf, NaN on a fully-masked row
-    "encoder_mask_fp32_min",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

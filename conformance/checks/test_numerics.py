@@ -173,7 +173,7 @@ def test_long_positions(tck: Harness, dtype: str) -> None:
 
 @spec("10.7", "4.4", id="numerics.fully_masked_rows")
 @dtypes
-@components(*select("masks"))
+@components(*select("attention"))
 def test_fully_masked_rows(tck: Harness, dtype: str) -> None:
     """A batch row whose keys are all masked: in the attention core with every score of it
     below -16, where an additive ``finfo(float16).min`` fill overflows to -inf and softmax
