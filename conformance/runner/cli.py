@@ -227,7 +227,8 @@ def run_checks(
         lines = [ln for ln in pytest_output.getvalue().splitlines() if ln.strip()]
         raise UsageError(visible(lines[-1].removeprefix("ERROR: ") if lines else "usage error"))
     if not results.exists() or _stamp(results) == before[results]:  # not this run's
-        if interrupted:  # before any check ran (the workers starting): nothing to keep
+        collection = "during collection" in pytest_output.getvalue()  # pytest says INTERRUPTED
+        if interrupted and not collection:  # Ctrl-C before any check ran: nothing to keep
             raise KeyboardInterrupt
         print(visible(bounded(pytest_output.getvalue(), 4000)), file=sys.stderr)
         print(
