@@ -153,6 +153,13 @@ VARIANTS = {
         dataclasses.replace(DECODER_CANONICAL, norm_placement="post", activation="gelu"),
     ),
     "causal_lm[llama]": ("causal_lm", LLAMA),
+    # §2.6: Llama 3.1's RoPE scaling at its shipped numbers (its blended band needs d_k = 8)
+    "causal_self_attention[llama3]": (
+        "causal_self_attention",
+        dataclasses.replace(
+            LLAMA, pe_base=500000.0, rope_scaling="llama3", rope_original_max_positions=8192
+        ),
+    ),
     # §4.5: Mistral's sliding window (Llama's choices, each query sees its last 4 keys)
     "causal_self_attention[window]": (
         "causal_self_attention",

@@ -148,6 +148,41 @@ def rope_frequencies_of(d: int, conventions: Conventions) -> Array:
     )
 
 
+# §2.6's llama3 bands, by wavelength: what a pair's frequency becomes.
+ROPE_BANDS = ("divided", "blended", "kept")
+
+
+def rope_bands(d: int, conventions: Conventions) -> tuple[str, ...]:
+    """§2.6: the band of each of the d/2 pairs under the declared ``llama3`` scaling
+    (``ROPE_BANDS``: wavelength above L / low_freq_factor, between, below
+    L / high_freq_factor), as ``rope_frequencies`` draws the lines; () for any other
+    scaling, which treats every pair alike."""
+    if conventions.rope_scaling != "llama3":
+        return ()
+    _check_even(d, "RoPE")
+    omega = conventions.pe_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    wavelength = 2.0 * np.pi / omega
+    length = conventions.rope_original_max_positions
+    divided = wavelength > length / conventions.rope_low_freq_factor
+    kept = wavelength < length / conventions.rope_high_freq_factor
+    return tuple(
+        "divided" if v else "kept" if k else "blended" for v, k in zip(divided, kept, strict=True)
+    )
+
+
+def head_dim_in_every_band(conventions: Conventions, start: int, limit: int = 256) -> int | None:
+    """The smallest even head dimension d >= ``start`` (and <= ``limit``) with a pair in each
+    of §2.6's bands under the declared scaling: at a d with a band empty, that band's rule is
+    never computed (d = 6 at base 500000 has no blended pair), so no comparison can see it.
+    ``start`` itself when the scaling has no bands; None when no d up to ``limit`` has all."""
+    if not rope_bands(max(2, start + start % 2), conventions):
+        return start
+    for d in range(max(2, start + start % 2), limit + 1, 2):
+        if set(rope_bands(d, conventions)) == set(ROPE_BANDS):
+            return d
+    return None
+
+
 def rope(
     x,
     positions=None,

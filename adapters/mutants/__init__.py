@@ -202,6 +202,9 @@ NAMES: tuple[str, ...] = (
     # table laid out for the other pairing; heads merged feature-major in a layer offered
     # without its attention
     "rope_scaling_multiplied",
+    # Llama 3.1's blend weights swapped at its shipped numbers: only a head dimension with a
+    # pair in the blended band shows it, which the suite's default (d_k = 6) lacks
+    "rope_scaling_blend_swapped",
     "rope_table_interleaved",
     "heads_merged_feature_major",
     # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)

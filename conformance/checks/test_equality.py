@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from tck.adapters import Unsupported
-from tck.conformance.toolkit.harness import Harness
+from tck.conformance.toolkit.harness import CAUSAL_SUBJECTS, Harness, Instance
+from tck.conformance.toolkit.spaces import max_length
 from tck.reference import RECORDS, select
 from tck.reference.inputs import Shape
+from tck.reference.oracle import ROPE_BANDS, head_dim_in_every_band, rope_bands
 
 spec = pytest.mark.spec
 
@@ -59,10 +61,70 @@ def test_oracle(tck: Harness) -> None:
         except Unsupported as why:
             unsupported.append(f"{_describe(shape)}: {why}")
         tck.note({"full_length": full})
-    if unsupported:
-        tck.note({"unsupported_calls": unsupported})
     if len(unsupported) == len(CALLS) + (full is not None):
         pytest.skip("; ".join(unsupported))
+    if unsupported:
+        tck.note({"unsupported_calls": unsupported})
+    _declared_rules(tck, inst)
+
+
+# The longest call made to reach past a declared sliding window: the oracle's scores are
+# O(L^2) in float64, and a checkpoint's own window is reached by its full-length call.
+WINDOW_REACH = 1024
+
+
+def _declared_rules(tck: Harness, inst: Instance) -> None:
+    """A declared convention whose rule only some sizes compute, at a size that computes it
+    (or said unmeasured, SPEC.md §10.11): Llama 3.1's RoPE scaling needs a head dimension
+    with a pair in each of its three bands (§2.6: at d_k = 6 and base 500000 no pair is in
+    the blended band, so a wrong blend passes every call above); a sliding window needs a
+    causal call longer than the window (§4.5)."""
+    conv, fields = inst.conventions, RECORDS[tck.component].fields
+    seed = len(CALLS) + 1
+    d = inst.config.head_dim_k
+    empty = [b for b in ROPE_BANDS if b not in rope_bands(d, conv)]
+    if "rope_scaling" in fields and rope_bands(d, conv) and empty:
+        bands = " and ".join(empty) + (" bands" if len(empty) > 1 else " band")
+        why = f"rope_scaling={conv.rope_scaling!r}: at d_k = {d} its {bands} holds no RoPE pair"
+        wanted = head_dim_in_every_band(conv, d)
+        try:
+            if wanted is None:
+                raise Unsupported("no head dimension up to 256 has a pair in every band")
+            wider = (
+                {"d_k": wanted} if inst.config.d_k else {"d_model": wanted * inst.config.n_heads}
+            )
+            config = tck.config(**wider)
+            if config.head_dim_k != wanted:  # the subject fixes its sizes
+                raise Unsupported(f"{tck.subject.name} fixes d_k = {config.head_dim_k}")
+            wide = tck.instance(config)
+        except Unsupported as refused:
+            tck.record.unmeasured.append(f"{why}, and no instance has one: {refused}")
+        else:
+            _exercise(tck, wide, tck.inputs(wide, LONG, seed=seed), f"d_k = {wanted} ({why})")
+    window = conv.sliding_window if "sliding_window" in fields else None
+    if window:
+        always = tck.component in CAUSAL_SUBJECTS  # a decoder-only subject: every call
+        causal = [c["seq_len"] or 0 for c in tck.record.calls if always or c.get("causal")]
+        if max(causal, default=0) > window:
+            return
+        length = window + 8
+        limit = max_length(tck.subject)
+        what = f"sliding_window={window} declared; no causal call was longer than the window"
+        if length > WINDOW_REACH or (limit is not None and length > limit):
+            reach = WINDOW_REACH if limit is None else min(limit, WINDOW_REACH)
+            tck.record.unmeasured.append(f"{what}, and none is made past {reach} tokens")
+            return
+        shape = Shape(batch=1, lq=length, lk=length, masked=False, causal=True)
+        _exercise(tck, inst, tck.inputs(inst, shape, seed=seed), f"{what}: L = {length}")
+
+
+def _exercise(tck: Harness, inst: Instance, inputs: dict[str, np.ndarray], what: str) -> None:
+    """One oracle comparison for a declared rule; a call the subject refuses leaves the rule
+    unmeasured, never the check skipped."""
+    try:
+        tck.assert_matches_oracle(inst, inputs, what=what)
+    except Unsupported as why:
+        tck.record.unmeasured.append(f"{what}, and the subject refused the call: {why}")
 
 
 @spec("5.1", "5.2", "5.3", "5.4", id="equality.low_variance_rows")

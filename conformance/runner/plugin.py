@@ -825,7 +825,7 @@ def _result(
         else:
             result.diagnosis["message"] += f" (also: {words})"
     if result.status == "pass" and result.check in ORACLE_CHECKS and record:
-        reason = unverified_reason(subject.component, record.calls)  # SPEC.md §10.11
+        reason = unverified_reason(subject.component, record.calls, record.unmeasured)  # §10.11
         if reason:
             result.status = "unverified"
             result.diagnosis = {"code": "verify.unmeasured", "message": reason}

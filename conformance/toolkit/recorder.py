@@ -44,6 +44,9 @@ class Recorder:
     conventions: list[tuple[str, str]] = field(default_factory=list)  # (code, message)
     side_effects: dict[str, str] = field(default_factory=dict)  # code -> words
     clauses: list[str] | None = None  # what the check measured, if narrower than its marker
+    # declared conventions the check could not exercise at any size the subject takes
+    # (SPEC.md §10.11): a pass that leaves one unmeasured is reported unverified
+    unmeasured: list[str] = field(default_factory=list)
 
     def note(self, metrics: Mapping[str, Any]) -> None:
         """Keep the worst value of each metric across calls (hypothesis runs many)."""

@@ -42,8 +42,14 @@ def call_facts(
     return {"causal": causal, "padded": padded}
 
 
-def unverified_reason(component: str, calls: Iterable[Mapping[str, Any]]) -> str | None:
-    """Why the passed comparisons ``calls`` measured nothing, or None when they did."""
+def unverified_reason(
+    component: str, calls: Iterable[Mapping[str, Any]], unmeasured: Iterable[str] = ()
+) -> str | None:
+    """Why the passed comparisons ``calls`` measured nothing, or None when they did;
+    ``unmeasured``: the declared conventions the check said it could not exercise."""
+    left = list(unmeasured)
+    if left:
+        return "; ".join(left) + " (SPEC.md §10.11)"
     passed = [c for c in calls if c.get("passed")]
     multi = [c for c in passed if c.get("seq_len") is None or c["seq_len"] > 1]
     if not multi:
