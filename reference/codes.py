@@ -192,6 +192,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the values go through the key projection",
     ),
     ("attention.kv_heads_tiled", "cause", "11.2", "key/value heads are tiled instead of grouped"),
+    (
+        "attention.ragged_key_tile_dropped",
+        "cause",
+        "3.1",
+        "keys beyond the last whole key tile are never attended (a tiled kernel without its "
+        "boundary tile)",
+    ),
     # --- masks and batches
     (
         "mask.polarity_inverted",
@@ -403,6 +410,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "9.1",
         "the tokens are not the p x p squares of the patch grid (the image's axes cut in "
         "another order: strips of rows, a reshape without the transpose)",
+    ),
+    (
+        "vit.image_layout_wrong",
+        "cause",
+        "9.1",
+        "the image is read from a buffer in another axis order by a reshape (a channels-last "
+        "image taken as channels-first: pixels and channels interleaved)",
     ),
     ("vit.extra_norm_in_patch_embed", "cause", "9.1", "an extra LayerNorm in the patch embedding"),
     # --- decoding with a cache

@@ -209,6 +209,8 @@ NAMES: tuple[str, ...] = (
     "heads_merged_feature_major",
     # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
     "softmax_online_half",
+    # a tiled kernel that visits whole key tiles only: the ragged last tile never attended
+    "attention_ragged_tile_dropped",
     # caches of another design, measured from outside (which keys each cached query attends):
     # a fixed-size ring cache under a sliding window, one slot too small, its step mask
     # numbered top-left, its padding mask read by place or dropped in steps (SPEC.md §11.6,
@@ -263,6 +265,7 @@ NAMES: tuple[str, ...] = (
     "seq2seq_pe_offset_two",
     "gqa_keys_tiled",
     "vit_patch_strips",
+    "vit_image_channels_last_reshaped",
     # a static cache whose keys alone are written one slot too far
     "cache_keys_slot_late",
 )

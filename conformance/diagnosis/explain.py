@@ -324,6 +324,7 @@ def _hypotheses(
     from .rope_measured import fitted_frequency_hypotheses, table_layout_hypotheses
     from .structural import (
         extra_norm_hypotheses,
+        image_layout_hypotheses,
         patch_axes_hypotheses,
         patch_order_hypotheses,
         pooling_hypotheses,
@@ -408,6 +409,7 @@ def _hypotheses(
                 pe_function_hypotheses(component),
                 activation_place_hypotheses(component),
                 patch_kernel_hypotheses(inst.params),
+                image_layout_hypotheses(component),
                 class_token_hypotheses(component),
                 grouped_qkv_hypotheses(inst.config, inst.params),
                 kv_tiling_hypotheses(component),

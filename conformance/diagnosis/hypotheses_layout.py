@@ -1,8 +1,9 @@
 """Explanations of an oracle mismatch by the attention core and the ViT token layout:
 a softmax over any axis of the scores but the keys, a causal triangle that hides the
-diagonal, patch tokens read from the patch grid in another axis order, and a position table
-added before the class token. (A keep-mask added to the scores as 0/1 values is one family
-over the combined mask, in ``tck.conformance.diagnosis.hypotheses_masks``.)
+diagonal, a tiled kernel that drops its ragged last key tile, patch tokens read from the
+patch grid in another axis order, and a position table added before the class token. (A
+keep-mask added to the scores as 0/1 values is one family over the combined mask, in
+``tck.conformance.diagnosis.hypotheses_masks``.)
 
 Each hypothesis is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``): the oracle with
 the piece it lives in replaced, in a separate oracle passed to the comparison
@@ -18,6 +19,8 @@ The codes (registered in ``tck.reference.codes``):
   (B, H, Lq, Lk) scores other than the keys (the batch, the heads or the queries);
 - ``mask.causal_diagonal_hidden``: the causal triangle keeps j < i instead of j <= i
   (``triu(diagonal=0)``): query 0 has no key, its row follows a fully-masked-row policy;
+- ``attention.ragged_key_tile_dropped``: a tiled kernel that visits whole key tiles only,
+  the keys past (Lk // tile) * tile never attended;
 - ``vit.patch_order``: the patch embedding's (B, D, gh, gw) output turned into (B, N, D) in
   another axis order than (gh, gw, D) (a reshape without the transpose, a column-major grid);
 - ``vit.cls_pos_embed_missing``: the position table is added to the patch tokens before the
@@ -119,6 +122,45 @@ def causal_diagonal_hypotheses(component: str) -> Iterator[Alternative]:
         )
 
 
+# Key tiles of the tiled (online-softmax) kernels: FlashAttention's BLOCK_N and its ports.
+KEY_TILES = (2, 4, 8, 16, 32, 64, 128)
+
+
+def _sdpa_without_ragged_tile(tile: int) -> Callable[..., np.ndarray]:
+    """§3.1's attention over the keys of whole tiles only: keys from (Lk // tile) * tile on
+    are never visited (a loop ``range(0, Lk - tile + 1, tile)``, a grid of Lk // tile)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):
+        lk = np.shape(k)[-2]
+        visited = np.arange(lk) < (lk // tile) * tile
+        keep = visited if keep_mask is None else np.logical_and(keep_mask, visited)
+        return oracle.scaled_dot_product_attention(
+            q, k, v, keep, scale=scale, fully_masked_rows=fully_masked_rows
+        )
+
+    return sdpa
+
+
+def ragged_tile_hypotheses(component: str) -> Iterator[Alternative]:
+    """A tiled kernel without its boundary tile, for each usual tile size and each policy of
+    a row left with no key (a call shorter than one tile visits none). The spec's own
+    output where the key length is a multiple of the tile: then it does not fit."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    for tile, policy in itertools.product(KEY_TILES, ("zero", "nan", "uniform")):
+        yield Alternative(
+            "attention.ragged_key_tile_dropped",
+            f"the output is the spec's with the keys past the last whole tile of {tile} (or of "
+            "another size that cuts this call's keys at the same place) never attended (a "
+            f"tiled kernel's loop over key tiles stops at (Lk // {tile}) * {tile}: the ragged "
+            "last tile is dropped, and a call with fewer keys than a tile attends none, its "
+            f"rows {'NaN' if policy == 'nan' else policy} here; SPEC.md §3.1)",
+            pieces={"scaled_dot_product_attention": _sdpa_without_ragged_tile(tile)},
+            conventions={"fully_masked_rows": policy},
+            nan="located" if policy == "nan" else "compare",
+        )
+
+
 _GRID_AXES = {1: "grid rows", 2: "grid columns", 3: "embedding channels"}
 
 
@@ -203,3 +245,4 @@ def layout_hypotheses(component: str) -> Iterator[Alternative]:
     yield from patch_layout_hypotheses(component)
     yield from cls_position_hypotheses(component)
     yield from causal_diagonal_hypotheses(component)
+    yield from ragged_tile_hypotheses(component)

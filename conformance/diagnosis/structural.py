@@ -18,6 +18,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from tck.reference import oracle
 from tck.reference.variants import reaches
 
@@ -157,6 +159,42 @@ def patch_axes_hypotheses(component: str) -> Iterator[Alternative]:
                 f"the output is the spec's if the model {message}",
                 pieces={"patch_embed": _patch_embed_axes(order, kernel)},
             )
+
+
+_IMAGE_AXES = {1: "C", 2: "H", 3: "W"}
+
+
+def _image_read_as_nchw(order: tuple[int, int, int]) -> Callable[..., Any]:
+    """§9.1's patch embedding of an image laid out (B, *order) in memory and reshaped, not
+    permuted, to (B, C, H, W)."""
+    original = oracle.patch_embed
+
+    def patch_embed(images, weight, bias, *, patch_size):
+        images = np.asarray(images)
+        scrambled = images.transpose(0, *order).reshape(images.shape)
+        return original(scrambled, weight, bias, patch_size=patch_size)
+
+    return patch_embed
+
+
+def image_layout_hypotheses(component: str) -> Iterator[Alternative]:
+    """The image taken from a buffer in another axis order by a reshape: channels last
+    (B, H, W, C) read as (B, C, H, W), and the other orders that move the channels. (H and W
+    swapped alone is a transposed image: the patch cuts of ``patch_axes_hypotheses``.)"""
+    if not reaches(component, "patch_embed"):
+        return
+    for order in itertools.permutations((1, 2, 3)):
+        if order[0] == 1:  # the identity, or H and W swapped behind the channels
+            continue
+        laid_out = "(B, " + ", ".join(_IMAGE_AXES[a] for a in order) + ")"
+        yield Alternative(
+            "vit.image_layout_wrong",
+            f"the output is the spec's if the model reads the image from a buffer laid out "
+            f"{laid_out} by a reshape to (B, C, H, W) where a permute belongs (e.g. "
+            "images.reshape(B, C, H, W) of a channels-last image for permute(0, 3, 1, 2)): "
+            "pixels and channels interleave (SPEC.md §9.1)",
+            pieces={"patch_embed": _image_read_as_nchw(order)},
+        )
 
 
 def _vit_mean_with_class_token(images: Any, params: Any, config: Any, *, conventions: Any) -> Any:

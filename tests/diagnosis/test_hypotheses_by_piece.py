@@ -3,8 +3,10 @@ them, from the op to the whole model: a norm with the other norm's statistics
 (hypotheses_solved.norm_kind_hypotheses), RoPE's angles rounded to 16 bits before their cosine
 or sine (hypotheses_solved.table_dtype_hypotheses), the sinusoidal table with another exponent
 rule or read at p + k (hypotheses_fitted.pe_rule_hypotheses), heads left time-major for a
-kernel that reads them head-major (hypotheses_more.head_split_hypotheses), and a masked call
-that raises judged by the nearest call that runs (shapes.masked_call_errors).
+kernel that reads them head-major (hypotheses_more.head_split_hypotheses), a masked call
+that raises judged by the nearest call that runs (shapes.masked_call_errors), a tiled kernel
+without its ragged last key tile (hypotheses_layout.ragged_tile_hypotheses) and an image
+reshaped from another axis order (structural.image_layout_hypotheses).
 
 Each buggy subject here is written in the test, independently of the hypothesis that must
 name it (a Marian-style table, a norm by hand), and named inside components other than the
@@ -230,3 +232,62 @@ def test_a_residual_from_the_layer_input_is_named(name: str) -> None:
         name, Alternative("", "", pieces=_ffn_residual_from_layer_input())
     )
     assert code == "blocks.residual_from_layer_input", message
+
+
+def _tiled_attention_whole_tiles_only(tile: int):  # type: ignore[no-untyped-def]
+    """An online softmax over key tiles whose loop stops at the last whole tile, by hand."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        lq, lk = q.shape[-2], k.shape[-2]
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        keep = np.ones((*lead, lq, lk), bool) if keep_mask is None else keep_mask
+        keep = np.broadcast_to(keep, (*lead, lq, lk))
+        m = np.full((*lead, lq, 1), -np.inf)
+        total = np.zeros((*lead, lq, 1))
+        acc = np.zeros((*lead, lq, v.shape[-1]))
+        for start in range(0, lk - tile + 1, tile):
+            cut = slice(start, start + tile)
+            s = np.where(keep[..., cut], q @ np.swapaxes(k[..., cut, :], -1, -2) * scale, -np.inf)
+            m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
+            safe = np.where(np.isinf(m_new), 0.0, m_new)
+            p = np.exp(s - safe)
+            alpha = np.exp(m - safe)
+            total = total * alpha + p.sum(axis=-1, keepdims=True)
+            acc = acc * alpha + p @ v[..., cut, :]
+            m = m_new
+        return acc / np.where(total > 0, total, 1.0)
+
+    return {"scaled_dot_product_attention": sdpa}
+
+
+@pytest.mark.parametrize("name", ["mha", "causal_self_attention", "encoder_layer"])
+@pytest.mark.parametrize("tile", [2, 4])
+def test_a_tiled_kernel_without_its_ragged_last_tile_is_named(name: str, tile: int) -> None:
+    # the default call has 7 keys (5 on self-attention): a ragged tile for 2 and 4, which
+    # cut 5 keys at the same place, so the message may name either
+    alternative = Alternative("", "", pieces=_tiled_attention_whole_tiles_only(tile))
+    code, message = _explained_on(name, alternative)
+    assert code == "attention.ragged_key_tile_dropped", message
+
+
+def _image_from_buffer(layout: str):  # type: ignore[no-untyped-def]
+    """The patch embedding of an image handed over in ``layout`` ("BHWC", "BHCW") and
+    reshaped to (B, C, H, W) without a permute."""
+    from tck.reference import oracle
+
+    def patch_embed(images, weight, bias, *, patch_size):  # type: ignore[no-untyped-def]
+        images = np.asarray(images)
+        handed = np.einsum(f"BCHW->{layout}", images)  # what the loader gives
+        return oracle.patch_embed(handed.reshape(images.shape), weight, bias, patch_size=patch_size)
+
+    return {"patch_embed": patch_embed}
+
+
+@pytest.mark.parametrize("name", ["patch_embed", "vit"])
+@pytest.mark.parametrize("layout", ["BHWC", "BHCW"])
+def test_an_image_reshaped_from_another_layout_is_named(name: str, layout: str) -> None:
+    code, message = _explained_on(name, Alternative("", "", pieces=_image_from_buffer(layout)))
+    assert code == "vit.image_layout_wrong", message
+    assert f"laid out (B, {', '.join(layout[1:])})" in message
