@@ -158,9 +158,13 @@ def conventions_shown(document: dict[str, Any]) -> list[tuple[str, Any, Any, lis
         if r["status"] != "convention":
             continue
         metrics = r.get("metrics", {})
-        field = metrics.get("field") or r["diagnosis"]["code"].split(".", 1)[-1]
-        # a row that is not a probe's names its field by its code: the values are declared
-        deviation = document["adapter"].get("deviations", {}).get(r["subject"], {}).get(field)
+        deviations = document["adapter"].get("deviations", {}).get(r["subject"], {})
+        # a row that is not a probe's names its field by its code, alone or followed by the
+        # value (numerics.half_precision_input_dtype): the values are the declared ones
+        tail = r["diagnosis"]["code"].split(".", 1)[-1]
+        named = [f for f in deviations if tail == f or tail.startswith(f + "_")]
+        field = metrics.get("field") or max(named, key=len, default=tail)
+        deviation = deviations.get(field)
         canonical, declared = deviation if deviation else ("?", "?")
         declared = metrics.get("declared", declared)
         canonical = metrics.get("canonical", canonical)

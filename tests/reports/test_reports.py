@@ -402,3 +402,23 @@ def test_report_files_follow_the_users_umask(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.spec("0.3")
+def test_a_convention_row_coded_with_its_value_shows_the_declared_values() -> None:
+    """A row whose code names the field and the value (``numerics.half_precision_input_dtype``,
+    from a 16-bit check) is listed under its field with the declared and canonical values."""
+    from tck.conformance.runner.console import conventions_shown
+
+    document = {
+        "adapter": {"deviations": {"ln": {"half_precision": ["float32", "input_dtype"]}}},
+        "results": [
+            {
+                "status": "convention",
+                "subject": "ln",
+                "metrics": {"dtype": "float16"},
+                "diagnosis": {"code": "numerics.half_precision_input_dtype"},
+            }
+        ],
+    }
+    assert conventions_shown(document) == [("half_precision", "input_dtype", "float32", ["ln"])]
