@@ -341,6 +341,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ("ffn.gate_up_swapped", "cause", "11.3", "the gate and up projections are swapped"),
     ("blocks.residual_missing", "cause", "7.1 7.2", "a sublayer's residual connection is missing"),
     (
+        "blocks.norm_on_branch",
+        "cause",
+        "7.1",
+        "a sublayer's norm is applied to its output before the residual add (x + Norm(f(x))), "
+        "so the residual stream is never normalised",
+    ),
+    (
         "blocks.residual_from_layer_input",
         "cause",
         "7.1 7.2",
@@ -625,6 +632,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "8.3 0.2",
         "the output projection computes with the token embedding where the model's head is "
         "its own (weights tied where the model does not tie them)",
+    ),
+    (
+        "model.head_not_tied",
+        "cause",
+        "8.3 10.3",
+        "the output projection is a matrix of its own where the model ties it to the token "
+        "embedding (tie_weights=True)",
     ),
     # --- masks, normalisation and caches measured by class
     (

@@ -266,6 +266,9 @@ NAMES: tuple[str, ...] = (
     "gqa_keys_tiled",
     "vit_patch_strips",
     "vit_image_channels_last_reshaped",
+    # a head of its own where the config ties it; a sublayer's norm moved onto its branch
+    "lm_head_not_tied",
+    "encoder_norm_on_branch",
     # a static cache whose keys alone are written one slot too far
     "cache_keys_slot_late",
 )

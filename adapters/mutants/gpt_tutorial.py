@@ -210,7 +210,11 @@ class GPT(nn.Module):
         for i, block in enumerate(self.h):
             x, cache = block(x, positions, pad_mask, None if caches is None else caches[i])
             new.append(cache)
-        return self.ln_f(x) @ self.wte.weight.T, new
+        return self.logits(self.ln_f(x)), new
+
+    def logits(self, h: Tensor) -> Tensor:
+        """The head tied to the token table (§8.3)."""
+        return h @ self.wte.weight.T
 
 
 class Llama(nn.Module):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -67,10 +69,36 @@ def test_count(tck: Harness) -> None:
     expected = param_count(tck.component, inst.config, inst.conventions)
     tck.note({"param_count": counted, "expected_param_count": expected})
     if counted != expected:
+        _tying_differs(tck, inst, counted, expected)
         raise CheckFailure(
             "params.count_wrong",
             f"{counted} parameters, SPEC.md §10.3 gives {expected} for {inst.config}",
         )
+
+
+def _tying_differs(tck: Harness, inst, counted: int, expected: int) -> None:
+    """A count that is the spec's under the other ``tie_weights`` (a head matrix of its own
+    where the config ties it to the token table, or none where it does not): that tying is
+    the cause (SPEC.md §8.3, §10.3)."""
+    other = dataclasses.replace(inst.config, tie_weights=not inst.config.tie_weights)
+    if param_count(tck.component, other, inst.conventions) != counted:
+        return
+    extra = abs(counted - expected)
+    if inst.config.tie_weights:
+        raise CheckFailure(
+            "model.head_not_tied",
+            f"{counted} parameters where SPEC.md §10.3 gives {expected} for tie_weights=True: "
+            f"the {extra} more are an output head of its own beside the token table, the "
+            "count of the same model untied. The config ties the head to the embedding; this "
+            "one computes its logits with a separate matrix (a tie_weights() never called, an "
+            "assignment lost; SPEC.md §8.3)",
+        )
+    raise CheckFailure(
+        "model.head_tied_to_embedding",
+        f"{counted} parameters where SPEC.md §10.3 gives {expected} for tie_weights=False: "
+        f"the {extra} fewer are the output head's, the count of the same model tied: the head "
+        "is the token table (SPEC.md §8.3)",
+    )
 
 
 @pytest.mark.spec("1.3", id="params.padding_row_starts_at_zero")

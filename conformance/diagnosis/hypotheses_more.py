@@ -25,6 +25,8 @@ The codes (SPEC.md Appendix B):
 - ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
   input, ``h = norm(x); h + f(h)``, instead of ``x + f(norm(x))``, in every sublayer or
   in one sublayer only (the k-th of the call, in the order the oracle runs them);
+- ``blocks.norm_on_branch``: the norm applied to a sublayer's output before the residual add,
+  ``x + Norm(f(x))``, in every sublayer or in one alone;
 - ``blocks.residual_missing``: a sublayer without its residual add, in every sublayer or in
   one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
   other side of its residual add (the whole stack's placement is the convention field);
@@ -160,6 +162,12 @@ def _pre_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) ->
     return x + fn(oracle.norm(x, params, norm_prefix, conventions))
 
 
+def _norm_on_branch(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """The sublayer's norm on its own output before the residual add, x + Norm(f(x)) (Swin
+    V2's res-post-norm), whatever the declared placement (§7.1)."""
+    return x + oracle.norm(fn(x), params, norm_prefix, conventions)
+
+
 def _residual_from_layer_input(target: str) -> Callable[[], dict[str, Callable[..., Any]]]:
     """Pieces (built anew for each evaluation) under which every sublayer normalised by
     ``target`` (a norm's name, such as ``norm2``) adds its output to the input of its
@@ -207,6 +215,38 @@ def residual_from_layer_input_hypotheses(
             "for h + f(norm(h)), h the earlier sublayer's output): the earlier sublayer's "
             "residual add is lost from the stream (SPEC.md §7.1)",
             pieces=_residual_from_layer_input(name),
+        )
+
+
+def _by_norm_name(name: str, variant: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
+    """Pieces under which every sublayer normalised by ``name`` (``norm2``: each layer's
+    FFN) runs ``variant``, the others the spec's."""
+
+    def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+        if norm_prefix.rstrip(".").rsplit(".", 1)[-1] == name:
+            return variant(x, params, norm_prefix, conventions, fn)
+        return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+    return {"_sublayer": sublayer}
+
+
+def norm_on_branch_by_name_hypotheses(
+    component: str, params: Arrays | None
+) -> Iterator[Alternative]:
+    """Each sublayer kind (by the name of its norm) normalising its own output before the
+    residual add, in every layer at once (the one-sublayer variants are in
+    ``residual_hypotheses``)."""
+    if not reaches(component, "_sublayer") or not params:
+        return
+    names = sorted({m.group(2) for k in params if (m := _NORM_WEIGHT.search(k))})
+    for name in names:
+        yield Alternative(
+            "blocks.norm_on_branch",
+            f"the output is the spec's with the sublayer normalised by {name} applying its norm "
+            "to the sublayer's output before the residual add, in every layer (x + "
+            f"{name}(f(x)), where post-LN is {name}(x + f(x)) and pre-LN x + f({name}(x))): the "
+            "residual stream is never normalised there (SPEC.md §7.1)",
+            pieces=_by_norm_name(name, _norm_on_branch),
         )
 
 
@@ -331,7 +371,8 @@ def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
 def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternative]:
     """A pre-LN residual taken from the normalised input, a residual add missing: in every
     sublayer, then (when the call runs ``sublayers`` > 1 of them) in each one alone; one
-    sublayer alone normalised on the other side of its residual add."""
+    sublayer alone normalised on the other side of its residual add; the norm on the
+    sublayer's output before the add, in every sublayer or one alone."""
     if not reaches(component, "_sublayer"):
         return
     yield Alternative(
@@ -383,6 +424,25 @@ def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternat
                 "(SPEC.md §7.1)",
                 pieces=_residual_after_norm_in(which, variant),
             )
+    # the norm moved onto the branch, x + norm(f(x)): neither placement of §7.1
+    branch = (
+        "the norm applied to the sublayer's output before the residual add (x + norm(f(x)), "
+        "where post-LN is norm(x + f(x)) and pre-LN x + f(norm(x))): the residual stream is "
+        "never normalised (SPEC.md §7.1)"
+    )
+    yield Alternative(
+        "blocks.norm_on_branch",
+        f"the output is the spec's with every sublayer computed with {branch}",
+        pieces={"_sublayer": _norm_on_branch},
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        yield Alternative(
+            "blocks.norm_on_branch",
+            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
+            "the layers run them: attention, [cross-attention,] FFN per layer) computed with "
+            f"{branch}; the others follow the declared placement",
+            pieces=_residual_after_norm_in(which, _norm_on_branch),
+        )
 
 
 def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:
@@ -706,6 +766,7 @@ def more_hypotheses(
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
     yield from residual_from_layer_input_hypotheses(component, params)
+    yield from norm_on_branch_by_name_hypotheses(component, params)
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)

@@ -291,3 +291,23 @@ def test_an_image_reshaped_from_another_layout_is_named(name: str, layout: str) 
     code, message = _explained_on(name, Alternative("", "", pieces=_image_from_buffer(layout)))
     assert code == "vit.image_layout_wrong", message
     assert f"laid out (B, {', '.join(layout[1:])})" in message
+
+
+def _ffn_normalised_on_its_branch():  # type: ignore[no-untyped-def]
+    """Pieces whose last sublayer of each layer normalises its own output before the add:
+    x + norm(f(x)) for the FFN, the other sublayers as declared."""
+    from tck.reference import oracle
+
+    def sublayer(x, params, norm_prefix, conventions, fn):  # type: ignore[no-untyped-def]
+        last = "norm3." if "norm3.weight" in params else "norm2."
+        if norm_prefix != last:
+            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+        return x + oracle.norm(fn(x), params, norm_prefix, conventions)
+
+    return {"_sublayer": sublayer}
+
+
+@pytest.mark.parametrize("name", ["encoder_layer", "decoder_block[llama]", "vit"])
+def test_a_norm_on_the_sublayer_branch_is_named(name: str) -> None:
+    code, message = _explained_on(name, Alternative("", "", pieces=_ffn_normalised_on_its_branch()))
+    assert code == "blocks.norm_on_branch", message

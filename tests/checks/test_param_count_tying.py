@@ -1,0 +1,60 @@
+"""params.count names the tying when the count is the spec's under the other ``tie_weights``
+(SPEC.md §8.3, §10.3): a Llama whose head is the token table where its config unties them
+holds one matrix fewer, and says so with ``model.head_tied_to_embedding``; a count off by
+anything else stays ``params.count_wrong``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from torch import nn
+
+from tck.adapters import TorchModuleAdapter
+from tck.adapters.mutants import gpt_tutorial
+
+pytestmark = pytest.mark.spec("8.3", "10.3")
+
+
+class TiedLlama(gpt_tutorial.Llama):
+    def __init__(self, *args, **kw):  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kw)
+        self.output.weight = self.tok_embeddings.weight  # one matrix: the config unties them
+
+
+class ExtraLlama(gpt_tutorial.Llama):
+    def __init__(self, *args, **kw):  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kw)
+        self.spare = nn.Linear(3, 5)  # held, never used: 20 parameters no tying explains
+
+
+tied = TorchModuleAdapter("tied-llama", [gpt_tutorial.llama_entry(TiedLlama)])
+extra = TorchModuleAdapter("extra-llama", [gpt_tutorial.llama_entry(ExtraLlama)])
+
+
+def _count_row(tmp_path: Path, monkeypatch, spec: str) -> dict:
+    from tck.conformance.runner.cli import run_checks
+    from tck.reports import load_results
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out = tmp_path / "out"
+    run_checks(
+        ["--pyargs", "tck.conformance.checks.test_params", "-k", "test_count"],
+        adapter_spec=spec,
+        out=out,
+        workers="0",
+    )
+    [row] = [r for r in load_results(out)["results"] if r["check"] == "params.count"]
+    return row
+
+
+def test_a_head_tied_where_the_config_unties_is_named(tmp_path, monkeypatch) -> None:
+    row = _count_row(tmp_path, monkeypatch, "test_param_count_tying:tied")
+    assert row["status"] == "fail"
+    assert row["diagnosis"]["code"] == "model.head_tied_to_embedding", row["diagnosis"]
+    assert "tie_weights=False" in row["diagnosis"]["message"]
+
+
+def test_another_difference_stays_a_count(tmp_path, monkeypatch) -> None:
+    row = _count_row(tmp_path, monkeypatch, "test_param_count_tying:extra")
+    assert row["diagnosis"]["code"] == "params.count_wrong"
