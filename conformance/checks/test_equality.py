@@ -84,8 +84,9 @@ def _declared_rules(tck: Harness, inst: Instance) -> None:
     conv, fields = inst.conventions, RECORDS[tck.component].fields
     seed = len(CALLS) + 1
     d = inst.config.head_dim_k
-    empty = [b for b in ROPE_BANDS if b not in rope_bands(d, conv)]
-    if "rope_scaling" in fields and rope_bands(d, conv) and empty:
+    here = rope_bands(d, conv) if "rope_scaling" in fields else ()  # () without bands
+    empty = [b for b in ROPE_BANDS if b not in here]
+    if here and empty:
         bands = " and ".join(empty) + (" bands" if len(empty) > 1 else " band")
         why = f"rope_scaling={conv.rope_scaling!r}: at d_k = {d} its {bands} holds no RoPE pair"
         wanted = head_dim_in_every_band(conv, d)
