@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
+from support.check_rows import check_rows
 
 from tck.adapters import TorchModuleAdapter
 from tck.adapters.reference import LLAMA, entry
@@ -55,23 +56,10 @@ def test_bands_by_wavelength() -> None:
 
 
 def _oracle_row(tmp_path: Path, monkeypatch, spec: str, subject: str) -> dict:
-    from tck.conformance.runner.cli import run_checks
-    from tck.reports import load_results
-
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    out = tmp_path / "out"
-    run_checks(
-        ["--pyargs", "tck.conformance.checks.test_equality", "-k", "test_oracle"],
-        adapter_spec=spec,
-        out=out,
-        workers="0",
-        only=[subject.split("[")[0]],  # a component: its other subjects run too
-    )
-    [row] = [
-        r
-        for r in load_results(out)["results"]
-        if r["check"] == "equality.oracle" and r["subject"] == subject
-    ]
+    # a component: its other subjects run too
+    rows = check_rows(tmp_path, "test_equality", "test_oracle", spec, only=[subject.split("[")[0]])
+    [row] = [r for r in rows if r["check"] == "equality.oracle" and r["subject"] == subject]
     return row
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.check_rows import check_rows
 from torch import nn
 
 from tck.adapters import TorchModuleAdapter
@@ -33,18 +34,12 @@ extra = TorchModuleAdapter("extra-llama", [gpt_tutorial.llama_entry(ExtraLlama)]
 
 
 def _count_row(tmp_path: Path, monkeypatch, spec: str) -> dict:
-    from tck.conformance.runner.cli import run_checks
-    from tck.reports import load_results
-
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    out = tmp_path / "out"
-    run_checks(
-        ["--pyargs", "tck.conformance.checks.test_params", "-k", "test_count"],
-        adapter_spec=spec,
-        out=out,
-        workers="0",
-    )
-    [row] = [r for r in load_results(out)["results"] if r["check"] == "params.count"]
+    [row] = [
+        r
+        for r in check_rows(tmp_path, "test_params", "test_count", spec)
+        if r["check"] == "params.count"
+    ]
     return row
 
 
