@@ -1,9 +1,9 @@
-"""Causal self-attention by an online softmax over key tiles of 8 (FlashAttention's loop,
+"""Causal self-attention by an online softmax over key tiles of 4 (FlashAttention's loop,
 running statistics in float32) whose loop stops at the last whole tile:
 ``range(0, T - KEY_TILE + 1, KEY_TILE)`` for ``range(0, T, KEY_TILE)``, as a kernel written for
 lengths that are multiples of its tile. The keys of a ragged last tile are never attended,
-and a call with fewer than 8 keys attends none (its rows come out zero). Lengths that are
-multiples of 8 hide it (SPEC.md §3.1)."""
+and a call with fewer than 4 keys attends none (its rows come out zero). Lengths that are
+multiples of 4 hide it (SPEC.md §3.1)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .tutorial import mutant
 
 BUG_CLASS = "attention_ragged_tile_dropped"
 EXPECTED_CODES = frozenset({"attention.ragged_key_tile_dropped"})
-KEY_TILE = 8
+KEY_TILE = 4
 
 
 def whole_tiles_attention(q: Tensor, k: Tensor, v: Tensor, hidden: Tensor, scale: float) -> Tensor:

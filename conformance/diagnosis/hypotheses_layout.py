@@ -132,6 +132,8 @@ def _sdpa_without_ragged_tile(tile: int) -> Callable[..., np.ndarray]:
 
     def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):
         lk = np.shape(k)[-2]
+        if lk < tile:  # no whole tile: every key hidden, which any all-hidden account fits
+            raise ValueError(f"{lk} keys hold no whole tile of {tile}")
         visited = np.arange(lk) < (lk // tile) * tile
         keep = visited if keep_mask is None else np.logical_and(keep_mask, visited)
         return oracle.scaled_dot_product_attention(
@@ -143,8 +145,10 @@ def _sdpa_without_ragged_tile(tile: int) -> Callable[..., np.ndarray]:
 
 def ragged_tile_hypotheses(component: str) -> Iterator[Alternative]:
     """A tiled kernel without its boundary tile, for each usual tile size and each policy of
-    a row left with no key (a call shorter than one tile visits none). The spec's own
-    output where the key length is a multiple of the tile: then it does not fit."""
+    a row left with no key (a padded row whose real keys all lie in the ragged tile). The
+    spec's own output where the key length is a multiple of the tile: then it does not fit.
+    Not tried on a call with fewer keys than the tile: it would hide every key, which a mask
+    read inverted or a softmax that overflowed explains as well."""
     if not reaches(component, "scaled_dot_product_attention"):
         return
     for tile, policy in itertools.product(KEY_TILES, ("zero", "nan", "uniform")):
