@@ -122,17 +122,22 @@ def rope_frequencies(
     if scaling != "llama3":
         raise ValueError(f"unknown RoPE scaling {scaling!r}: 'none', 'linear' or 'llama3'")
     wavelength = 2.0 * np.pi / omega
-    low_wavelength = original_max_positions / low_freq_factor  # longer: divided by factor
-    high_wavelength = original_max_positions / high_freq_factor  # shorter: kept
+    divided, kept = _llama3_bands(
+        wavelength, original_max_positions, low_freq_factor, high_freq_factor
+    )
     smooth = (original_max_positions / wavelength - low_freq_factor) / (
         high_freq_factor - low_freq_factor
     )
     blended = (1.0 - smooth) * omega / factor + smooth * omega
-    return np.where(
-        wavelength > low_wavelength,
-        omega / factor,
-        np.where(wavelength < high_wavelength, omega, blended),
-    )
+    return np.where(divided, omega / factor, np.where(kept, omega, blended))
+
+
+def _llama3_bands(
+    wavelength: Array, original: float, low_freq_factor: float, high_freq_factor: float
+) -> tuple[Array, Array]:
+    """§2.6's lines: the pairs whose frequency is divided by the factor (wavelength above
+    L / low_freq_factor) and those kept (below L / high_freq_factor); the rest blend."""
+    return wavelength > original / low_freq_factor, wavelength < original / high_freq_factor
 
 
 def rope_frequencies_of(d: int, conventions: Conventions) -> Array:
@@ -161,10 +166,12 @@ def rope_bands(d: int, conventions: Conventions) -> tuple[str, ...]:
         return ()
     _check_even(d, "RoPE")
     omega = conventions.pe_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    wavelength = 2.0 * np.pi / omega
-    length = conventions.rope_original_max_positions
-    divided = wavelength > length / conventions.rope_low_freq_factor
-    kept = wavelength < length / conventions.rope_high_freq_factor
+    divided, kept = _llama3_bands(
+        2.0 * np.pi / omega,
+        conventions.rope_original_max_positions,
+        conventions.rope_low_freq_factor,
+        conventions.rope_high_freq_factor,
+    )
     return tuple(
         "divided" if v else "kept" if k else "blended" for v, k in zip(divided, kept, strict=True)
     )
