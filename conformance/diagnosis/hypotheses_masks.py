@@ -238,14 +238,22 @@ def _sdpa_every_key_hidden(q, k, v, keep_mask=None, *, scale=None, fully_masked_
     )
 
 
-def every_key_hidden(alternative: Alternative) -> Alternative:
+def every_key_hidden(alternative: Alternative, calls: list[int] | None = None) -> Alternative:
     """The oracle under ``alternative``'s conventions with every key of every attention
-    hidden: what any hypothesis that leaves no query a key gives."""
+    hidden: what any hypothesis that leaves no query a key gives. ``calls``, when given,
+    counts the hidden attentions computed: none when ``alternative`` replaces a piece that
+    runs its own attention instead of the oracle's ``scaled_dot_product_attention``."""
     pieces = alternative.pieces() if callable(alternative.pieces) else alternative.pieces
+
+    def hidden_attention(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if calls is not None:
+            calls.append(1)
+        return _sdpa_every_key_hidden(*args, **kwargs)
+
     return Alternative(
         "",
         "",
-        pieces={**pieces, "scaled_dot_product_attention": _sdpa_every_key_hidden},
+        pieces={**pieces, "scaled_dot_product_attention": hidden_attention},
         conventions=alternative.conventions,
         params=alternative.params,
         inputs=alternative.inputs,
@@ -261,14 +269,18 @@ def degenerate(
     unpromised: np.ndarray | None = None,
 ) -> bool:
     """Is ``gold`` (``alternative``'s output on this call) the output with every key hidden?
-    Then the fit says only that no query saw a key (``every_key_hidden``)."""
+    Then the fit says only that no query saw a key (``every_key_hidden``). Never for an
+    alternative whose own attention bypasses the oracle's (RoPE rotating the queries only
+    rewrites the whole causal attention): no key can be hidden from it, and its output
+    would be compared with itself."""
     if not reaches(component, "scaled_dot_product_attention"):
         return False
+    calls: list[int] = []
     try:
-        hidden = evaluate(every_key_hidden(alternative))
+        hidden = evaluate(every_key_hidden(alternative, calls))
     except (ValueError, KeyError, IndexError):
         return False
-    if hidden.shape != gold.shape:
+    if not calls or hidden.shape != gold.shape:
         return False
     ignore = np.isnan(gold) | np.isnan(hidden)
     if unpromised is not None and np.shape(unpromised) == gold.shape:

@@ -23,9 +23,13 @@ from tck.reference.variants import expected_under, oracle_variant
 from tck.reports.causes import evidence, root_causes
 
 
-def _harness(component: str, pieces: dict[str, Any]) -> Harness:
+def _harness(component: str, pieces: dict[str, Any], name: str | None = None) -> Harness:
+    """The reference subject ``name`` (default: the first of ``component``) run through the
+    oracle with ``pieces`` replaced."""
     loaded = load_adapter("reference")
-    subject = next(s for s in loaded.subjects() if s.component == component)
+    subject = next(
+        s for s in loaded.subjects() if (s.name == name if name else s.component == component)
+    )
     tck = Harness(loaded, subject, seed=0)
     variant = oracle_variant(pieces)
     tck.run = lambda inst, given: expected_under(  # type: ignore[method-assign]
@@ -87,6 +91,27 @@ def test_an_own_mask_read_inverted_is_named_on_calls_without_padding() -> None:
 def test_a_fit_where_queries_see_keys_is_not_degenerate() -> None:
     tck = _harness("mha", {"scaled_dot_product_attention": _biased(1.0)})
     _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 3)))
+    assert tck.record.metrics.get("degenerate_fit") == ""
+
+
+def _keys_at_position_zero(x, params, *, positions=None, **kwargs):  # type: ignore[no-untyped-def]
+    """§11.1 with the keys rotated at position 0 (not rotated): written here through the
+    oracle's own ``key_positions``, not the hypothesis's rewrite of the attention."""
+    kwargs["key_positions"] = np.zeros(np.shape(x)[:2], dtype=np.int64)
+    return oracle.causal_self_attention(x, params, positions=positions, **kwargs)
+
+
+def test_a_fit_by_an_alternative_with_its_own_attention_is_not_degenerate() -> None:
+    """RoPE on the queries only is a hypothesis that rewrites the whole causal attention: the
+    oracle's attention with every key hidden is never called under it, so its output cannot
+    be compared with every key hidden (it was compared with itself and called degenerate)."""
+    tck = _harness(
+        "causal_self_attention",
+        {"causal_self_attention": _keys_at_position_zero},
+        name="causal_self_attention[rope]",
+    )
+    code, message = _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 4)))
+    assert code == "rope.applied_to_wrong_tensors", message
     assert tck.record.metrics.get("degenerate_fit") == ""
 
 
