@@ -338,6 +338,35 @@ def cached_keys_seen(
     return keep[:, None]
 
 
+def _top_left_bands(
+    top_left: np.ndarray, ranges: list[tuple[int, int]], window: int | None
+) -> list[tuple[np.ndarray, str]]:
+    """The top-left causal mask of cached steps (``top_left``, (L, L)) with a declared sliding
+    window (SPEC.md §4.5) cut the way such code cuts it: numbered the same way (query i of a
+    call sees keys i - w + 1..i), or still offset by the cache (query i at place T - n + i
+    sees keys above T - n + i - w, so that once the cache holds w keys the two bands no
+    longer meet and the query sees no key: NaN or a row's fill, §4.4); without a window,
+    the mask alone. Each with the words the cause's message gains."""
+    if window is None:
+        return [(top_left, "")]
+    length = top_left.shape[0]
+    keys = np.arange(length)
+    local = np.tril(np.ones((length, length), bool))
+    for start, stop in ranges[1:]:
+        for row in range(start, stop):
+            local[row] = keys > row - start - window
+    offset = keys[None, :] > keys[:, None] - window
+    return [
+        (top_left & local, f"; its sliding window of {window} is numbered the same way"),
+        (
+            top_left & offset,
+            f"; its sliding window of {window} is still offset by the cache, so once the "
+            "cache holds that many keys the two bands no longer meet and a query sees no key",
+        ),
+        (top_left, f"; the sliding window of {window} is not applied in cached steps"),
+    ]
+
+
 def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):
     """(code, message, gold over the whole sequence) for the bugs of cached decoding, the
     calls having taken the token ranges ``ranges`` (the first one the prefill)."""
@@ -456,14 +485,18 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             "and each weight meets the other tensor of the token before (SPEC.md §11.6)",
             decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
         )
-    yield (
-        "cache.causal_top_left",
+    top_left_message = (
         "each decoded token attends only the first tokens of the sequence: the causal mask of "
         "a cached step is built for the new tokens alone (query i sees keys 0..i), aligned "
         "top-left, instead of offset by the number of cached keys (bottom-right: query i sees "
-        "keys up to T - n + i; SPEC.md §11.6, §4.3)",
-        decoder_only(component, inputs, p, c, conv, causal_keep=top_left),
+        "keys up to T - n + i; SPEC.md §11.6, §4.3)"
     )
+    for keep, words in _top_left_bands(top_left, ranges, window):
+        yield (
+            "cache.causal_top_left",
+            top_left_message + words,
+            decoder_only(component, inputs, p, c, conv, causal_keep=keep),
+        )
     yield (
         "cache.keys_prepended",
         "each call's keys and values are put before the cached ones instead of after them: "
@@ -504,6 +537,24 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
     )
 
 
+def reproducing_cache_bug(
+    tck: Harness,
+    inst: Instance,
+    inputs: Inputs,
+    ranges: list[tuple[int, int]],
+    cached: np.ndarray,
+    decoded: np.ndarray,
+) -> tuple[str, str] | None:
+    """(code, message) of the first cache bug (``cache_hypotheses``) whose oracle gives the
+    cached output ``cached`` on the ``decoded`` positions, NaN where it has NaN; None."""
+    if inst.params is None or tck.component not in CAUSAL:
+        return None
+    for code, message, gold in cache_hypotheses(tck, inst, inputs, ranges):
+        if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
+            return code, message
+    return None
+
+
 # (prefill, tokens per later call): one token per step, as generate() decodes
 ONE_TOKEN = ((1, 1), (4, 1))
 # chunked prefill (§11.9): several tokens per call on a non-empty cache, two chunk sizes
@@ -533,9 +584,25 @@ def check_cache(
             )
         except Unsupported as err:
             pytest.skip(f"incremental decoding: {err}")
-        result = same(
-            inst, cached, full, ignore, what=f"{what}, prefill {prefill}: cached -> full forward"
-        )
+        decoded = np.zeros(full.shape, bool)
+        decoded[:, prefill:] = True
+        if ignore is not None:
+            decoded &= ~np.broadcast_to(ignore, full.shape)
+        try:
+            result = same(
+                inst,
+                cached,
+                full,
+                ignore,
+                what=f"{what}, prefill {prefill}: cached -> full forward",
+            )
+        except CheckFailure as nonfinite:  # a cache bug may leave a query no key (§4.4)
+            found = reproducing_cache_bug(tck, inst, inputs, ranges, cached, decoded)
+            if found is None:
+                raise
+            raise CheckFailure(
+                found[0], f"{found[1]}; {nonfinite.message}", nonfinite.metrics
+            ) from None
         tck.note({"max_abs_delta": result.max_abs_err})
         if result.passed:
             continue
@@ -546,14 +613,9 @@ def check_cache(
             f"{'' if give_positions else ', no positions given'}: at position {worst} the "
             f"cached output differs from the full forward: {describe(result)}"
         )
-        if inst.params is not None and tck.component in CAUSAL:
-            for code, message, gold in cache_hypotheses(tck, inst, inputs, ranges):
-                decoded = np.zeros(full.shape, bool)
-                decoded[:, prefill:] = True
-                if ignore is not None:
-                    decoded &= ~np.broadcast_to(ignore, full.shape)
-                if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
-                    raise CheckFailure(code, f"{message}; {numbers}", result.metrics())
+        found = reproducing_cache_bug(tck, inst, inputs, ranges, cached, decoded)
+        if found is not None:
+            raise CheckFailure(found[0], f"{found[1]}; {numbers}", result.metrics())
         # no layout reproduces it: measure which keys each cached query attends
         # (tck.conformance.diagnosis.cache_seen), then the cache (one layer against several;
         # which earlier tokens still reach the last one: cache_measure)
