@@ -738,6 +738,97 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 
+# Phase 2 (after the phase-1 commit, from each bug's frozen `class` and the one-line meanings of
+# SPEC.md Appendix C): the codes that name the class, or, where none does, the class described.
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "g.norm_gain_without_unit_offset": (
+        [],
+        "a norm gain stored as an offset from one applied without the one (the gain used is "
+        "gamma - 1); layer_norm.gain_plus_one names the opposite error (1 + gamma)",
+    ),
+    "g.rms_eps_added_to_root": (["layer_norm.eps_outside_sqrt"], ""),
+    "g.rms_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "g.geglu_exact_gelu": (["ffn.gate_activation_gelu"], ""),
+    "g.gate_and_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "g.rope_table_interleaved_for_half_rotation": (["rope.table_layout_mismatch"], ""),
+    "g.rotate_half_sign_flipped": (["rope.rotation_inverted"], ""),
+    "g.rope_angles_in_half": (["numerics.rope_angles_low_precision"], ""),
+    "g.kv_heads_tiled": (["attention.kv_heads_tiled"], ""),
+    "g.query_heads_split_without_transpose": (["attention.heads_split_wrong_order"], ""),
+    "g.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "g.sdpa_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "g.eager_softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "g.cache_returns_new_only": (["cache.ignored"], ""),
+    "g.derived_positions_from_zero": (
+        ["cache.position_offset_wrong", "cache.rope_offset_wrong"],
+        "",
+    ),
+    "g.causal_diagonal_excluded": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "g.mask_queries_indexed_from_zero": (
+        ["cache.causal_top_left", "mask.causal_alignment_top_left"],
+        "",
+    ),
+    "g.padding_mask_inverted": (["mask.polarity_inverted"], ""),
+    "g.keep_mask_added_as_bias": (["mask.added_as_bias"], ""),
+    "g.embedding_scale_missing": (["embedding.scale_missing"], ""),
+    "g.residual_taken_after_norm": (["blocks.residual_after_norm"], ""),
+    "g.lm_head_untied": (["model.head_not_tied"], ""),
+    "v.batch_first_dropped": (["batch.rows_interact"], ""),
+    "v.keys_values_from_unnormed_input": (
+        [],
+        "a pre-LN self-attention whose norm reaches the queries only: keys and values are "
+        "projected from the un-normalised sublayer input",
+    ),
+    "v.padding_mask_polarity_at_boundary": (["mask.polarity_inverted"], ""),
+    "v.functional_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "v.mlp_residual_dropped": (["blocks.residual_missing"], ""),
+    "v.mlp_tanh_gelu": (["ffn.activation_gelu_tanh"], ""),
+    "v.layernorm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "v.patches_reshaped_not_permuted": (["vit.patch_order", "vit.patch_extraction_wrong"], ""),
+    "v.class_token_appended": (["vit.pooling_wrong_token"], ""),
+    "v.mean_pool_includes_class_token": (["vit.pooling_mean_with_cls"], ""),
+    "v.encoder_final_norm_missing": (["blocks.final_norm_missing"], ""),
+    "v.patch_grid_column_major": (["vit.patch_order"], ""),
+    "v.mlp_reads_block_input": (
+        [],
+        "the second sublayer (the FFN) reads the layer's input instead of the first "
+        "sublayer's output, while its residual is still the first sublayer's output",
+    ),
+    "w.pe_flax_frequency_spacing": (["positional.frequency_wrong"], ""),
+    "w.logits_divided_by_width": (
+        [],
+        "the output logits divided by d_model instead of sqrt(d_model) (a wrong factor where "
+        "the model declares the logit-side scale)",
+    ),
+    "w.encoder_final_norm_missing": (["blocks.final_norm_missing"], ""),
+    "w.cross_attention_source_padding_dropped": (["mask.ignored"], ""),
+    "w.cross_attention_query_unnormed": (
+        [],
+        "cross-attention queries taken from the un-normalised residual stream instead of the "
+        "sublayer's norm output (keys and values from the memory are right)",
+    ),
+    "w.cross_residual_skips_self_attention": (["blocks.residual_from_layer_input"], ""),
+    "w.deterministic_flag_inverted": (["dropout.active_in_eval"], ""),
+    "w.mask_where_inverted": (["mask.polarity_inverted"], ""),
+    "w.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "w.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "w.layernorm_one_pass_variance": (
+        [],
+        "the variance computed in one pass as E[x^2] - E[x]^2, which cancels when the mean is "
+        "large against the spread (not a matter of the dtype the statistics are held in)",
+    ),
+    "w.layernorm_eps_torch_default": (["layer_norm.eps_wrong"], ""),
+    "w.value_projected_with_key_kernel": (["attention.value_uses_key_projection"], ""),
+    "w.mlp_gelu_for_relu": (["ffn.activation_gelu"], ""),
+    "w.causal_mask_inverted": (["mask.causal_leak"], ""),
+    "w.masks_combined_with_or": (
+        [],
+        "masks combined by logical OR instead of AND, so a key is attended when any one of the "
+        "masks keeps it",
+    ),
+}
+
+
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
     """The 1-based line number of the one line whose stripped text is ``stripped``, and the line
     itself (with its indentation)."""
@@ -762,6 +853,7 @@ def _row(row_id: str, impl: str, original: str, replacement: str) -> dict[str, A
 
 
 def tables() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    assert set(PHASE_2) == {b[0] for b in BUGS}
     bugs = []
     for row_id, impl, orig, repl, family, components, description, klass, report in BUGS:
         row = _row(row_id, impl, orig, repl)
@@ -771,8 +863,8 @@ def tables() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             "description": description,
             "class": klass,
             "public_report": report,
-            "expected_codes": [],
-            "class_without_code": "",
+            "expected_codes": PHASE_2[row_id][0],
+            "class_without_code": PHASE_2[row_id][1],
         }
         bugs.append(row)
     controls = []
