@@ -215,11 +215,11 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if r["subject"] not in best or key > best[r["subject"]][:6]:
             best[r["subject"]] = (*key, code, diagnosis.get("message", ""))
     strength: dict[str, int] = {}  # code -> its strongest rank in this run
-    won: set[str] = set()  # codes some result reproduced
+    won: set[str] = set()  # codes some result reproduced on a call where queries see keys
     for r in failing:
         code = (r.get("diagnosis") or {}).get("code", "")
         strength[code] = max(strength.get(code, 0), _strength(r))
-        if reproduced(r):
+        if reproduced(r) and evidence(r) > 1:  # a degenerate fit is a property's finding
             won.add(code)
     # Subjects whose plain forward fails with a named cause (not a self-consistency one, not
     # a generic code): their self-consistency findings are consequences (module docstring).
