@@ -151,6 +151,34 @@ def test_a_degenerate_fit_never_outranks_a_fit_where_queries_see_keys() -> None:
     assert [c["code"] for c in causes] == ["mask.polarity_inverted", "mask.causal_diagonal_hidden"]
 
 
+@pytest.mark.spec("0.3")
+def test_a_degenerate_fit_is_ordered_as_a_property_finding() -> None:
+    """A hidden diagonal fitted only where every key is hidden (one row) is no reproduction:
+    against a property's finding of the same rank class on more rows, the row count
+    decides, as between two property findings."""
+    degenerate = _r(
+        "causal_self_attention",
+        "mask.causal_diagonal_hidden",
+        degenerate_fit="mask.causal_diagonal_hidden",
+    )
+    found = [
+        {
+            "check": "decoder.batch_rows_of_different_lengths",
+            "subject": subject,
+            "status": "fail",
+            "diagnosis": {"code": "batch.padded_rows_differ", "message": "a row differs"},
+            "metrics": {"dtype": "float64"},
+        }
+        for subject in ("causal_self_attention", "decoder_block", "causal_lm")
+    ]
+    causes = root_causes([degenerate, *found])
+    assert [c["code"] for c in causes] == [
+        "batch.padded_rows_differ",
+        "mask.causal_diagonal_hidden",
+    ]
+    assert causes[1]["reproduced"] is False
+
+
 def _flat_causal(lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"):  # type: ignore[no-untyped-def]
     """Written here: the causal test against key index b * lk + j (padded-flat layout)."""
     keep = None if key_padding is None else np.asarray(key_padding, bool)[:, None, None, :]
