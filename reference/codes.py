@@ -456,6 +456,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a step's keys and values are put before the cached ones instead of after them",
     ),
     (
+        "cache.keys_values_swapped",
+        "cause",
+        "11.6",
+        "the cached keys and values are exchanged when read back (a cache's two tensors "
+        "unpacked in the other order)",
+    ),
+    (
         "cache.padding_dropped_in_steps",
         "cause",
         "11.6 11.7",

@@ -274,6 +274,8 @@ NAMES: tuple[str, ...] = (
     # cached steps whose causal edge is numbered within the call while a sliding window's
     # edge stays offset by the cache (the two bands stop meeting)
     "sliding_window_cache_top_left",
+    # a cache's (key, value) pair unpacked in the other order when read back
+    "cache_keys_values_swapped",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -485,6 +485,20 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             "and each weight meets the other tensor of the token before (SPEC.md §11.6)",
             decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
         )
+    # the cached keys and values exchanged when read back (``past_value, past_key =
+    # layer_past``), then stored as used (swapped at every other call) or left right
+    for swapped, stored in (
+        ("stored", "stores what it used, so the cached part is swapped at every other call"),
+        ("read", "leaves the cache itself right"),
+    ):
+        orders = cache_orders(b, length, ranges, key_padding, window=window, swapped=swapped)
+        yield (
+            "cache.keys_values_swapped",
+            "each cached step reads the cached keys as values and the cached values as keys "
+            "(a (key, value) pair unpacked in the other order) and " + stored + ": the "
+            "scores of the cached tokens use their values (SPEC.md §11.6)",
+            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+        )
     top_left_message = (
         "each decoded token attends only the first tokens of the sequence: the causal mask of "
         "a cached step is built for the new tokens alone (query i sees keys 0..i), aligned "

@@ -269,6 +269,7 @@ def cache_orders(
     keys: str = "append",
     values: str = "append",
     window: int | None = None,
+    swapped: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cache as two rows of slots, the keys' and the values', each extended at its end
     (``"append"``, ``torch.cat([cache, new])``), at its start (``"prepend"``,
@@ -278,28 +279,47 @@ def cache_orders(
     on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
     ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
     (§11.7); the score of slot s uses the key held there, the weight multiplies the value
-    held there. Returns (key token (L, L), value token (L, L), keep (B, 1, L, L)), indexed by
-    query and slot, ``EMPTY_SLOT`` where a slot holds zeros. Both "append" is the spec."""
+    held there. ``swapped``: every call after the first reads the cached keys as values and
+    the cached values as keys (a ``(key, value)`` pair unpacked in the other order), and
+    then stores what it used (``"stored"``: transformers' ``present = (key, value)`` after
+    the concatenation, so the cached part is swapped at every other call) or leaves the
+    cache right (``"read"``).
+
+    Returns (key (L, L), value (L, L), keep (B, 1, L, L)), indexed by query and slot: the
+    token whose key (value) the slot holds, that number plus ``length`` where it holds the
+    token's other tensor, ``EMPTY_SLOT`` where it holds zeros. Both "append" is the spec."""
     key_at = np.full((length, length), EMPTY_SLOT)
     value_at = np.full((length, length), EMPTY_SLOT)
     keep = np.zeros((batch, length, length), bool)
+    # each slot as a token number, plus ``length`` where it holds the token's other tensor
     held: dict[str, list[int]] = {"keys": [], "values": []}
     pad = None if key_padding is None else np.asarray(key_padding, bool)
+
+    def other(slots: list[int]) -> list[int]:
+        return [s if s == EMPTY_SLOT else (s + length) % (2 * length) for s in slots]
+
     for call, (start, stop) in enumerate(ranges):
         new = list(range(start, stop))
+        used = dict(held)
+        if swapped and call:
+            used = {"keys": other(held["values"]), "values": other(held["keys"])}
         for name, order in (("keys", keys), ("values", values)):
             if order == "late":  # slot s holds token s - 1 once written, slot 0 never
-                held[name] = [EMPTY_SLOT, *range(stop - 1)]
+                used[name] = [EMPTY_SLOT, *range(stop - 1)]
             elif order == "prepend" and call:
-                held[name] = new + held[name]
+                used[name] = new + used[name]
             else:
-                held[name] = held[name] + new
+                used[name] = used[name] + new
+        if swapped == "read" and call:  # the cache itself stays right
+            held = {name: held[name] + new for name in held}
+        else:
+            held = used
         n, total = stop - start, stop
         for i in range(n):
             row, at = start + i, total - n + i
             first = 0 if window is None else max(at - window + 1, 0)
-            key_at[row, :total] = held["keys"][:total]
-            value_at[row, :total] = held["values"][:total]
+            key_at[row, :total] = used["keys"][:total]
+            value_at[row, :total] = used["values"][:total]
             for slot in range(first, at + 1):
                 keep[:, row, slot] = True if pad is None else pad[:, slot]
     return key_at, value_at, keep[:, None]
@@ -307,7 +327,8 @@ def cache_orders(
 
 def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.ndarray) -> Any:
     """The oracle's attention where query i's slot s holds the key of token key_at[i, s] and
-    the value of token value_at[i, s], slots kept by ``keep`` (B, 1, L, L); the oracle's own
+    the value of token value_at[i, s] (a number past the tokens: that token's other tensor,
+    ``cache_orders``), slots kept by ``keep`` (B, 1, L, L); the oracle's own
     mask (the causal triangle, replaced here) is not used. A row with no slot is 0."""
     from tck.reference import oracle
 
@@ -319,8 +340,12 @@ def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.nda
             np.zeros((*k.shape[:-2], 1, k.shape[-1])),
             np.zeros((*v.shape[:-2], 1, v.shape[-1])),
         )
-        keys = np.concatenate([k, zero_k], axis=-2)[..., np.minimum(key_at, k.shape[-2]), :]
-        values = np.concatenate([v, zero_v], axis=-2)[..., np.minimum(value_at, v.shape[-2]), :]
+        # a slot numbered past the tokens holds the token's other tensor (same width, §3.1)
+        both = k.shape[-1] == v.shape[-1]
+        pool_k = np.concatenate([k, v, zero_k] if both else [k, zero_k], axis=-2)
+        pool_v = np.concatenate([v, k, zero_v] if both else [v, zero_v], axis=-2)
+        keys = pool_k[..., np.minimum(key_at, pool_k.shape[-2] - 1), :]
+        values = pool_v[..., np.minimum(value_at, pool_v.shape[-2] - 1), :]
         scores = np.einsum("bhid,bhisd->bhis", q, keys) * scale
         scores = np.where(keep, scores, -np.inf)
         top = np.max(scores, axis=-1, keepdims=True)

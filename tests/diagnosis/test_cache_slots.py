@@ -80,3 +80,17 @@ def test_values_prepended_pair_a_key_with_another_token_s_value() -> None:
     key_at, value_at, _ = cache_orders(1, 5, schedule(5, 2, 1), None, values="prepend")
     np.testing.assert_array_equal(key_at[4], [0, 1, 2, 3, 4])
     np.testing.assert_array_equal(value_at[4], [4, 3, 2, 0, 1])
+
+
+def test_swapped_reads_number_the_other_tensor_past_the_tokens() -> None:
+    """A (key, value) pair unpacked in the other order: a slot numbered token + length holds
+    that token's other tensor. Stored as used, the cached part flips at every call; read
+    alone, every call after the prefill sees the cached part flipped once."""
+    length, ranges = 5, schedule(5, 2, 1)  # prefill 0..1, then 2, 3, 4
+    stored, _, _ = cache_orders(1, length, ranges, None, swapped="stored")
+    read, read_values, _ = cache_orders(1, length, ranges, None, swapped="read")
+    np.testing.assert_array_equal(stored[1, :2], [0, 1])  # the prefill is right
+    np.testing.assert_array_equal(stored[2, :3], [5, 6, 2])  # values 0, 1 as keys
+    np.testing.assert_array_equal(stored[3, :4], [0, 1, 7, 3])  # flipped back, 2 flipped
+    np.testing.assert_array_equal(read[4, :5], [5, 6, 7, 8, 4])
+    np.testing.assert_array_equal(read_values[4, :5], [5, 6, 7, 8, 4])
