@@ -560,11 +560,14 @@ def reproducing_cache_bug(
     decoded: np.ndarray,
 ) -> tuple[str, str] | None:
     """(code, message) of the first cache bug (``cache_hypotheses``) whose oracle gives the
-    cached output ``cached`` on the ``decoded`` positions, NaN where it has NaN; None."""
+    cached output ``cached`` on the ``decoded`` positions, NaN where it has NaN; None. The
+    fit is recorded as a reproduction (``reproduced_by``), which the ranking of root causes
+    puts before a finding read from an exception's words (``tck.reports.causes``)."""
     if inst.params is None or tck.component not in CAUSAL:
         return None
     for code, message, gold in cache_hypotheses(tck, inst, inputs, ranges):
         if compare(cached, gold, dtype=inst.dtype, ignore=~decoded).passed:
+            tck.note({"reproduced_by": code, "reproduced_at": inst.dtype})
             return code, message
     return None
 
