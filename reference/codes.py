@@ -354,6 +354,20 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a sublayer adds its output to the layer's input, skipping the sublayer before it",
     ),
     (
+        "blocks.branch_from_layer_input",
+        "cause",
+        "7.1 7.2",
+        "a later sublayer computes its branch from the layer's input instead of the sublayer "
+        "before it (its residual add right)",
+    ),
+    (
+        "blocks.norm_bypassed",
+        "cause",
+        "7.1",
+        "a pre-LN sublayer's norm reaches only some of the attention's inputs (the queries "
+        "alone, or the keys and values alone, taken from the stream before the norm)",
+    ),
+    (
         "blocks.not_permutation_equivariant",
         "cause",
         "10.5",

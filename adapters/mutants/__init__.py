@@ -276,6 +276,10 @@ NAMES: tuple[str, ...] = (
     "sliding_window_cache_top_left",
     # a cache's (key, value) pair unpacked in the other order when read back
     "cache_keys_values_swapped",
+    # a pre-LN norm that reaches the queries alone; a later sublayer's branch read from the
+    # layer's input
+    "encoder_norm_keys_values_bypassed",
+    "encoder_ffn_reads_layer_input",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

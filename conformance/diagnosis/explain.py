@@ -396,7 +396,9 @@ def _hypotheses(
         evaluate(Alternative("", "", pieces=pieces))
     except (ValueError, KeyError):
         sublayers = [0]
-    found = first(more_hypotheses(component, inst.params, sublayers[0], inst.config))
+    found = first(
+        more_hypotheses(component, inst.params, sublayers[0], inst.config, inst.conventions)
+    )
     if found is None:
         found = first(
             itertools.chain(

@@ -168,12 +168,16 @@ def _norm_on_branch(x: Any, params: Any, norm_prefix: str, conventions: Any, fn:
     return x + oracle.norm(fn(x), params, norm_prefix, conventions)
 
 
-def _residual_from_layer_input(target: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+def _residual_from_layer_input(
+    target: str, part: str = "residual"
+) -> Callable[[], dict[str, Callable[..., Any]]]:
     """Pieces (built anew for each evaluation) under which every sublayer normalised by
-    ``target`` (a norm's name, such as ``norm2``) adds its output to the input of its
-    layer's first sublayer (the layer's input) instead of to its own input:
-    ``out = x + ffn(norm2(h))`` for ``h + ffn(norm2(h))``, so the earlier sublayers'
-    outputs leave the residual stream (SPEC.md §7.1)."""
+    ``target`` (a norm's name, such as ``norm2``) takes the input of its layer's first
+    sublayer (the layer's input) in place of its own input, for its residual
+    (``part="residual"``: ``out = x + ffn(norm2(h))`` for ``h + ffn(norm2(h))``, so the
+    earlier sublayers' outputs leave the residual stream) or for its branch
+    (``part="branch"``: ``out = h + ffn(norm2(x))``, the earlier sublayers' outputs never
+    reach the branch; SPEC.md §7.1)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         first: list[str] = []  # the norm prefix of a layer's first sublayer
@@ -187,10 +191,11 @@ def _residual_from_layer_input(target: str) -> Callable[[], dict[str, Callable[.
                 layer_input[0] = x
             if name != target or layer_input[0] is None or name == first[0]:
                 return oracle._sublayer(x, params, norm_prefix, conventions, fn)
-            base = oracle._f64(layer_input[0])
+            first_input = oracle._f64(layer_input[0])
+            base, into = (first_input, x) if part == "residual" else (oracle._f64(x), first_input)
             if conventions.norm_placement == "post":
-                return oracle.norm(base + fn(x), params, norm_prefix, conventions)
-            return base + fn(oracle.norm(x, params, norm_prefix, conventions))
+                return oracle.norm(base + fn(into), params, norm_prefix, conventions)
+            return base + fn(oracle.norm(into, params, norm_prefix, conventions))
 
         return {"_sublayer": sublayer}
 
@@ -215,6 +220,75 @@ def residual_from_layer_input_hypotheses(
             "for h + f(norm(h)), h the earlier sublayer's output): the earlier sublayer's "
             "residual add is lost from the stream (SPEC.md §7.1)",
             pieces=_residual_from_layer_input(name),
+        )
+        yield Alternative(
+            "blocks.branch_from_layer_input",
+            f"the output is the spec's with the sublayer normalised by {name} computing its "
+            "branch from the layer's input instead of from its own input (out = h + "
+            "f(norm(x)) for h + f(norm(h)), h the earlier sublayer's output, x the layer's "
+            "input): the earlier sublayer's output never reaches this one's branch, while "
+            "the residual add is right (SPEC.md §7.1)",
+            pieces=_residual_from_layer_input(name, "branch"),
+        )
+
+
+# A pre-LN attention sublayer whose norm reaches some of the attention's inputs only:
+# (which call, which inputs come from the un-normalised stream, the words)
+_NORM_BYPASSES = (
+    ("self", "kv", "the keys and values projected from the un-normalised sublayer input"),
+    ("self", "q", "the queries projected from the un-normalised sublayer input"),
+    ("cross", "q", "the cross-attention's queries taken from the un-normalised stream"),
+)
+
+
+def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation) under which every pre-LN attention sublayer
+    of kind ``call`` (``self``: query, key and value the same tensor; ``cross``: keys from
+    the memory) feeds its attention the sublayer's input before the norm for ``inputs``
+    (``q`` or ``kv``) and the normalised input for the rest (SPEC.md §7.1: the branch is
+    f(Norm(x)), every input of f normalised)."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        raw: list[Any] = [None]  # the input of the sublayer being run, before its norm
+
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            raw[0] = oracle._f64(x) if conventions.norm_placement == "pre" else None
+            try:
+                return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+            finally:
+                raw[0] = None
+
+        def attention(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+            kind = "self" if key is query else "cross"
+            if raw[0] is not None and kind == call and np.shape(raw[0]) == np.shape(query):
+                if inputs == "q":
+                    query = raw[0]
+                else:
+                    key = value = raw[0]
+            return oracle.multi_head_attention(query, key, value, *args, **kwargs)
+
+        return {"_sublayer": sublayer, "multi_head_attention": attention}
+
+    return pieces
+
+
+def norm_bypass_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """A pre-LN attention sublayer whose norm output reaches only some of the attention's
+    inputs (the queries alone, or the keys and values alone; a cross-attention's queries
+    taken from the stream before the norm)."""
+    if getattr(conventions, "norm_placement", None) != "pre":
+        return
+    if not (reaches(component, "_sublayer") and reaches(component, "multi_head_attention")):
+        return
+    for call, inputs, words in _NORM_BYPASSES:
+        if call == "cross" and not reaches(component, "decoder_layer"):
+            continue  # no cross-attention here
+        yield Alternative(
+            "blocks.norm_bypassed",
+            f"the output is the spec's with {words}, the other inputs of the attention "
+            "normalised: the pre-LN branch is f(Norm(x)) with every input of f normalised, "
+            "here the norm reaches part of it (SPEC.md §7.1)",
+            pieces=_norm_bypassed(call, inputs),
         )
 
 
@@ -757,16 +831,22 @@ def one_norm_eps_hypotheses(component: str, params: Arrays | None) -> Iterator[A
 
 
 def more_hypotheses(
-    component: str, params: Arrays | None, sublayers: int = 0, config: Any = None
+    component: str,
+    params: Arrays | None,
+    sublayers: int = 0,
+    config: Any = None,
+    conventions: Any = None,
 ) -> Iterator[Alternative]:
     """Every hypothesis of this module for ``component`` with ``params``; ``sublayers``: how
     many sublayers the call runs (0: not counted, no one-sublayer hypotheses); ``config``:
-    the instance's (the fused-qkv layouts need its head count)."""
+    the instance's (the fused-qkv layouts need its head count); ``conventions``: the
+    declared ones (the norm's placement)."""
     yield from head_split_hypotheses(component)
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
     yield from residual_from_layer_input_hypotheses(component, params)
     yield from norm_on_branch_by_name_hypotheses(component, params)
+    yield from norm_bypass_hypotheses(component, conventions)
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)

@@ -32,6 +32,8 @@ from tck.reference.inputs import Shape, make_inputs
         ("swiglu_silu_after_product", "ffn.activation_after_gating"),
         ("lm_log_softmax_logits", "model.returns_log_probabilities"),
         ("scale_norm_gain_unused", "layer_norm.gain_unused"),
+        ("encoder_norm_keys_values_bypassed", "blocks.norm_bypassed"),
+        ("encoder_ffn_reads_layer_input", "blocks.branch_from_layer_input"),
     ],
 )
 def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
@@ -57,10 +59,17 @@ def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
             Conventions(norm_placement="pre"),
             {
                 "attention.heads_split_wrong_order",
+                "blocks.norm_bypassed",
+                "blocks.branch_from_layer_input",
                 "blocks.residual_after_norm",
                 "params.bias_unused",
                 "layer_norm.gain_plus_one",
             },
+        ),
+        (
+            "decoder_layer",
+            Conventions(norm_placement="pre"),
+            {"blocks.norm_bypassed", "blocks.branch_from_layer_input"},
         ),
         ("rms_norm", Conventions(norm_kind="rms_norm"), {"layer_norm.gain_plus_one"}),
         ("scale_norm", Conventions(), {"layer_norm.gain_plus_one", "layer_norm.gain_unused"}),
@@ -82,7 +91,7 @@ def test_hypotheses_are_not_degenerate(
     inputs = make_inputs(component, config, np.random.default_rng(0))
 
     base = expected(component, inputs, params, config, conventions)
-    found = list(more_hypotheses(component, params))
+    found = list(more_hypotheses(component, params, conventions=conventions))
     assert {alternative.code for alternative in found} >= codes
     for alternative in found:
         code, message = alternative.code, alternative.message
