@@ -280,6 +280,8 @@ NAMES: tuple[str, ...] = (
     # layer's input
     "encoder_norm_keys_values_bypassed",
     "encoder_ffn_reads_layer_input",
+    # one stack of an encoder-decoder without its final norm
+    "seq2seq_encoder_final_norm_missing",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -292,6 +292,41 @@ def norm_bypass_hypotheses(component: str, conventions: Any) -> Iterator[Alterna
         )
 
 
+def _final_norm_skipped(which: int) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation) under which the ``which``-th stack the call
+    runs (0: an encoder-decoder's encoder, 1: its decoder) ends without its final norm."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        seen = [0]
+
+        def final_norm(x: Any, params: Any, conventions: Any) -> Any:
+            seen[0] += 1
+            if seen[0] - 1 == which:
+                return oracle._f64(x)
+            return oracle._final_norm(x, params, conventions)
+
+        return {"_final_norm": final_norm}
+
+    return pieces
+
+
+def final_norm_one_stack_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """In a model of two stacks whose declared placement ends each with a norm (§7.3), one
+    stack's final norm missing (the convention ``final_norm='never'`` drops both)."""
+    if conventions is None or not oracle.has_final_norm(conventions):
+        return
+    if not (reaches(component, "encoder") and reaches(component, "decoder")):
+        return
+    for which, stack in enumerate(("encoder", "decoder")):
+        yield Alternative(
+            "blocks.final_norm_missing",
+            f"the output is the spec's with the {stack} stack ending without its final norm, "
+            f"the other stack's kept: a {conventions.norm_placement}-LN stack ends with a norm "
+            "(SPEC.md §7.3)",
+            pieces=_final_norm_skipped(which),
+        )
+
+
 def _by_norm_name(name: str, variant: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     """Pieces under which every sublayer normalised by ``name`` (``norm2``: each layer's
     FFN) runs ``variant``, the others the spec's."""
@@ -847,6 +882,7 @@ def more_hypotheses(
     yield from residual_from_layer_input_hypotheses(component, params)
     yield from norm_on_branch_by_name_hypotheses(component, params)
     yield from norm_bypass_hypotheses(component, conventions)
+    yield from final_norm_one_stack_hypotheses(component, conventions)
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)

@@ -34,6 +34,7 @@ from tck.reference.inputs import Shape, make_inputs
         ("scale_norm_gain_unused", "layer_norm.gain_unused"),
         ("encoder_norm_keys_values_bypassed", "blocks.norm_bypassed"),
         ("encoder_ffn_reads_layer_input", "blocks.branch_from_layer_input"),
+        ("seq2seq_encoder_final_norm_missing", "blocks.final_norm_missing"),
     ],
 )
 def test_new_hypotheses_name_their_mutant(mutant: str, code: str) -> None:
