@@ -317,10 +317,10 @@ def final_norm_one_stack_hypotheses(component: str, conventions: Any) -> Iterato
         return
     if not (reaches(component, "encoder") and reaches(component, "decoder")):
         return
-    for which, stack in enumerate(("encoder", "decoder")):
+    for which, stack in enumerate(("first stack (the encoder's)", "second (the decoder's)")):
         yield Alternative(
             "blocks.final_norm_missing",
-            f"the output is the spec's with the {stack} stack ending without its final norm, "
+            f"the output is the spec's with the {stack} ending without its final norm, "
             f"the other stack's kept: a {conventions.norm_placement}-LN stack ends with a norm "
             "(SPEC.md §7.3)",
             pieces=_final_norm_skipped(which),
