@@ -172,7 +172,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "0.5 3.3 6.1",
         "a bias the subject loads is never added (attention, FFN, norm shift or head)",
     ),
-    ("layer_norm.gain_plus_one", "cause", "5.1 5.3", "the norm gain is read as 1 + weight"),
+    (
+        "layer_norm.gain_plus_one",
+        "cause",
+        "5.1 5.3",
+        "the norm gain is read as 1 + weight, or a gain stored as an offset from one is read "
+        "without the one (weight - 1 for the gain)",
+    ),
     (
         "blocks.residual_after_norm",
         "cause",
