@@ -561,6 +561,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "norm statistics are formed in the input dtype",
     ),
     (
+        "numerics.norm_variance_cancels",
+        "cause",
+        "5.1 10.10",
+        "the norm's variance is formed so that a large row mean cancels its spread (one pass, "
+        "E[x^2] - E[x]^2, in the working precision) instead of as the mean of (x - mean)^2",
+    ),
+    (
         "numerics.softmax_low_precision",
         "cause",
         "3.1 10.10",

@@ -91,6 +91,8 @@ NAMES: tuple[str, ...] = (
     "rope_cache_key",
     "vit_gap_pool",
     "mha_key_padding_keep",
+    "mha_batch_first_dropped",
+    "layer_norm_one_pass_variance",
     "vit_mean_with_cls",
     "extra_norm",
     # the diagnosis benchmark, continued: head split layouts, biases never added, norm gains,

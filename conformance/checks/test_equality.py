@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from tck.adapters import Unsupported
+from tck.conformance.diagnosis import precision
 from tck.conformance.toolkit.harness import CAUSAL_SUBJECTS, Harness, Instance
+from tck.conformance.toolkit.results import CheckFailure
 from tck.conformance.toolkit.spaces import max_length
 from tck.reference import RECORDS, select
 from tck.reference.inputs import Shape
@@ -140,7 +142,12 @@ def test_low_variance_rows(tck: Harness) -> None:
     rng = np.random.default_rng(tck.seed)
     x = rng.standard_normal((3, 4, inst.config.d_model))
     x = x * np.array([1.0, 1e-3, 1e-5])[:, None, None] + 5.0  # variance 1, 1e-6, 1e-10
-    tck.assert_matches_oracle(inst, {"x": x}, what="low-variance rows")
+    try:
+        tck.assert_matches_oracle(inst, {"x": x}, what="low-variance rows")
+    except CheckFailure as failure:
+        if not failure.code.endswith(".oracle_mismatch"):
+            raise
+        raise precision.variance_cancels(tck, inst, {"x": x}, failure) or failure from None
 
 
 def _real_length(tck: Harness) -> int | None:

@@ -177,3 +177,48 @@ def _float64_meets_oracle(tck: Harness, inst: Instance, inputs: dict[str, np.nda
         return False
     gold = tck.gold(exact, inputs)
     return test.shape == gold.shape and compare(test, gold).passed
+
+
+# A row mean this large against a spread of 1 survives float32 rounding (spacing 1e-3 at
+# 1e4), while its square does not (spacing 8 at 1e8): E[x^2] - E[x]^2 formed in float32 is
+# then a multiple of 8, zero or negative where the variance is 1, and the row is garbage or
+# NaN. The mean of (x - mean)^2 (two passes, or Welford's update, as torch.nn.LayerNorm)
+# keeps it to float32's own error. Pre-LN layers carry the mean in the residual stream, so
+# the output's scale (1e4) sets the floor at 0.1 there: still far below a lost variance.
+LARGE_MEAN = 1e4
+LARGE_MEAN_DTYPE = "float32"
+CENTRED = tuple(name for name in NORMED if reaches(name, "layer_norm"))
+
+
+@spec("10.10", "10.7", "5.1", id="numerics.norm_large_mean")
+@components(*CENTRED)
+def test_norm_large_mean(tck: Harness) -> None:
+    """Rows of mean 1e4 and spread 1 into every LayerNorm of the component, in float32: the
+    statistics must not cancel (SPEC.md §5.1, §10.10). A failure whose same rows without the
+    mean pass is the variance cancelling (``numerics.norm_variance_cancels``)."""
+    inst = tck.instance(dtype=LARGE_MEAN_DTYPE)
+    tck.require_params(inst)
+    fields = record(tck.component).fields
+    if "norm_placement" in fields and inst.conventions.norm_placement != "pre":
+        pytest.skip(
+            "post-LN: the input reaches attention before any norm, so a large mean would "
+            "test the scores' range, not the norm statistics"
+        )
+    if inst.conventions.norm_kind != "layer_norm":
+        pytest.skip("RMSNorm does not subtract the mean: nothing cancels (SPEC.md §5.3)")
+    inputs = dict(tck.inputs(inst, Shape(batch=2, lq=5, lk=5, masked=False), seed=5))
+    x = inputs.get("x")
+    if x is None or np.ndim(x) != 3 or np.shape(x)[-1] != inst.config.d_model:
+        pytest.skip("the component takes no input x of the model width to shift")
+    rows = np.asarray(x, dtype=np.float64) + LARGE_MEAN
+    shifted = {**inputs, "x": round_to(rows, LARGE_MEAN_DTYPE)}
+    tck.note({"row_mean": LARGE_MEAN})
+    what = f"{LARGE_MEAN_DTYPE}, rows of mean {LARGE_MEAN:g} and spread 1"
+    try:
+        tck.assert_matches_oracle(inst, shifted, what=what)
+    except Unsupported as why:
+        pytest.skip(f"the shifted call: {why}")
+    except CheckFailure as failure:
+        generic = failure.code.endswith(".oracle_mismatch") or failure.code.startswith("numerics.")
+        named = precision.variance_cancels(tck, inst, shifted, failure) if generic else None
+        raise (named or failure) from None

@@ -1,5 +1,6 @@
 """Masks and weights on the wrong axis of the scores, by class: the causal triangle read
-inverted, and the attention weights contracted with the values over the query axis.
+inverted, the attention weights contracted with the values over the query axis, and the
+batch axis read as the sequence axis.
 
 - ``mask.polarity_inverted`` (the causal triangle): the subsequent-positions mask kept where
   it should hide, ``subsequent == 1`` for ``subsequent == 0`` (``triu(ones, 1)`` used as a
@@ -17,7 +18,16 @@ inverted, and the attention weights contracted with the values over the query ax
   normalised over the other axis. Only a call with as many queries as keys can run it (an
   attention whose queries and keys differ in number fails on its own shapes).
 
-Both replace one piece of the oracle (``tck.reference.variants``) and are judged by the rules
+- ``batch.rows_interact`` (the batch read as the sequence): a sequence-first module
+  (``nn.MultiheadAttention`` or ``nn.TransformerEncoderLayer`` without ``batch_first=True``)
+  given ``(B, L, D)`` tensors attends, at each position, over the *sequences of the batch*
+  at that position: the attention's batch and sequence axes swapped, every per-token step
+  (projections, norms, FFN) unchanged. Only an unmasked call with as many queries as keys
+  and a batch of two or more runs it (the module refuses a ``(B, L)`` padding mask unless
+  B == L; one sequence would make each token attend to itself alone, which other bugs can
+  produce).
+
+All replace one piece of the oracle (``tck.reference.variants``) and are judged by the rules
 of ``alternatives.fits``.
 """
 
@@ -86,7 +96,40 @@ def weights_transposed_hypotheses(component: str) -> Iterator[Alternative]:
     )
 
 
+def _sdpa_batch_as_sequence(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    """§3.1 with the batch axis (the first) and the sequence axis (the second-last) of q, k
+    and v swapped: each position attends over the batch's rows at that position."""
+    q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+    if q.ndim < 3 or q.shape[0] < 2 or q.shape[-2] != k.shape[-2]:
+        raise ValueError("the batch read as the sequence needs a batch of two or more, Lq == Lk")
+    if keep_mask is not None and not np.all(keep_mask):
+        raise ValueError("a sequence-first module refuses a batch-first mask")
+    out = oracle.scaled_dot_product_attention(
+        *(np.swapaxes(t, 0, -2) for t in (q, k, v)),
+        scale=scale,
+        fully_masked_rows=fully_masked_rows,
+    )
+    return np.swapaxes(out, 0, -2)
+
+
+def batch_as_sequence_hypotheses(component: str) -> Iterator[Alternative]:
+    """The attention's batch and sequence axes swapped (a sequence-first module called
+    batch-first)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    yield Alternative(
+        "batch.rows_interact",
+        "the output is the spec's with the attention's batch and sequence axes swapped: each "
+        "position attends over the batch's rows at that position, not over its own sequence "
+        "(a sequence-first nn.MultiheadAttention or nn.TransformerEncoderLayer, batch_first "
+        "left False, given (B, L, D) tensors); per-token steps are unchanged, so only the "
+        "attention mixes the batch (SPEC.md §3.1, §10.2)",
+        pieces={"scaled_dot_product_attention": _sdpa_batch_as_sequence},
+    )
+
+
 def mask_axes_hypotheses(component: str) -> Iterator[Alternative]:
     """Every hypothesis of this module for ``component``, in the order they are tried."""
     yield from causal_inverted_hypotheses(component)
     yield from weights_transposed_hypotheses(component)
+    yield from batch_as_sequence_hypotheses(component)

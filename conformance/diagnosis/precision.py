@@ -15,6 +15,12 @@ quantity at a time switched back to the input dtype (``computed_in_input_dtype``
   dtype (the sum of a row of scores near 10 is past 65504: every weight becomes 0);
 - ``numerics.rope_angles_low_precision``: the angle ``pos * w`` formed from 16-bit
   positions and frequencies (bfloat16 cannot hold 257, float16 not 4097);
+- ``numerics.norm_variance_cancels``: a LayerNorm's variance cancels against a row mean
+  large beside the row's spread (one pass, ``E[x^2] - E[x]^2``): the failing rows, each less
+  its own mean, meet the oracle (a LayerNorm is shift-invariant, SPEC.md §5.1), so nothing
+  but the mean's size was wrong. Tried first, in any dtype (float64 cancels too, on rows of
+  tiny spread): in float32 it is the only account of a norm's failure, since the careful run
+  forms the statistics in float32 too;
 - ``numerics.precision_loss``: none of these explains it.
 
 A hypothesis explains an output when it agrees with it by the tolerance rule of the failed
@@ -33,9 +39,10 @@ from tck.adapters import Unsupported
 from tck.conformance.toolkit import careful as careful_run
 from tck.conformance.toolkit.harness import Harness, Instance
 from tck.conformance.toolkit.results import CheckFailure
-from tck.reference import RECORDS
+from tck.reference import RECORDS, record
 from tck.reference.codes import code
-from tck.reference.tolerance import compare, k_forward
+from tck.reference.tolerance import compare, k_forward, round_to
+from tck.reference.variants import reaches
 
 # The quantities each component forms (SPEC.md §10.10), in the order hypotheses are tried;
 # a component not listed here (a new one) is tried against all of them.
@@ -54,6 +61,11 @@ _ONLY = {
 CODES = {
     q: code(f"numerics.{q}_low_precision") for q in ("norm_statistics", "softmax", "rope_angles")
 }
+VARIANCE_CANCELS = code("numerics.norm_variance_cancels")
+# A row's mean is "large beside its spread" past this ratio: there a one-pass variance in
+# float32 keeps under 1e-7 * ratio^2 of its value, 1e-5 at ten (the suite's low-variance rows
+# have ratios of 5 to 5000, its large-mean rows 1e4).
+MEAN_OVER_SPREAD = 10.0
 OVERFLOW = "numerics.overflow"
 PRECISION_LOSS = "numerics.precision_loss"
 DECLARED = "numerics.half_precision_input_dtype"
@@ -85,6 +97,9 @@ def name_precision_failure(
     failure: CheckFailure,
 ) -> CheckFailure:
     """The named finding for ``failure``, a dtype-specific mismatch (float64 matches)."""
+    cancels = variance_cancels(tck, inst, inputs, failure)
+    if cancels is not None:
+        return cancels
     try:
         test = np.asarray(tck.run(inst, inputs), dtype=np.float64)
     except Unsupported:
@@ -152,6 +167,49 @@ def name_precision_failure(
         CODES[quantity],
         f"it {WORDS[quantity].format(dtype=dtype)} ({evidence}; SPEC.md §10.10); {failure.message}",
         {**failure.metrics, "quantity": quantity},
+    )
+
+
+def variance_cancels(
+    tck: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], failure: CheckFailure
+) -> CheckFailure | None:
+    """``failure`` named ``numerics.norm_variance_cancels`` where it is that: the subject
+    centres its input with a LayerNorm first (a norm, or a pre-LN layer or stack), some rows
+    of ``x`` have a mean over ``MEAN_OVER_SPREAD`` times their spread, and the same rows
+    less their own means meet the oracle in the same dtype. None otherwise."""
+    x = inputs.get("x")
+    if x is None or not reaches(tck.component, "layer_norm"):
+        return None
+    fields = record(tck.component).fields
+    conventions = inst.conventions
+    if conventions.norm_kind != "layer_norm":
+        return None
+    if "norm_placement" in fields and conventions.norm_placement != "pre":
+        return None  # post-LN: attention meets the mean before any norm removes it
+    x = np.asarray(x, dtype=np.float64)
+    mean, spread = x.mean(-1, keepdims=True), x.std(-1, keepdims=True)
+    ratio = float(np.max(np.abs(mean) / np.maximum(spread, np.finfo(np.float64).tiny)))
+    if ratio <= MEAN_OVER_SPREAD:
+        return None
+    centred = {**inputs, "x": round_to(x - mean, inst.dtype)}
+    try:
+        test = np.asarray(tck.run(inst, centred), dtype=np.float64)
+        gold = tck.gold(inst, centred)
+        bound_by = None if inst.dtype == "float64" else careful_run.careful(tck, inst, centred)
+        result = tck.compare(inst, test, gold, careful=bound_by, inputs=centred)
+    except (Unsupported, CheckFailure):
+        return None
+    if not result.passed:
+        return None
+    return CheckFailure(
+        VARIANCE_CANCELS,
+        f"the norm's variance cancels against the row mean: rows whose mean is up to "
+        f"{ratio:.3g} times their spread fail, and the same rows less their own means meet the "
+        f"oracle in {inst.dtype} (max |test - oracle| {result.max_abs_err:.3g}, ratio "
+        f"{result.ratio:.3g}); a LayerNorm is shift-invariant, so the statistics lose the "
+        "spread to the mean: a one-pass E[x^2] - E[x]^2 (flax's use_fast_variance) where the "
+        f"mean of (x - mean)^2 is needed (SPEC.md §5.1, §10.10); {failure.message}",
+        {**failure.metrics, "mean_over_spread": ratio},
     )
 
 

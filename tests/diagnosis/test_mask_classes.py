@@ -195,3 +195,33 @@ def test_a_causal_mask_over_batch_flat_key_indices_is_named(component: str) -> N
     tck = _harness(component, {"combine_keep_masks": _flat_causal})
     code, message = _explained(tck, Shape(batch=3, lq=5, lk=5, lengths=(5, 4, 5), causal=True))
     assert code == "mask.causal_batch_flat", message
+
+
+def _batch_as_sequence(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    """A sequence-first attention given batch-first tensors (written here, not imported):
+    each position's query attends over the batch's keys at that position."""
+    q, k, v = (np.moveaxis(np.asarray(a, np.float64), 0, -2) for a in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.moveaxis((w / w.sum(-1, keepdims=True)) @ v, -2, 0)
+
+
+@pytest.mark.parametrize("component", ["mha", "encoder_layer", "encoder"])
+def test_the_batch_read_as_the_sequence_is_named(component: str) -> None:
+    """batch_first dropped: attention over the batch axis, every per-token step unchanged."""
+    tck = _harness(component, {"scaled_dot_product_attention": _batch_as_sequence})
+    code, message = _explained(tck, Shape(batch=3, lq=5, lk=5, masked=False))
+    assert code == "batch.rows_interact", message
+    assert "batch_first" in message, message
+
+
+def test_one_sequence_is_never_read_as_the_batch() -> None:
+    """With one sequence each token would attend to itself alone, which other bugs produce
+    too: the hypothesis does not run there."""
+    from tck.conformance.diagnosis.hypotheses_mask_axes import _sdpa_batch_as_sequence
+
+    q = np.ones((1, 2, 4, 8))
+    with pytest.raises(ValueError):
+        _sdpa_batch_as_sequence(q, q, q)
+    with pytest.raises(ValueError):  # a batch-first mask is refused by such a module
+        _sdpa_batch_as_sequence(*(np.ones((2, 2, 4, 8)),) * 3, np.eye(4, dtype=bool))
