@@ -690,6 +690,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "for the first row of a batch, rows after it lose their keys",
     ),
     (
+        "mask.combined_with_or",
+        "cause",
+        "4.1",
+        "two keep-masks (padding and causal, or padding and an attention mask) combined with "
+        "OR, a key kept when either keeps it, where §4.1 keeps it only when all do (AND)",
+    ),
+    (
         "cache.slots_overlap",
         "cause",
         "11.6",

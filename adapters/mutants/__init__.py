@@ -93,6 +93,7 @@ NAMES: tuple[str, ...] = (
     "mha_key_padding_keep",
     "mha_batch_first_dropped",
     "layer_norm_one_pass_variance",
+    "mask_combined_with_or",
     "vit_mean_with_cls",
     "extra_norm",
     # the diagnosis benchmark, continued: head split layouts, biases never added, norm gains,

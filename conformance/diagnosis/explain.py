@@ -299,6 +299,7 @@ def _hypotheses(
     from .hypotheses_mask_axes import mask_axes_hypotheses
     from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
         batch_flat_causal_hypotheses,
+        combined_with_or_hypotheses,
         default_mask_inverted,
         degenerate,
         mask_bias_hypotheses,
@@ -373,6 +374,7 @@ def _hypotheses(
             mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
             _mask_hypotheses(inputs),
             batch_flat_causal_hypotheses(component),
+            combined_with_or_hypotheses(component),
             _offset_hypotheses(component, inputs),
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),

@@ -197,6 +197,37 @@ def batch_flat_causal_hypotheses(component: str) -> Iterator[Alternative]:
         )
 
 
+def _combine_or(lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"):  # type: ignore[no-untyped-def]
+    """§4.1's keep-masks combined with OR: a key is kept when any one of them keeps it."""
+    parts = []
+    if attn_mask is not None:
+        parts.append(oracle.check_keep_mask(attn_mask, (lq, lk)))
+    if causal:
+        parts.append(oracle.causal_keep_mask(lq, lk, alignment))
+    if key_padding is not None:
+        parts.append(oracle.key_padding(key_padding))  # (B, 1, 1, Lk)
+    if len(parts) < 2:
+        raise ValueError("one mask: nothing is combined")
+    keep = parts[0]
+    for part in parts[1:]:
+        keep = keep | part
+    return keep
+
+
+def combined_with_or_hypotheses(component: str) -> Iterator[Alternative]:
+    """The keep-masks combined with OR, wherever the oracle combines them."""
+    if not reaches(component, "combine_keep_masks"):
+        return
+    yield Alternative(
+        "mask.combined_with_or",
+        "the output is the spec's with its keep-masks combined by OR instead of AND: a key "
+        "is kept when the padding mask or the causal (or attention) mask keeps it, so real "
+        "keys after a query and padded keys before it are attended (mask_a | mask_b for "
+        "mask_a & mask_b, or torch.maximum of two additive masks; SPEC.md §4.1)",
+        pieces={"combine_keep_masks": _combine_or},
+    )
+
+
 def _length_of(inputs: Mapping[str, np.ndarray], dim: str) -> int | None:
     names = ("x", "query", "ids", "tgt") if dim == "Lq" else ("key", "memory", "src")
     for name in names:

@@ -225,3 +225,16 @@ def test_one_sequence_is_never_read_as_the_batch() -> None:
         _sdpa_batch_as_sequence(q, q, q)
     with pytest.raises(ValueError):  # a batch-first mask is refused by such a module
         _sdpa_batch_as_sequence(*(np.ones((2, 2, 4, 8)),) * 3, np.eye(4, dtype=bool))
+
+
+def _or_combined(lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"):  # type: ignore[no-untyped-def]
+    """Padding OR causal (written here, not imported)."""
+    keep = np.asarray(key_padding, bool)[:, None, None, :]
+    return keep | (np.arange(lk)[None, :] <= np.arange(lq)[:, None]) if causal else keep
+
+
+@pytest.mark.parametrize("component", ["encoder_layer", "encoder", "mha"])
+def test_masks_combined_with_or_are_named(component: str) -> None:
+    tck = _harness(component, {"combine_keep_masks": _or_combined})
+    code, message = _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 4), causal=True))
+    assert code == "mask.combined_with_or", message
