@@ -29,6 +29,9 @@ from .tutorial import mutant
 
 BUG_CLASS = "mha_batch_first_dropped"
 EXPECTED_CODES = frozenset({"batch.rows_interact"})
+# the module refuses every (B, L) padding mask and (L, L) attention mask with B != L, as
+# the real one does: raising there is the bug's own symptom
+RAISES = True
 
 
 def _mha(config: Config) -> nn.MultiheadAttention:
