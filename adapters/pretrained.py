@@ -253,25 +253,54 @@ class _AsIs:
             return None
         return getattr(self, "positions", None)
 
-    def twin_made_it(self, subject: Subject) -> bool:
-        """Whether ``subject`` is a real-size stack's ``[sdpa]`` twin whose ``[eager]`` twin
-        makes the full-length call in float64: the same weights, the same code but the
-        attention kernel, whose full-length call the layer subjects make. Its oracle
-        comparison then makes the usual calls only (docs/performance.md, "Real sizes"): the
-        model's own forward at full length (a 2048-token float64 forward of every layer for
-        the small Llama) is made once, not twice."""
+    def _twins(self, subject: Subject) -> dict[str, Subject]:
+        """A real-size stack's implementations by name (``eager``, ``sdpa``), ``subject``
+        among them; empty for anything else."""
         stem, _, implementation = subject.name.partition("[")
-        if implementation != "sdpa]" or not real_size.applies(subject):
-            return False
-        eager = next((s for s in self.subjects() if s.name == f"{stem}[eager]"), None)
-        return eager is not None and "float64" in self.dtypes(eager)
+        if implementation not in ("eager]", "sdpa]") or not real_size.applies(subject):
+            return {}
+        names = {f"{stem}[{name}]": name for name in ("eager", "sdpa")}
+        return {names[s.name]: s for s in self.subjects() if s.name in names}
+
+    def twin_made_it(self, subject: Subject) -> bool:
+        """Whether ``subject`` is a real-size stack whose twin makes the full-length call in
+        float64: the same weights, the same code but the attention kernel, whose full-length
+        call the layer subjects make. Its oracle comparison then makes the usual calls only
+        (docs/performance.md, "Real sizes"): the model's own forward at full length (a
+        2048-token float64 forward of every layer for the small Llama) is made once, not
+        twice. The ``[sdpa]`` stack makes it where it runs in float64 (transformers' eager
+        attention forms every score matrix and its float32 softmax: 2.7 CPU s a layer of the
+        small Llama at 2048 tokens, sdpa 1.5), else the ``[eager]`` one."""
+        twins = self._twins(subject)
+        maker = next(
+            (
+                twins[n]
+                for n in ("sdpa", "eager")
+                if n in twins and "float64" in self.dtypes(twins[n])
+            ),
+            None,
+        )
+        return maker is not None and maker.name != subject.name
+
+    def leaves_shapes(self, subject: Subject) -> bool:
+        """Whether ``subject`` is a real-size ``[sdpa]`` stack whose ``[eager]`` twin, in
+        float64, checks the output shapes for both (``real_size.TWIN_LEAVES``)."""
+        eager = self._twins(subject).get("eager")
+        return (
+            subject.name.endswith("[sdpa]")
+            and eager is not None
+            and "float64" in self.dtypes(eager)
+        )
 
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
         (``real_size.stack_skip``; for an ``[sdpa]`` twin whose ``[eager]`` twin makes the
-        full-length call, also ``real_size.TWIN_LEAVES``); None when it runs."""
+        output shapes, also ``real_size.TWIN_LEAVES``) or a real-size layer whose
+        attention is a subject of its own (``real_size.attention_skip``); None when it
+        runs."""
         why = stack_skip(subject, check, params, self.dtypes(subject))
-        if why is None and check in real_size.TWIN_LEAVES and self.twin_made_it(subject):
+        why = why or real_size.attention_skip(subject, check, self.subjects())
+        if why is None and check in real_size.TWIN_LEAVES and self.leaves_shapes(subject):
             stem = subject.name.partition("[")[0]
             why = (
                 f"real-size stack: {subject.name} is {stem}[eager] with the sdpa attention "

@@ -9,9 +9,10 @@ whole stack runs the set below, which is what depth can change:
 - ``equality.oracle``: every layer's weights against the float64 oracle, on the usual seven
   calls and one at the checkpoint's own length (512 tokens for BERT-base, 197 for ViT-B/16
   at 224 px). A wrong weight, a wrong layer order or a bug in any one layer fails here. The
-  full-length call is made once per checkpoint: by the ``[eager]`` stack when it runs in
-  float64, its ``[sdpa]`` twin (the same weights) then making the usual calls only
-  (``pretrained._AsIs.twin_made_it``). A language model's (``causal_lm``) full-length call
+  full-length call is made once per checkpoint: by the ``[sdpa]`` stack when it runs in
+  float64 (the cheaper kernel at long contexts), else by the ``[eager]`` one, the other
+  twin (the same weights) making the usual calls only (``pretrained._AsIs.twin_made_it``).
+  A language model's (``causal_lm``) full-length call
   is judged layer by layer (``tck.conformance.toolkit.teacher``: the oracle's block fed
   the model's own output of the layer before, at 64 positions spread over the context,
   keys and values at every position), the whole comparison where any part fails;
@@ -23,14 +24,19 @@ whole stack runs the set below, which is what depth can change:
   dtype instead (the oracle comparison and gradients of that dtype's tolerance rule);
 - the shape and parameter checks (``shapes.output_shapes``, ``params.round_trip``,
   ``params.count``) and, for ``vit``, the ViT checks (``vit.*``); an ``[sdpa]`` stack
-  whose ``[eager]`` twin makes the full-length call leaves ``TWIN_LEAVES`` (the output
-  shapes) to that twin, with a skip row saying so.
+  whose ``[eager]`` twin runs in float64 leaves ``TWIN_LEAVES`` (the output shapes and the
+  float64 gradients) to that twin, with a skip row saying so.
 
 The other checks (masks, batching, permutation, determinism, fingerprints, numerics, the
 gradients in float32, float16 and bfloat16) are properties of the layer's code, which every
 layer of the stack shares: they run on the layer subjects and are skipped on the stack with
 this reason, never silently (a skip row in the results, its reason in the report). Each of
 them on a 12-layer stack costs twelve times its run on layer 0.
+
+A real-size layer leaves the checks of the attention's own code (``ATTENTION_OWN``: the
+16-bit long-row softmax) to its attention subject of the same implementation, layer 0's
+own module (``decoder_block[sdpa]`` to ``causal_self_attention[sdpa]``), with a skip row
+saying so (``attention_skip``).
 
 ``TCK_STACK_PLAN`` decides: ``auto`` (default: the rule above), ``on`` (the stated set at any
 size, which is how the tests exercise it on small checkpoints), ``off`` (every check on the
@@ -70,8 +76,19 @@ KEPT = frozenset(
 # What a real-size stack's ``[sdpa]`` twin leaves to its ``[eager]`` twin (the same weights
 # and code but the attention kernel, whose own checks the sdpa layer subjects run): the
 # output shapes, six forwards of the whole model up to 3 x 113 tokens (GPT-2 small: 4 CPU
-# seconds). A skip row says so (``pretrained._AsIs.stack_plan``).
-TWIN_LEAVES = frozenset({"shapes.output_shapes"})
+# seconds), and the float64 gradients through every layer, a forward and backward of the
+# whole model (GPT-2 small: 9 CPU s; the sdpa kernel's own backward is judged on the sdpa
+# layer subjects, in every dtype). A skip row says so (``pretrained._AsIs.stack_plan``).
+TWIN_LEAVES = frozenset({"shapes.output_shapes", "gradients.gradients"})
+
+
+# Checks of the attention's own code. On a real-size checkpoint a layer subject runs them
+# through its attention, which is the attention subject of the same implementation (layer 0's
+# own module): there they repeat that subject's run at a whole layer's cost (GPT-2 small's
+# block in float16 at 1024 tokens: about 20 CPU s a dtype, where the attention alone takes
+# 8; this CPU has no fast half-precision matrix product). A skip row says so.
+ATTENTION_OWN = frozenset({"numerics.softmax_long_rows"})
+ATTENTION_OF = {"decoder_block": "causal_self_attention"}  # the layers that run them
 
 
 def layer_params(subject: Subject) -> int | None:
@@ -85,17 +102,20 @@ def layer_params(subject: Subject) -> int | None:
     return 4 * (d * d + d) + 2 * d * f + f + d + 4 * d
 
 
-def applies(subject: Subject) -> bool:
-    """Whether ``subject`` runs the stated set (``TCK_STACK_PLAN``, default auto)."""
+def _planned(subject: Subject) -> bool:
+    """Whether ``TCK_STACK_PLAN`` (default auto) treats ``subject`` as real-size."""
     mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if mode not in ("auto", "on", "off"):
         raise ValueError(f"${ENV}={mode!r}: use auto, on or off")
-    if subject.component not in STACKS or mode == "off":
-        return False
-    if mode == "on":
-        return True
+    if mode != "auto":
+        return mode == "on"
     size = layer_params(subject)
     return size is not None and size > REAL_SIZE_LAYER_PARAMS
+
+
+def applies(subject: Subject) -> bool:
+    """Whether ``subject`` runs the stated set (``TCK_STACK_PLAN``, default auto)."""
+    return subject.component in STACKS and _planned(subject)
 
 
 def stack_skip(
@@ -118,6 +138,32 @@ def stack_skip(
         "property of the layer's code and runs on the layer subjects (mha, encoder_layer: "
         "layer 0, its own weights); the stack runs the oracle comparison (at its full length "
         f"too), padding invariance and float64 gradients (${ENV}=off runs everything here)"
+    )
+
+
+def attention_skip(subject: Subject, check: str, subjects: list[Subject]) -> str | None:
+    """Why ``check``, one of the attention's own (``ATTENTION_OWN``), is skipped on
+    ``subject``, a real-size layer whose attention is offered as a subject of its own with
+    the same implementation (``decoder_block[sdpa]`` and ``causal_self_attention[sdpa]``);
+    None when it runs."""
+    attention = ATTENTION_OF.get(subject.component)
+    if check not in ATTENTION_OWN or attention is None or not _planned(subject):
+        return None
+    implementation = subject.name.partition("[")[2]
+    twin = next(
+        (
+            s
+            for s in subjects
+            if s.component == attention and s.name.partition("[")[2] == implementation
+        ),
+        None,
+    )
+    if twin is None:
+        return None
+    return (
+        f"real-size layer: {check} judges the attention's own code, which {twin.name} is "
+        f"(layer 0's attention, the same implementation); it runs there, not again at "
+        f"{subject.name}'s cost"
     )
 
 

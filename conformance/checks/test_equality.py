@@ -43,9 +43,16 @@ def test_oracle(tck: Harness) -> None:
     inst = tck.instance()
     tck.require_params(inst)
     unsupported = []
+    images = RECORDS[tck.component].has("images")
+    batches: set[int] = set()
     for index, shape in enumerate(CALLS):
         if RECORDS[tck.component].has("fixed_magnitude") and shape.magnitude != 1.0:
             continue
+        if images and shape.batch in batches:
+            # an image model's call has no length, mask or causal flag: calls of one batch
+            # size differ by the draw alone (a ViT-B/16 image is a 197-token forward)
+            continue
+        batches.add(shape.batch)
         inputs = tck.inputs(inst, shape, seed=index)
         try:
             tck.assert_matches_oracle(inst, inputs, what=f"call {index + 1} ({_describe(shape)})")
@@ -63,7 +70,8 @@ def test_oracle(tck: Harness) -> None:
         except Unsupported as why:
             unsupported.append(f"{_describe(shape)}: {why}")
         tck.note({"full_length": full})
-    if len(unsupported) == len(CALLS) + (full is not None):
+    made = len(batches) if images else len(CALLS)
+    if len(unsupported) == made + (full is not None):
         pytest.skip("; ".join(unsupported))
     if unsupported:
         tck.note({"unsupported_calls": unsupported})

@@ -79,14 +79,16 @@ def test_stack_runs_the_stated_set_at_full_length(tmp_path) -> None:
     stack = _rows(document, "encoder[eager]")
     assert stack["equality.oracle"][0]["status"] == "pass"
     assert stack["masks.padding_invariance"][0]["status"] == "pass"
-    # one oracle call at the checkpoint's own length (its position table)
-    calls = stack["equality.oracle"][0]["metrics"]["calls"]
-    assert max(c["seq_len"] or 0 for c in calls) == POSITIONS
-    # its sdpa twin (the same weights) makes the usual calls: the eager one made that call
+    # one oracle call at the checkpoint's own length (its position table), made by the sdpa
+    # stack (the cheaper attention kernel); its eager twin (the same weights) makes the
+    # usual calls
     twin = _rows(document, "encoder[sdpa]")["equality.oracle"][0]
     assert twin["status"] == "pass"
+    calls = twin["metrics"]["calls"]
+    assert max(c["seq_len"] or 0 for c in calls) == POSITIONS
     assert any(c["what"].startswith("full length") for c in calls)
-    assert not any(c["what"].startswith("full length") for c in twin["metrics"]["calls"])
+    eager_calls = stack["equality.oracle"][0]["metrics"]["calls"]
+    assert not any(c["what"].startswith("full length") for c in eager_calls)
     # and leaves the output shapes to it, saying so (real_size.TWIN_LEAVES)
     assert stack["shapes.output_shapes"][0]["status"] == "pass"
     shapes = _rows(document, "encoder[sdpa]")["shapes.output_shapes"][0]
@@ -150,6 +152,30 @@ def test_stack_plan_rule(monkeypatch) -> None:
     assert "real-size stack" in stack_skip(vit, "numerics.dtype_sweep", {"dtype": "float16"}, lower)
     monkeypatch.setenv(ENV, "off")
     assert stack_skip(stack, "masks.causal_no_leak", {}, every) is None
+
+
+def test_a_real_size_layer_leaves_the_attention_checks_to_its_attention(monkeypatch) -> None:
+    """numerics.softmax_long_rows judges the attention's code: at GPT-2 small's size the
+    block leaves it to the attention subject of the same implementation, where one exists."""
+    from tck.adapters.base import Subject
+    from tck.adapters.config_space import ConfigSpace
+    from tck.adapters.real_size import ENV, attention_skip
+
+    monkeypatch.delenv(ENV, raising=False)
+    space = ConfigSpace(fixed={"d_model": 768, "d_ff": 3072, "n_layers": 12})
+    block = Subject("decoder_block[sdpa]", "decoder_block", supports=space)
+    attention = Subject("causal_self_attention[sdpa]", "causal_self_attention", supports=space)
+    eager = Subject("causal_self_attention[eager]", "causal_self_attention", supports=space)
+    long_rows = "numerics.softmax_long_rows"
+    assert attention.name in attention_skip(block, long_rows, [eager, attention, block])
+    assert attention_skip(block, long_rows, [eager, block]) is None  # no sdpa attention
+    assert attention_skip(block, "numerics.dtype_sweep", [attention, block]) is None
+    assert attention_skip(attention, long_rows, [attention, block]) is None
+    small = ConfigSpace(fixed={"d_model": 32, "d_ff": 64})
+    tiny = Subject("decoder_block[sdpa]", "decoder_block", supports=small)
+    assert attention_skip(tiny, long_rows, [attention, tiny]) is None
+    monkeypatch.setenv(ENV, "off")
+    assert attention_skip(block, long_rows, [attention, block]) is None
 
 
 def test_threads_follow_the_stack_plan(monkeypatch) -> None:
@@ -417,6 +443,9 @@ def test_twins_in_one_dtype_may_ask(tmp_path, monkeypatch) -> None:
     adapter = pretrained.bert(tmp_path / "bert")
     subject = next(s for s in adapter.subjects() if s.name == "encoder[eager]")
     h = Harness(adapter, subject, seed=0)
-    h.check = "gradients.gradients"
+    h.check = "equality.oracle"
     assert h.twin_may_ask("float64")
+    h.check = "gradients.gradients"
     assert not h.twin_may_ask("float16")  # the stack's float16 gradients are layer 0's
+    # and its float64 ones the eager stack's alone (real_size.TWIN_LEAVES): nothing is kept
+    assert not h.twin_may_ask("float64")
