@@ -399,6 +399,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("model.returns_probabilities", "cause", "8.2", "the model returns probabilities, not logits"),
     (
+        "model.logits_scaled",
+        "cause",
+        "8.2 8.3",
+        "the logits are the spec's times a constant (a tied head divided by d_model where "
+        "sqrt(d_model) is meant, a scale applied twice or left out)",
+    ),
+    (
         "model.returns_log_probabilities",
         "cause",
         "8.2",

@@ -94,6 +94,7 @@ NAMES: tuple[str, ...] = (
     "mha_batch_first_dropped",
     "layer_norm_one_pass_variance",
     "mask_combined_with_or",
+    "lm_logits_rescaled",
     "vit_mean_with_cls",
     "extra_norm",
     # the diagnosis benchmark, continued: head split layouts, biases never added, norm gains,

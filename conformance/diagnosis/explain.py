@@ -314,6 +314,7 @@ def _hypotheses(
         more_hypotheses,
     )
     from .hypotheses_solved import (
+        logits_scale_hypotheses,
         norm_axes_hypotheses,
         rope_direction_hypotheses,
         rope_target_hypotheses,
@@ -433,6 +434,7 @@ def _hypotheses(
             # one leaf from a sibling module: many candidates, so budgeted like a search
             once("sibling_leaf", sibling_leaf_hypotheses(inst.params)),
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
+            logits_scale_hypotheses(component, inst.config, evaluate, test),
             solved_mask_bias(component, inputs, evaluate, test),
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
             once(

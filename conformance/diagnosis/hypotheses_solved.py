@@ -34,6 +34,10 @@ parameterised families that no list of candidate values covers, solved numerical
   subject compared in float32 or float64 (float32 tables in a float64 subject are the
   precision retry's, ``numerics.float64_precision_lost``).
 
+- A constant factor on the logits (``model.logits_scaled``), in every component whose output
+  is logits: the factor is the least-squares ratio of the output to the spec's, named where
+  it is a power of d_model (a tied head divided by d_model where sqrt(d_model) is meant).
+
 Each is an ``Alternative`` (``tck.conformance.diagnosis.alternatives``) judged like any other: a
 solved value is evidence only if the oracle under it reproduces the output within the failed
 comparison's bound and differs from the spec's by more than that bound. A solved value within
@@ -629,3 +633,40 @@ def norm_axes_hypotheses(component: str) -> Iterator[Alternative]:
                 "future tokens; SPEC.md §5.1, §5.3)",
                 pieces={piece: make(axes)},
             )
+
+
+def logits_scale_hypotheses(
+    component: str, config: Any, evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """The spec's logits times the factor that comes closest to ``test`` (least squares over
+    the finite positions), wherever the component's output is logits (SPEC.md §8.2)."""
+    if not record(component).has("logits"):
+        return
+    spec = np.asarray(evaluate(Alternative("", "")), dtype=np.float64)
+    if spec.shape != test.shape:
+        return
+    both = np.isfinite(spec) & np.isfinite(test)
+    power = float(np.sum(spec[both] ** 2))
+    if power == 0.0:
+        return
+    factor = float(np.sum(spec[both] * test[both]) / power)
+    if not math.isfinite(factor) or factor <= 0.0 or math.isclose(factor, 1.0, rel_tol=1e-6):
+        return
+    d = config.d_model
+    powers = {
+        1 / d: "1/d_model",
+        1 / math.sqrt(d): "1/sqrt(d_model)",
+        math.sqrt(d): "sqrt(d_model)",
+        float(d): "d_model",
+    }
+    named = next(
+        (f" = {w}" for v, w in powers.items() if math.isclose(factor, v, rel_tol=1e-3)), ""
+    )
+    yield Alternative(
+        registered("model.logits_scaled"),
+        f"the output logits are the spec's times {factor:.6g}{named} (solved for: the factor "
+        "that brings the spec's logits closest to the output): a constant on the logits, such "
+        "as a tied head divided by d_model where sqrt(d_model) is meant, or a scale applied "
+        "twice or left out (SPEC.md §8.2, §8.3)",
+        after=lambda out, factor=factor: out * factor,
+    )
