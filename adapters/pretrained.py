@@ -282,9 +282,9 @@ class _AsIs:
         )
         return maker is not None and maker.name != subject.name
 
-    def leaves_shapes(self, subject: Subject) -> bool:
+    def leaves_to_eager(self, subject: Subject) -> bool:
         """Whether ``subject`` is a real-size ``[sdpa]`` stack whose ``[eager]`` twin, in
-        float64, checks the output shapes for both (``real_size.TWIN_LEAVES``)."""
+        float64, runs ``real_size.TWIN_LEAVES`` (output shapes, float64 gradients) for both."""
         eager = self._twins(subject).get("eager")
         return (
             subject.name.endswith("[sdpa]")
@@ -294,13 +294,13 @@ class _AsIs:
 
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
-        (``real_size.stack_skip``; for an ``[sdpa]`` twin whose ``[eager]`` twin makes the
-        output shapes, also ``real_size.TWIN_LEAVES``) or a real-size layer whose
+        (``real_size.stack_skip``; for an ``[sdpa]`` twin whose ``[eager]`` twin runs in
+        float64, also ``real_size.TWIN_LEAVES``) or a real-size layer whose
         attention is a subject of its own (``real_size.attention_skip``); None when it
         runs."""
         why = stack_skip(subject, check, params, self.dtypes(subject))
         why = why or real_size.attention_skip(subject, check, self.subjects())
-        if why is None and check in real_size.TWIN_LEAVES and self.leaves_shapes(subject):
+        if why is None and check in real_size.TWIN_LEAVES and self.leaves_to_eager(subject):
             stem = subject.name.partition("[")[0]
             why = (
                 f"real-size stack: {subject.name} is {stem}[eager] with the sdpa attention "

@@ -18,9 +18,9 @@ quantity at a time switched back to the input dtype (``computed_in_input_dtype``
 - ``numerics.norm_variance_cancels``: a LayerNorm's variance cancels against a row mean
   large beside the row's spread (one pass, ``E[x^2] - E[x]^2``): the failing rows, each less
   its own mean, meet the oracle (a LayerNorm is shift-invariant, SPEC.md §5.1), so nothing
-  but the mean's size was wrong. Tried first, in any dtype (float64 cancels too, on rows of
-  tiny spread): in float32 it is the only account of a norm's failure, since the careful run
-  forms the statistics in float32 too;
+  but the mean's size was wrong. Tried before the others (``variance_cancels``), in any
+  dtype (float64 cancels too, on rows of tiny spread): in float32 it is the only account of a
+  norm's failure, since the careful run forms the statistics in float32 too;
 - ``numerics.precision_loss``: none of these explains it.
 
 A hypothesis explains an output when it agrees with it by the tolerance rule of the failed
@@ -96,10 +96,8 @@ def name_precision_failure(
     inputs: Mapping[str, np.ndarray],
     failure: CheckFailure,
 ) -> CheckFailure:
-    """The named finding for ``failure``, a dtype-specific mismatch (float64 matches)."""
-    cancels = variance_cancels(tck, inst, inputs, failure)
-    if cancels is not None:
-        return cancels
+    """The named finding for ``failure``, a dtype-specific mismatch (float64 matches), once
+    ``variance_cancels`` has not named it."""
     try:
         test = np.asarray(tck.run(inst, inputs), dtype=np.float64)
     except Unsupported:
