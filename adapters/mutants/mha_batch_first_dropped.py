@@ -11,16 +11,16 @@ sequence), kyegomez/movie-gen#8.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import nn
 
 from tck.adapters import TorchEntry
 from tck.adapters.torch_nn import (
     DROPOUT,
     MHA_SPACE,
-    _attn_keep,
+    _encoder_layer_forward,
     _encoder_layer_map,
-    _ignore,
     _make_mha,
+    _mha_forward,
     _mha_map,
 )
 from tck.reference import Config, Conventions
@@ -38,27 +38,6 @@ def _mha(config: Config) -> nn.MultiheadAttention:
     return _make_mha(config, batch_first=False)  # BUG: the calls below pass (B, L, D)
 
 
-def mha_forward(
-    m: nn.MultiheadAttention,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    key_padding: Tensor | None = None,
-    attn_mask: Tensor | None = None,
-    causal: bool = False,
-) -> Tensor:
-    keep = _attn_keep(query.shape[1], key.shape[1], attn_mask, causal, query.device)
-    out, _ = m(
-        query,
-        key,
-        value,
-        key_padding_mask=_ignore(key_padding),
-        attn_mask=_ignore(keep),
-        need_weights=False,
-    )
-    return out
-
-
 def _encoder_layer(config: Config) -> nn.TransformerEncoderLayer:
     return nn.TransformerEncoderLayer(
         config.d_model,
@@ -69,23 +48,12 @@ def _encoder_layer(config: Config) -> nn.TransformerEncoderLayer:
     )
 
 
-def encoder_layer_forward(
-    m: nn.TransformerEncoderLayer,
-    x: Tensor,
-    key_padding: Tensor | None = None,
-    attn_mask: Tensor | None = None,
-    causal: bool = False,
-) -> Tensor:
-    keep = _attn_keep(x.shape[1], x.shape[1], attn_mask, causal, x.device)
-    return m(x, src_mask=_ignore(keep), src_key_padding_mask=_ignore(key_padding))
-
-
 adapter = mutant(
     BUG_CLASS,
     TorchEntry(
         "mha",
         make=_mha,
-        forward=mha_forward,
+        forward=_mha_forward(),  # as called batch-first, the right way
         supports=MHA_SPACE,
         param_map=_mha_map,
         conventions=Conventions(fully_masked_rows="nan"),  # nn.MultiheadAttention's, declared
@@ -93,7 +61,7 @@ adapter = mutant(
     TorchEntry(
         "encoder_layer",
         make=_encoder_layer,
-        forward=encoder_layer_forward,
+        forward=_encoder_layer_forward(fast_path=False),
         supports=MHA_SPACE,
         param_map=_encoder_layer_map,
         conventions=Conventions(norm_placement="pre", fully_masked_rows="nan"),
