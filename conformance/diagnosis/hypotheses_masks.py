@@ -214,10 +214,29 @@ def _combine_or(lq, lk, *, key_padding=None, attn_mask=None, causal=False, align
     return keep
 
 
+def _combine_without_causal(
+    lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"
+):  # type: ignore[no-untyped-def]
+    """§4.1's keep-masks with the causal triangle left out."""
+    if not causal:
+        raise ValueError("a call without a causal mask has none to drop")
+    return oracle.combine_keep_masks(lq, lk, key_padding=key_padding, attn_mask=attn_mask)
+
+
 def combined_with_or_hypotheses(component: str) -> Iterator[Alternative]:
-    """The keep-masks combined with OR, wherever the oracle combines them."""
+    """The keep-masks combined with OR, wherever the oracle combines them; first the simpler
+    account it can coincide with: on a right-padded causal call, padding OR causal keeps the
+    same keys as the padding mask alone wherever the query is real (a pad key lies before a
+    query only when the query is a pad too), which is the causal mask dropped."""
     if not reaches(component, "combine_keep_masks"):
         return
+    yield Alternative(
+        "mask.causal_leak",
+        "the output is the spec's with the causal mask left out of the combination: every "
+        "query sees the keys after it (the causal flag or triangle dropped where the padding "
+        "mask is applied; SPEC.md §4.1, §4.3)",
+        pieces={"combine_keep_masks": _combine_without_causal},
+    )
     yield Alternative(
         "mask.combined_with_or",
         "the output is the spec's with its keep-masks combined by OR instead of AND: a key "

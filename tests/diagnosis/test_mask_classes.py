@@ -238,3 +238,17 @@ def test_masks_combined_with_or_are_named(component: str) -> None:
     tck = _harness(component, {"combine_keep_masks": _or_combined})
     code, message = _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 4), causal=True))
     assert code == "mask.combined_with_or", message
+
+
+def _causal_dropped(lq, lk, *, key_padding=None, **ignored):  # type: ignore[no-untyped-def]
+    """The padding mask alone (written here, not imported)."""
+    return None if key_padding is None else np.asarray(key_padding, bool)[:, None, None, :]
+
+
+@pytest.mark.parametrize("component", ["encoder_layer", "mha"])
+def test_a_causal_mask_dropped_is_not_read_as_masks_combined_with_or(component: str) -> None:
+    """Padding OR causal keeps what padding alone keeps wherever the query is real: the
+    simpler account, the causal mask dropped, is tried first."""
+    tck = _harness(component, {"combine_keep_masks": _causal_dropped})
+    code, message = _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 4), causal=True))
+    assert code == "mask.causal_leak", message
