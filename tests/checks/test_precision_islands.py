@@ -187,6 +187,9 @@ def test_measure_finds_each_island_once(model: str) -> None:
     assert isinstance(found, islands.Island) and found.status == "island", found
     assert 0 < found.roundoffs <= 16
     assert islands.measure(tck) is found  # once per subject
+    # each check builds its own Harness, which wraps the adapter anew: still measured once
+    again, _ = _harness(model, ISLAND_SUBJECT[model])
+    assert again.adapter is not tck.adapter and islands.measure(again) is found
     assert island_models.ISLANDS[model] in islands.candidate_steps(tck.component)
     assert islands.subject_floor(tck) == ISLAND_FLOOR
 
