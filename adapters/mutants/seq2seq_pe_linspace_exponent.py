@@ -1,10 +1,11 @@
 """An encoder-decoder whose sinusoidal table spaces the frequency exponents with
 ``torch.linspace(0, 1, d // 2)``, omega_i = base^(-i / (d/2 - 1)), where the paper's
-base^(-2i/d) is declared: the table is geometric with another base, base^(d / (d - 2)),
-inside a whole model (the positional op itself is not offered). Resembles the
-``linspace``-spaced timescales of tensor2tensor's ``get_timing_signal_1d``
-(``log_timescale_increment = log(max / min) / (num_timescales - 1)``) carried into a
-model that declares the paper's table.
+base^(-2i/d) is declared, inside a whole model (the positional op itself is not offered).
+The table is geometric with another base, base^(d / (d - 2)); that power of the declared
+base at the subject's own d names the exponents spaced over d/2 - 1 steps, not another base.
+Resembles the ``linspace``-spaced timescales of tensor2tensor's ``get_timing_signal_1d``
+(``log_timescale_increment = log(max / min) / (num_timescales - 1)``) and flax's
+``sinusoidal_init`` carried into a model that declares the paper's table.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tck.reference import model as ref
 from .tutorial import mutant, seq2seq_entry
 
 BUG_CLASS = "seq2seq_pe_linspace_exponent"
-EXPECTED_CODES = frozenset({"positional.base_wrong"})
+EXPECTED_CODES = frozenset({"positional.frequency_wrong"})
 
 
 def table(length: int, d: int, base: float) -> Tensor:

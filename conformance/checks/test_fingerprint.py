@@ -73,13 +73,15 @@ def test_convention(tck: Harness, field: str) -> None:
         tck.note({"not_measured": reason})
         pytest.skip(reason)
     if declared != "undefined" and declared not in shown:
-        if field == "pe_base":  # a base that is the declared one squared or square-rooted
+        if field == "pe_base":  # the declared base to a power: the exponent stepped wrong
             from tck.conformance.diagnosis.hypotheses_fitted import (
                 exponent_factor,
                 exponent_message,
+                table_width,
             )
 
-            k = exponent_factor(declared, float(shown[0]))
+            width = table_width(tck.component, inst.config)
+            k = exponent_factor(declared, float(shown[0]), width)
             if k is not None:
                 raise CheckFailure(
                     "positional.frequency_wrong", exponent_message(declared, float(shown[0]), k)

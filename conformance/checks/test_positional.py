@@ -232,7 +232,7 @@ def test_frequencies(tck: Harness) -> None:
                     exponent_message,
                 )
 
-                k = exponent_factor(conv.pe_base, base)
+                k = exponent_factor(conv.pe_base, base, d)
                 if k is not None:  # the exponent stepped wrong, not another base
                     raise CheckFailure(
                         "positional.frequency_wrong",

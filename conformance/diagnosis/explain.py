@@ -439,7 +439,9 @@ def _hypotheses(
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
             once(
                 "positional_base",
-                positional_base_hypotheses(component, inst.conventions, evaluate, test),
+                positional_base_hypotheses(
+                    component, inst.config, inst.conventions, evaluate, test
+                ),
             ),
             once("activation", activation_family_hypotheses(component, evaluate, test)),
             once("patch_axes", patch_axes_hypotheses(component)),

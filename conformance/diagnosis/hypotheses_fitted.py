@@ -87,28 +87,60 @@ EXPONENT_FACTORS = (0.5, 2.0)
 EXPONENT_RTOL = 1e-5
 
 
-def exponent_factor(declared: float, solved: float) -> float | None:
-    """k where ``solved`` is ``declared ** k`` for k in ``EXPONENT_FACTORS``, else None."""
+def exponent_factor(declared: float, solved: float, width: int | None = None) -> float | None:
+    """k where ``solved`` is ``declared ** k`` for k in ``EXPONENT_FACTORS`` or, given the
+    table's ``width`` d, for k = d / (d - 2): the exponents spaced over d/2 - 1 steps instead
+    of d/2 (tensor2tensor's ``get_timing_signal_1d`` and flax's ``sinusoidal_init`` divide
+    log(base) by ``num_timescales - 1``), since b^(-i / (d/2 - 1)) = (b^(d/(d-2)))^(-2i/d).
+    Else None. Without the width no such k is named: the ratio of two powers of ten (1e6 for
+    1e4: k = 1.5) is d / (d - 2) for some d (6), and only the subject's own d tells them
+    apart; where even that collides (a head width of 6), a round solved base (two
+    significant digits) is read as another base, which someone typed."""
     if declared <= 1.0 or solved <= 1.0:
         return None
     k = math.log(solved) / math.log(declared)
-    return next((f for f in EXPONENT_FACTORS if math.isclose(k, f, rel_tol=EXPONENT_RTOL)), None)
+    typed = math.isclose(float(f"{solved:.2g}"), solved, rel_tol=EXPONENT_RTOL)
+    spaced = (width / (width - 2),) if width is not None and width > 4 and not typed else ()
+    factors = EXPONENT_FACTORS + spaced
+    return next((f for f in factors if math.isclose(k, f, rel_tol=EXPONENT_RTOL)), None)
+
+
+def table_width(component: str, config: Any) -> int | None:
+    """The d of ``component``'s frequency table: the head width where it rotates (§2.3),
+    d_model where it adds a sinusoidal table (§2.1), else None."""
+    if reaches(component, "rope"):
+        return int(config.d_k or config.d_model // config.n_heads)
+    if reaches(component, "sinusoidal_pe"):
+        return int(config.d_model)
+    return None
 
 
 def exponent_message(declared: float, solved: float, k: float) -> str:
-    step, code = {0.5: ("i/d", "arange(0, d // 2) / d"), 2.0: ("4i/d", "arange(0, 2 d, 4) / d")}[k]
+    if k in EXPONENT_FACTORS:
+        step, code = {
+            0.5: ("i/d", "arange(0, d // 2) / d"),
+            2.0: ("4i/d", "arange(0, 2 d, 4) / d"),
+        }[k]
+        how = f"the exponent steps by {k:g} times the spec's"
+    else:
+        step, code = "i/(d/2 - 1)", "arange(0, d // 2) / (d // 2 - 1)"
+        how = (
+            "the exponent is spaced over d/2 - 1 steps instead of d/2, as tensor2tensor's "
+            "timing signal and flax's sinusoidal_init space it"
+        )
     return (
         f"the inverse frequencies are base^(-{step}) ({code} for arange(0, d, 2) / d) instead "
-        "of base^(-2i/d): the exponent "
-        f"steps by {k:g} times the spec's (solved for: the table is a geometric one with base "
-        f"{solved:.6g}, the declared {declared:g} to the power {k:g}; SPEC.md §2.1, §2.3)"
+        f"of base^(-2i/d): {how} (solved for: the table is a geometric one with base "
+        f"{solved:.6g}, the declared {declared:g} to the power {k:.6g}; SPEC.md §2.1, §2.3)"
     )
 
 
-def base_alternative(field: str, declared: float, value: float, solved: bool = True) -> Alternative:
+def base_alternative(
+    field: str, declared: float, value: float, solved: bool = True, width: int | None = None
+) -> Alternative:
     """The base ``value`` (solved for, or one of the catalogue's) named: an exponent stepped
-    wrong, or another base."""
-    k = exponent_factor(declared, value)
+    or spaced wrong over a table of ``width`` (``exponent_factor``), or another base."""
+    k = exponent_factor(declared, value, width)
     if k is not None:
         return Alternative(
             registered("positional.frequency_wrong"),
@@ -125,7 +157,7 @@ def base_alternative(field: str, declared: float, value: float, solved: bool = T
 
 
 def positional_base_hypotheses(
-    component: str, conventions: Any, evaluate: Evaluate, test: np.ndarray
+    component: str, config: Any, conventions: Any, evaluate: Evaluate, test: np.ndarray
 ) -> Iterator[Alternative]:
     """The positional base solved for in a component whose oracle builds a sinusoidal table
     or rotates, when its record does not list ``pe_base`` (those get
@@ -142,7 +174,7 @@ def positional_base_hypotheses(
     value = solve_log(make, evaluate, test, LOG_RANGES["pe_base"])
     if value is None or math.isclose(value, declared, rel_tol=1e-6):
         return
-    yield base_alternative("pe_base", declared, value)
+    yield base_alternative("pe_base", declared, value, width=table_width(component, config))
 
 
 # (function of the even member, function of the odd member) of each pair, besides (sin, cos)

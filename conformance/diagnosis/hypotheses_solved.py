@@ -283,9 +283,9 @@ def solved_hypotheses(
             yield _held_in_float32(field, declared, value, conventions={field: value})
             continue
         if field == "pe_base":  # another base, or the exponent stepped wrong
-            from .hypotheses_fitted import base_alternative
+            from .hypotheses_fitted import base_alternative, table_width
 
-            yield base_alternative(field, declared, value)
+            yield base_alternative(field, declared, value, width=table_width(component, config))
             continue
         yield Alternative(
             convention_code(field, value),

@@ -200,7 +200,7 @@ def describe_frequencies(
             from .hypotheses_fitted import exponent_factor, exponent_message
 
             declared_base = math.exp(-math.log(float(unscaled[1])) / float(exponents[1]))
-            k = exponent_factor(declared_base, base)
+            k = exponent_factor(declared_base, base, d)
             if k is not None:  # the exponent stepped wrong, not another base
                 return registered("positional.frequency_wrong"), exponent_message(
                     declared_base, base, k

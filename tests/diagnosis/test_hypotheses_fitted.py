@@ -26,7 +26,7 @@ from tck.reference import DECODER_CANONICAL
 @pytest.mark.parametrize(
     ("mutant", "code"),
     [
-        ("seq2seq_pe_linspace_exponent", "positional.base_wrong"),
+        ("seq2seq_pe_linspace_exponent", "positional.frequency_wrong"),
         ("seq2seq_pe_cos_sin_swapped", "positional.sin_cos_swapped"),
         ("rope_exponent_doubled", "positional.frequency_wrong"),
         ("ffn_squared_relu", "ffn.activation_wrong"),
@@ -70,6 +70,38 @@ def test_exponent_factor_names_only_square_and_root() -> None:
     assert fitted.exponent_factor(1e4, 1e8) == 2.0
     assert fitted.exponent_factor(1e4, 1e6) is None  # Qwen2's base is a base
     assert fitted.exponent_factor(1e4, 1e3) is None
+
+
+@pytest.mark.parametrize("d", [8, 16, 64, 768])
+def test_exponents_spaced_over_half_d_minus_one_are_named_with_the_width(d: int) -> None:
+    # tensor2tensor / flax: log(base) / (d/2 - 1), i.e. the base to the power d / (d - 2)
+    spaced = 1e4 ** (d / (d - 2))
+    assert fitted.exponent_factor(1e4, spaced, d) == pytest.approx(d / (d - 2))
+    assert fitted.exponent_factor(1e4, spaced) is None  # without d: a base among others
+    if d <= 64:  # k = d / (d - 2) of neighbouring widths within EXPONENT_RTOL above
+        assert fitted.exponent_factor(1e4, spaced, d + 2) is None
+    # a power of ten is d / (d - 2) of another for some d (1e5 of 1e4 at d = 10): a round
+    # base is read as a base typed in, whatever the width
+    assert fitted.exponent_factor(1e4, 1e5, 10) is None
+    assert fitted.exponent_factor(1e4, 1e6, 6) is None
+
+
+@pytest.mark.parametrize("component", ["sinusoidal_pe", "seq2seq", "rope", "decoder_block"])
+def test_a_table_spaced_over_half_d_minus_one_is_a_frequency_bug(component: str) -> None:
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == component)
+    d = fitted.table_width(component, Harness(adapter, subject, seed=0).instance().config)
+    assert d is not None and d > 4
+    declared = subject.conventions
+    if component == "decoder_block":
+        declared = dataclasses.replace(DECODER_CANONICAL, positions="rope")
+    # Llama 3's base: at the rotary subjects' head width 6 a base of 1e4 spaced this way is
+    # 1e6, a round base (another base typed in, exponent_factor)
+    declared = dataclasses.replace(declared, pe_base=5e5)
+    spaced = Alternative("", "", conventions={"pe_base": 5e5 ** (d / (d - 2))})
+    (code, message), _ = _explained(component, spaced, declared)
+    assert code == "positional.frequency_wrong", message
+    assert "d/2 - 1" in message
 
 
 @pytest.mark.parametrize(
