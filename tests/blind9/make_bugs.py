@@ -781,7 +781,85 @@ def tables() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 # Phase 2 (after the phase-1 freeze): bug id -> (expected codes, class without a code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "g.rope_freqs_precedence": (["positional.frequency_wrong"], ""),
+    "g.rms_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "g.rope_pairs_from_halves": (["rope.layout_half_split"], ""),
+    "g.rope_first_component_sign": (["rope.not_norm_preserving"], ""),
+    "g.rms_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "g.rms_gain_offset_by_one": (["layer_norm.gain_plus_one"], ""),
+    "g.cache_keys_one_slot_late": (
+        [],
+        "the cached keys are stored at slots offset from their values and from the mask's "
+        "columns (keys written one index late), so each key is paired with another token's "
+        "value and padding bit",
+    ),
+    "g.ffn_activation_on_up": (["ffn.gate_up_swapped"], ""),
+    "g.keys_values_split_swapped": (["attention.qkv_order_wrong"], ""),
+    "g.gqa_keys_tiled": (["attention.kv_heads_tiled"], ""),
+    "g.sdpa_scale_model_width": (["attention.scale_wrong"], ""),
+    "g.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "g.derived_positions_from_zero": (
+        ["cache.rope_offset_wrong", "cache.position_offset_wrong"],
+        "",
+    ),
+    "g.step_mask_rows_from_call_start": (
+        ["cache.causal_top_left", "mask.causal_alignment_top_left"],
+        "",
+    ),
+    "g.padding_keep_inverted": (["mask.polarity_inverted"], ""),
+    "g.rope_on_values_not_keys": (["rope.applied_to_wrong_tensors"], ""),
+    "g.lm_head_tied_to_embedding": (["model.head_tied_to_embedding"], ""),
+    "g.layers_share_one_cache": (["cache.layers_share_pool"], ""),
+    "g.float64_upcast_to_float32": (
+        ["numerics.float32_island", "numerics.float64_precision_lost"],
+        "",
+    ),
+    "g.embedding_scaled_by_sqrt_width": (["embedding.scale_on_embeddings"], ""),
+    "n.layernorm_eps_timm": (["layer_norm.eps_wrong"], ""),
+    "n.query_key_split_swapped": (["attention.qkv_order_wrong"], ""),
+    "n.query_heads_view_without_transpose": (["attention.heads_split_wrong_order"], ""),
+    "n.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "n.past_length_from_head_axis": (
+        [],
+        "a cached call's causal mask is offset by a wrong count of cached tokens (read from "
+        "another axis of the cache), neither aligned top-left nor off by one: new tokens lose "
+        "cached keys or see keys after them depending on the true cache length",
+    ),
+    "n.is_causal_in_cached_steps": (
+        ["cache.causal_top_left", "mask.causal_alignment_top_left"],
+        "",
+    ),
+    "n.padding_keep_inverted_flash": (["mask.polarity_inverted"], ""),
+    "n.padding_fill_neg_inf": (["mask.fully_masked_rows_nan"], ""),
+    "n.causal_mask_multiplied": (["mask.causal_leak", "mask.added_as_bias"], ""),
+    "n.scale_model_width": (["attention.scale_wrong"], ""),
+    "n.softmax_in_input_dtype": (["numerics.softmax_low_precision"], ""),
+    "n.mlp_gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "n.sdpa_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "n.ffn_sublayer_post_norm": (["blocks.norm_placement_post"], ""),
+    "n.attention_normed_with_ln_2": (["params.read_from_other_module"], ""),
+    "n.positions_from_zero_in_steps": (
+        ["cache.position_offset_wrong", "cache.rope_offset_wrong"],
+        "",
+    ),
+    "n.position_embedding_not_added": (["positional.positions_ignored"], ""),
+    "n.weight_tying_commented_out": (["model.head_not_tied"], ""),
+    "v.patch_flatten_channel_last": (["vit.patch_flatten_order"], ""),
+    "v.patch_grid_column_major": (["vit.patch_order"], ""),
+    "v.heads_split_without_transpose": (["attention.heads_split_wrong_order"], ""),
+    "v.scale_multiplies": (["attention.scale_inverted"], ""),
+    "v.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "v.mask_fill_minus_1e9": (["numerics.fill_value_overflow"], ""),
+    "v.padding_masks_query_rows": (["mask.applied_to_queries"], ""),
+    "v.causal_hides_diagonal": (["mask.causal_diagonal_hidden"], ""),
+    "v.cls_token_appended": (["vit.pooling_wrong_token"], ""),
+    "v.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "v.mean_pool_includes_cls": (["vit.pooling_mean_with_cls"], ""),
+    "v.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "v.ffn_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "v.attention_dropout_functional": (["dropout.active_in_eval"], ""),
+}
 
 
 def main() -> None:
