@@ -224,6 +224,9 @@ NAMES: tuple[str, ...] = (
     "ring_cache_padding_by_place",
     "ring_cache_padding_dropped",
     "lm_past_length_from_layers",
+    # a -inf fill without a guard for a left pad that sees no key: its NaN reaches the real
+    # tokens through the next layer (SPEC.md §4.4, §11.7)
+    "lm_pad_rows_nan",
     # masks and weights on the wrong axis: the attention weights contracted over the queries,
     # the causal mask inverted (SPEC.md §3.1, §4.3)
     "weights_transposed_matmul",

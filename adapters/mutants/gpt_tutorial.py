@@ -95,6 +95,10 @@ class Attention(nn.Module):
         ``pad_mask`` (B, T), 1 = token, 0 = padding; ``n`` is the number of queries."""
         return pad_mask[:, None, None, :] == 0
 
+    def weights(self, scores: Tensor) -> Tensor:
+        """Softmax over the keys; a left pad sees no key at all (-inf everywhere): zeros."""
+        return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
     def forward(
         self,
         x: Tensor,
@@ -117,8 +121,7 @@ class Attention(nn.Module):
         att = att.masked_fill(self.future_mask(n, k.shape[2], past > 0), float("-inf"))
         if pad_mask is not None:
             att = att.masked_fill(self.padding_mask(pad_mask, n), float("-inf"))
-        att = torch.softmax(att, dim=-1).nan_to_num(0.0)  # a left pad sees nothing: zeros
-        y = (att @ v).transpose(1, 2).reshape(b, n, -1)
+        y = (self.weights(att) @ v).transpose(1, 2).reshape(b, n, -1)
         return self.wo(y), cache
 
 
@@ -185,13 +188,15 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """GPT-2 style: wte + wpe, pre-LN blocks, ln_f, head tied to wte."""
 
+    block: type[Block] = Block
+
     def __init__(self, c: Config):
         super().__init__()
         self.wte, self.wpe = (
             nn.Embedding(c.vocab_size, c.d_model),
             nn.Embedding(c.max_len, c.d_model),
         )
-        self.h = nn.ModuleList(Block(c, llama=False) for _ in range(c.n_layers))
+        self.h = nn.ModuleList(self.block(c, llama=False) for _ in range(c.n_layers))
         self.ln_f = nn.LayerNorm(c.d_model)
 
     def positions_from(self, pad_mask: Tensor | None, b: int, n: int, past: int) -> Tensor:
