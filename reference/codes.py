@@ -475,6 +475,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "11.6 4.3",
         "a cached step's causal mask ignores the cached keys (aligned top-left)",
     ),
+    (
+        "cache.causal_offset_wrong",
+        "cause",
+        "11.6 4.3",
+        "a cached step's causal mask is offset by a count other than the cache's length (a "
+        "constant, or a length read off another axis of the cache)",
+    ),
     ("cache.wrong_axis", "cause", "11.6", "the cache grows along the wrong axis"),
     (
         "cache.keys_prepended",

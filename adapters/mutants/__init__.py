@@ -224,6 +224,8 @@ NAMES: tuple[str, ...] = (
     "ring_cache_padding_by_place",
     "ring_cache_padding_dropped",
     "lm_past_length_from_layers",
+    # the cached steps' causal mask offset by the cache's head count, not its length
+    "cache_causal_offset_from_heads",
     # a -inf fill without a guard for a left pad that sees no key: its NaN reaches the real
     # tokens through the next layer (SPEC.md §4.4, §11.7)
     "lm_pad_rows_nan",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -367,6 +368,24 @@ def _top_left_bands(
     ]
 
 
+def constant_offsets(
+    ranges: list[tuple[int, int]], length: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(o, keep) for each constant offset o of the cached steps' causal masks that these
+    calls tell from the spec (query i of a call at place T - n + i sees keys 0..o + i among
+    the T keys written: ``bias[o:o + n, :T]`` with o not the cache's length), and from the
+    top-left mask (o = 0, ``cache.causal_top_left``)."""
+    spec = np.tril(np.ones((length, length), bool))
+    keys = np.arange(length)
+    for offset in range(1, length):
+        keep = spec.copy()
+        for start, stop in ranges[1:]:
+            for row in range(start, stop):
+                keep[row] = keys <= min(offset + row - start, stop - 1)
+        if not np.array_equal(keep, spec):
+            yield offset, keep
+
+
 def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):
     """(code, message, gold over the whole sequence) for the bugs of cached decoding, the
     calls having taken the token ranges ``ranges`` (the first one the prefill)."""
@@ -509,6 +528,15 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         yield (
             "cache.causal_top_left",
             top_left_message + words,
+            decoder_only(component, inputs, p, c, conv, causal_keep=keep),
+        )
+    for offset, keep in constant_offsets(ranges, length):
+        yield (
+            "cache.causal_offset_wrong",
+            f"the causal mask of every cached step is offset by {offset} whatever the cache "
+            f"holds (query i of a call sees keys 0..{offset} + i, among those written so far), "
+            "instead of by the number of cached keys: a length read off another axis of the "
+            "cache, or a constant (SPEC.md §11.6, §4.3)",
             decoder_only(component, inputs, p, c, conv, causal_keep=keep),
         )
     yield (
