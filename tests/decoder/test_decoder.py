@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from tck.adapters.reference import LLAMA, adapter
-from tck.conformance.checks.test_decoder import cached_keys_seen, probe_tokens, two_key_weights
+from tck.conformance.checks.test_decoder import (
+    cached_keys_seen,
+    constant_offsets,
+    probe_tokens,
+    two_key_weights,
+)
 from tck.conformance.diagnosis.decoding import decode, gate_up_swapped, schedule, tiled_kv_heads
 from tck.reference import DECODER_CANONICAL, Config, init_params, oracle
 from tck.reference import model as ref
@@ -394,3 +399,19 @@ def test_keys_rotated_within_the_call_reproduce_their_mutant() -> None:
         assert np.abs(decoded - gold).max() < TOL
         assert np.abs(decoded - spec_out[:, prefill:]).max() > 1e-3
         assert np.array_equal(same_positions, spec_out)
+
+
+def test_constant_offsets_are_only_those_the_calls_tell_from_the_spec() -> None:
+    # prefill 2, then one token per call up to 6 tokens: the cache holds 2..5 keys
+    ranges = [(0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    found = dict(constant_offsets(ranges, 6))
+    # an offset of 5 or more is the spec here (each query already sees every key written)
+    assert sorted(found) == [1, 2, 3, 4]
+    keep = found[3]
+    assert keep[5].tolist() == [True, True, True, True, False, False]  # keys 0..3 of 0..5
+    assert keep[3].tolist() == [True, True, True, True, False, False]  # all it has: 0..3
+    assert keep[:2].tolist() == np.tril(np.ones((2, 6), bool)).tolist()  # the prefill's own
+    # a chunk of three on a cache of 2: query i sees keys 0..o + i, never past its chunk
+    chunked = dict(constant_offsets([(0, 2), (2, 5)], 5))
+    assert chunked[1][2].tolist() == [True, True, False, False, False]
+    assert chunked[1][4].tolist() == [True, True, True, True, False]
