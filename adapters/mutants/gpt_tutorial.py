@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from tck.adapters import TorchEntry, Unsupported
 from tck.adapters.config_space import parts_without_bias
-from tck.reference import DECODER_CANONICAL, Config
+from tck.reference import DECODER_CANONICAL, Config, Conventions
 
 Cache = tuple[Tensor, Tensor]
 
@@ -380,10 +380,16 @@ def _gpt_step(m, caches, ids, key_padding=None, positions=None):
 
 
 def gpt_entry(
-    cls: type[GPT] = GPT, *, forward=_gpt_forward, step=_gpt_step, **kw: Any
+    cls: type[GPT] = GPT,
+    *,
+    forward=_gpt_forward,
+    step=_gpt_step,
+    conventions: Conventions | None = None,
+    **kw: Any,
 ) -> TorchEntry:
     """causal_lm, GPT-2 style (learned positions, tied head); q, k and v with or without
-    bias (the book GPT's qkv_bias), every other bias always there."""
+    bias (the book GPT's qkv_bias), every other bias always there. ``conventions``: the
+    declared ones, GPT-2's with zeros for a query that sees no key by default."""
 
     def make(c: Config) -> nn.Module:
         _check(c)
@@ -402,9 +408,8 @@ def gpt_entry(
         step=step,
         derives_positions=True,  # positions_from(past): SPEC.md §11.9
         param_map=gpt_map,
-        conventions=dataclasses.replace(
-            DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"
-        ),
+        conventions=conventions
+        or dataclasses.replace(DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"),
         **kw,
     )
 
