@@ -148,7 +148,15 @@ def adapter_call(
     handle = adapter.build(subject, config, seed=seed, **build_kwargs)
     inputs = _numpy_inputs(component, config, batch=batch, seq=seq, causal=causal, seed=seed)
     backward = pass_ == FORWARD_BACKWARD
-    work = flops(component, config, batch=batch, seq_len=seq, causal=causal, backward=backward)
+    work = flops(
+        component,
+        config,
+        batch=batch,
+        seq_len=seq,
+        causal=causal,
+        backward=backward,
+        conventions=subject.conventions,
+    )
     label = f"{adapter.name}:{subject.name}"
     common = {"label": label, "kind": "adapter", "component": component, "dtype": dtype}
     if not isinstance(adapter, TorchModuleAdapter) or not isinstance(handle, TorchHandle):

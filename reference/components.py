@@ -140,7 +140,9 @@ class Input:
 OracleCall = Callable[[Arrays, Arrays, Config, Conventions], np.ndarray]
 Layout = Callable[[Config, Conventions], Shapes]
 # (config, batch, seq_len, tgt_len, causal) -> forward FLOPs (§10.4)
-Cost = Callable[[Config, int, int, int, bool], float]
+# (config, batch, seq_len, tgt_len, causal, conventions) -> FLOPs; conventions matter only
+# where they change the matrix products (a decoder block's gated or plain FFN, §11.4)
+Cost = Callable[[Config, int, int, int, bool, Conventions], float]
 # (config, conventions, dropout) -> the torch reference module (tck.reference.model)
 Module = Callable[[Config, Conventions, float], Any]
 # (inputs, config) -> the output's shape (SPEC.md §10.6)
@@ -409,7 +411,9 @@ def _dec_layer_flops(c: Config, batch: int, seq: int, tgt: int) -> float:
     )
 
 
-def _seq2seq_flops(c: Config, batch: int, seq: int, tgt: int, causal: bool) -> float:
+def _seq2seq_flops(
+    c: Config, batch: int, seq: int, tgt: int, causal: bool, conv: Conventions
+) -> float:
     logits = costs.linear_flops(batch, tgt, c.d_model, c.vocab_size)
     return (
         c.n_layers * _enc_layer_flops(c, batch, seq, causal)
@@ -418,7 +422,7 @@ def _seq2seq_flops(c: Config, batch: int, seq: int, tgt: int, causal: bool) -> f
     )
 
 
-def _vit_flops(c: Config, batch: int, seq: int, tgt: int, causal: bool) -> float:
+def _vit_flops(c: Config, batch: int, seq: int, tgt: int, causal: bool, conv: Conventions) -> float:
     tokens = c.n_patches + 1
     patches = costs.linear_flops(batch, c.n_patches, c.channels * c.patch_size**2, c.d_model)
     layer = costs.mha_flops(c, batch, tokens) + costs.ffn_flops(c, batch, tokens)
@@ -547,7 +551,7 @@ def _records() -> tuple[Component, ...]:
             area="attention",
             gradients=(("v", "value"), ("k", "key"), ("q", "query")),
             quantities=("softmax",),
-            cost=lambda c, b, n, t, causal: costs.attention_flops(
+            cost=lambda c, b, n, t, causal, conv: costs.attention_flops(
                 b, c.n_heads, n, n, c.head_dim_k, c.head_dim_v, causal=causal
             ),
             tags=frozenset({"bench", "batched", "attention", "heads", "masks", "large_inputs"}),
@@ -579,7 +583,7 @@ def _records() -> tuple[Component, ...]:
             ),
             gradient_default="query",
             quantities=("softmax",),
-            cost=lambda c, b, n, t, causal: costs.mha_flops(c, b, n, causal=causal),
+            cost=lambda c, b, n, t, causal, conv: costs.mha_flops(c, b, n, causal=causal),
             tags=frozenset({"bench", "batched", "attention", "qkv", "masks", "large_inputs"}),
             key_mask="key_padding",
         ),
@@ -644,7 +648,7 @@ def _records() -> tuple[Component, ...]:
             module=lambda c, conv, d: _model().FeedForward(c, conv),
             fields=("activation",),
             area="ffn",
-            cost=lambda c, b, n, t, causal: costs.ffn_flops(c, b, n),
+            cost=lambda c, b, n, t, causal, conv: costs.ffn_flops(c, b, n),
             tags=frozenset({"bench", "batched", "large_inputs"}),
         ),
         Component(
@@ -673,7 +677,7 @@ def _records() -> tuple[Component, ...]:
             fields=(*_LAYER, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
-            cost=lambda c, b, n, t, causal: _enc_layer_flops(c, b, n, causal),
+            cost=lambda c, b, n, t, causal, conv: _enc_layer_flops(c, b, n, causal),
             tags=frozenset(
                 {"bench", "batched", "norm_first", "self_attention", "masks", "large_inputs"}
             ),
@@ -692,7 +696,7 @@ def _records() -> tuple[Component, ...]:
             fields=(*_LAYER, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
-            cost=lambda c, b, n, t, causal: _dec_layer_flops(c, b, n, t),
+            cost=lambda c, b, n, t, causal, conv: _dec_layer_flops(c, b, n, t),
             tags=frozenset(
                 {
                     "bench",
@@ -719,7 +723,7 @@ def _records() -> tuple[Component, ...]:
             fields=(*_STACK, "fully_masked_rows", "padded_query_rows"),
             tolerance="composite",
             quantities=_NORMED,
-            cost=lambda c, b, n, t, causal: c.n_layers * _enc_layer_flops(c, b, n, causal),
+            cost=lambda c, b, n, t, causal, conv: c.n_layers * _enc_layer_flops(c, b, n, causal),
             tags=frozenset(
                 {"bench", "batched", "norm_first", "self_attention", "masks", "large_inputs"}
             ),
@@ -738,7 +742,7 @@ def _records() -> tuple[Component, ...]:
             fields=(*_STACK, "fully_masked_rows"),
             tolerance="composite",
             quantities=_NORMED,
-            cost=lambda c, b, n, t, causal: c.n_decoder_layers * _dec_layer_flops(c, b, n, t),
+            cost=lambda c, b, n, t, causal, conv: c.n_decoder_layers * _dec_layer_flops(c, b, n, t),
             tags=frozenset(
                 {"bench", "batched", "norm_first", "cross_attention", "masks", "causal_target"}
             ),
@@ -815,7 +819,8 @@ def _records() -> tuple[Component, ...]:
             module=lambda c, conv, d: _model().CausalSelfAttention(c, conv),
             fields=(*_DECODER_ATTENTION, "fully_masked_rows"),
             area="attention",
-            tags=frozenset({"kv_cache"}),
+            cost=lambda c, b, n, t, causal, conv: costs.causal_self_attention_flops(c, b, n),
+            tags=frozenset({"bench", "kv_cache"}),
             quantities=_DECODER_ATTENDED,
         ),
         Component(
@@ -832,6 +837,8 @@ def _records() -> tuple[Component, ...]:
             module=lambda c, conv, d: _model().GatedFeedForward(c, conv),
             fields=("gate_activation",),
             area="ffn",
+            cost=lambda c, b, n, t, causal, conv: costs.gated_ffn_flops(c, b, n),
+            tags=frozenset({"bench"}),
         ),
         Component(
             name="decoder_block",
@@ -851,7 +858,8 @@ def _records() -> tuple[Component, ...]:
                 *_DECODER_ATTENTION,
             ),
             tolerance="composite",
-            tags=frozenset({"kv_cache"}),
+            cost=lambda c, b, n, t, causal, conv: costs.decoder_block_flops(c, b, n, conv),
+            tags=frozenset({"bench", "kv_cache"}),
             quantities=_DECODER_NORMED,
         ),
         Component(

@@ -292,6 +292,23 @@ def test_flops_by_hand():
     assert flops("ffn", c, batch=1, seq_len=10, backward=True) == 3.5 * 2 * (2 * 10 * 16 * 32)
 
 
+@spec("10.4", "11.2", "11.4")
+def test_decoder_only_flops_by_hand():
+    # 4 query heads over 2 KV heads of width 4: q 2*L*16*16, k and v 2*L*16*8 each, out
+    # 2*L*16*16, causal core half of 4*H*L^2*4
+    c = Config(d_model=16, n_heads=4, n_kv_heads=2, d_ff=32)
+    projections = 2 * 10 * 16 * 16 * 2 + 2 * 10 * 16 * 8 * 2
+    attention = projections + 4 * 4 * 100 * 4 / 2
+    assert flops("causal_self_attention", c, batch=1, seq_len=10) == attention
+    gated = 3 * (2 * 10 * 16 * 32)  # gate, up and down
+    assert flops("gated_ffn", c, batch=1, seq_len=10) == gated
+    # the block's FFN follows its conventions: GPT-2's plain FFN (canonical) or Llama's gated
+    plain = 2 * (2 * 10 * 16 * 32)
+    assert flops("decoder_block", c, batch=1, seq_len=10) == attention + plain
+    llama = Conventions(norm_placement="pre", ffn_kind="gated", positions="rope")
+    assert flops("decoder_block", c, batch=1, seq_len=10, conventions=llama) == attention + gated
+
+
 @spec("6.3")
 def test_activation_is_the_ffn_activation_elementwise():
     x = np.array([[[-2.7, -1.0, 0.0, 1.0, 2.7]]])
