@@ -109,7 +109,9 @@ def test_tables_read_from_the_records():
         "decoder_block",
         "causal_lm",
     )
-    assert set(tagged("bench")) <= set(tagged("batched"))
+    # what tck bench times is checked row by row: §10.2 batch independence, or for the
+    # decoder-only family its batch-row checks (§11.8; gated_ffn's rows: not yet on their own)
+    assert set(tagged("bench")) <= set(tagged("batched")) | set(of_family("decoder-only"))
     assert all(record(name).cost is not None for name in tagged("bench"))
 
 
