@@ -440,13 +440,19 @@ class _DecoderAdapter(TorchModuleAdapter):
         self.float32_note = float32_note
 
     def build(
-        self, subject: Subject, config: Config, *, seed: int, dtype: str = "float64"
+        self,
+        subject: Subject,
+        config: Config,
+        *,
+        seed: int,
+        dtype: str = "float64",
+        device: str = "cpu",
     ) -> TorchHandle:
         if dtype not in self.dtypes(subject):
             raise Unsupported(
                 f"{subject.name} runs in {', '.join(self.dtypes(subject))}: {self.float32_note}"
             )
-        return super().build(subject, config, seed=seed, dtype=dtype)
+        return super().build(subject, config, seed=seed, dtype=dtype, device=device)
 
 
 def _gpt2_entries() -> list[TorchEntry]:

@@ -6,6 +6,12 @@
 # phase cut off by its time limit still leaves what came before).
 #
 #   OUT=/some/dir bash scripts/gpu_evidence.sh [BUDGET_S]
+#   TCK_PHASES=conform,decoder OUT=... bash scripts/gpu_evidence.sh 300   # some phases only
+#
+# Phases: conform (tck run on every built-in adapter), attention (tck bench of torch.nn's
+# attention and mha in bf16 and fp16, N 512 to 16384, every SDPA backend), long (the same at
+# N 32768 and 65536 in bf16, without the math backend, which runs out of memory at 16384),
+# decoder (hf.llama's decoder components in bf16).
 #
 # Wheels the machine lacks (jsonschema and its needs; transformers >= 5.23 where its own is
 # older) are taken from .whl/ when that folder exists. Each phase runs under `timeout`, the
@@ -13,6 +19,8 @@
 set -u
 BUDGET=${1:-540}
 DEVICE=${TCK_DEVICE:-cuda} # TCK_DEVICE=cpu rehearses the script on a machine without one
+PHASES=",${TCK_PHASES:-conform,attention,long,decoder},"
+want() { [[ $PHASES == *",$1,"* ]]; }
 START=$(date +%s)
 W=/tmp/tck-gpu
 rm -rf "$W" && mkdir -p "$W"
@@ -56,19 +64,21 @@ conform() { # adapter workers
         --out "$out" >"$W/run-${1}.log" 2>&1
     echo "$1 rc=$?" >>"$W/steps.log"
 }
-CONFORM_S=$(($(left) * 45 / 100))
-log "phase 1: tck run --device cuda, each under ${CONFORM_S}s"
-conform torch.nn 5 &
-conform reference 3 &
-conform hf.bert 2 &
-conform hf.vit 2 &
-conform hf.gpt2 2 &
-conform hf.llama 2 &
-conform timm.vit 1 &
-wait
-log "phase 1 done"
-grep -h "^tck " "$W"/run-*.log | tee -a "$W/steps.log"
-pack
+if want conform; then
+    CONFORM_S=$(($(left) * 45 / 100))
+    log "phase 1: tck run --device $DEVICE, each under ${CONFORM_S}s"
+    conform torch.nn 5 &
+    conform reference 3 &
+    conform hf.bert 2 &
+    conform hf.vit 2 &
+    conform hf.gpt2 2 &
+    conform hf.llama 2 &
+    conform timm.vit 1 &
+    wait
+    log "phase 1 done"
+    grep -h "^tck " "$W"/run-*.log | tee -a "$W/steps.log"
+    pack
+fi
 
 # ---- phase 2: tck bench, alone on the GPU
 bench() { # name seconds args...
@@ -83,13 +93,23 @@ log "phase 2: tck bench"
 # one report per dtype and family, so that a sweep cut off by its limit loses only itself
 ATTENTION=(--adapter torch.nn --components attention,mha --seq 512,...,16384 --batch 4
     --d-model 1024 --heads 16 --baselines flash,efficient,cudnn,math)
-bench attention-bf16 $(($(left) * 40 / 100)) "${ATTENTION[@]}" --dtypes bf16
-pack
-bench attention-fp16 $(($(left) * 55 / 100)) "${ATTENTION[@]}" --dtypes fp16
-pack
-bench decoder-bf16 $(($(left) - 10)) --adapter hf.llama --causal \
-    --components "causal_self_attention[sdpa],causal_self_attention[eager],decoder_block[sdpa],gated_ffn" \
-    --dtypes bf16 --seq 512,...,16384 --batch 4 --d-model 1024 --heads 16 --baselines flash,cudnn
+if want attention; then
+    bench attention-bf16 $(($(left) * 40 / 100)) "${ATTENTION[@]}" --dtypes bf16
+    pack
+    bench attention-fp16 $(($(left) * 40 / 100)) "${ATTENTION[@]}" --dtypes fp16
+    pack
+fi
+if want long; then
+    bench attention-long $(($(left) * 40 / 100)) --adapter torch.nn --components attention,mha \
+        --seq 32768,65536 --batch 4 --d-model 1024 --heads 16 --baselines flash,efficient,cudnn \
+        --dtypes bf16
+    pack
+fi
+if want decoder; then
+    bench decoder-bf16 $(($(left) - 10)) --adapter hf.llama --causal \
+        --components "causal_self_attention[sdpa],causal_self_attention[eager],decoder_block[sdpa],gated_ffn" \
+        --dtypes bf16 --seq 512,...,16384 --batch 4 --d-model 1024 --heads 16 --baselines flash,cudnn
+fi
 log "phase 2 done"
 pack
 cat "$W/steps.log"

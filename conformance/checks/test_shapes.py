@@ -52,6 +52,13 @@ def test_output_shapes(tck: Harness) -> None:
             )
 
 
+# An id or a position past a table is an index out of range: on CUDA torch's kernels check it
+# with a device-side assert, which leaves the process's CUDA context broken for every later
+# call (seen on an H200: every check after it in that worker was an error). The refusal is
+# the module's logic, the same on every device, so these probes run on the CPU.
+INDEX_PROBE = "an index out of range is a device-side assert on a GPU, which breaks the process"
+
+
 def must_refuse(
     tck: Harness, inst: Instance, bad: Inputs, code: str, what: str, valid: Inputs
 ) -> None:
@@ -79,26 +86,28 @@ def altered(inputs: Inputs, name: str, change: Callable[[np.ndarray], np.ndarray
 @components(*select("token_ids"))
 def test_rejects_out_of_range_ids(tck: Harness) -> None:
     """§1.1: every id lies in [0, V); V itself and -1 must be refused, never wrapped or
-    clamped (seed 000 declares vocab_size = 11 for ids up to 23)."""
-    inst = tck.own_instance()
-    valid = tck.inputs(inst, Shape(batch=2, lq=4, lk=5))
-    vocab = inst.config.vocab_size
-    for name in [i.name for i in record(tck.component).inputs if i.kind in ("ids", "tokens")]:
-        for bad_id in (vocab, vocab + 7, -1):
+    clamped (seed 000 declares vocab_size = 11 for ids up to 23). Probed on the CPU."""
+    with tck.on_the_cpu(INDEX_PROBE):
+        inst = tck.own_instance()
+        valid = tck.inputs(inst, Shape(batch=2, lq=4, lk=5))
+        vocab = inst.config.vocab_size
+        names = [i.name for i in record(tck.component).inputs if i.kind in ("ids", "tokens")]
+        for name in names:
+            for bad_id in (vocab, vocab + 7, -1):
 
-            def put(ids: np.ndarray, bad_id: int = bad_id) -> np.ndarray:
-                ids = ids.copy()
-                ids[0, 1] = bad_id
-                return ids
+                def put(ids: np.ndarray, bad_id: int = bad_id) -> np.ndarray:
+                    ids = ids.copy()
+                    ids[0, 1] = bad_id
+                    return ids
 
-            must_refuse(
-                tck,
-                inst,
-                altered(valid, name, put),
-                "shape.accepts_out_of_range_ids",
-                f"{name} containing id {bad_id} (vocabulary [0, {vocab}))",
-                valid,
-            )
+                must_refuse(
+                    tck,
+                    inst,
+                    altered(valid, name, put),
+                    "shape.accepts_out_of_range_ids",
+                    f"{name} containing id {bad_id} (vocabulary [0, {vocab}))",
+                    valid,
+                )
 
 
 @spec("9.1", "10.6", id="shapes.rejects_bad_image_size")
@@ -150,22 +159,23 @@ def test_rejects_bad_mask(tck: Harness) -> None:
 def test_rejects_beyond_max_len(tck: Harness) -> None:
     """§2.2: the encoding is defined up to Config.max_len; a longer sequence is refused,
     not truncated or extrapolated. A subject that declares its own maximum length
-    (ConfigSpace.max_len, §0.6) is probed at that length."""
-    inst = tck.own_instance()
-    limit = inst.config.max_len
-    if record(tck.component).has("positional"):
-        valid = {"positions": np.arange(limit)}
-        bad = {"positions": np.arange(limit + 1)}
-    else:
-        valid = tck.inputs(inst, Shape(batch=1, lq=3, lk=limit, masked=False))
-        bad = tck.inputs(
-            inst, Shape(batch=1, lq=3, lk=limit + 1, masked=False), beyond_max_len=True
+    (ConfigSpace.max_len, §0.6) is probed at that length. Probed on the CPU."""
+    with tck.on_the_cpu(INDEX_PROBE):
+        inst = tck.own_instance()
+        limit = inst.config.max_len
+        if record(tck.component).has("positional"):
+            valid = {"positions": np.arange(limit)}
+            bad = {"positions": np.arange(limit + 1)}
+        else:
+            valid = tck.inputs(inst, Shape(batch=1, lq=3, lk=limit, masked=False))
+            bad = tck.inputs(
+                inst, Shape(batch=1, lq=3, lk=limit + 1, masked=False), beyond_max_len=True
+            )
+        must_refuse(
+            tck,
+            inst,
+            bad,
+            "shape.accepts_too_long",
+            f"a sequence of {limit + 1} positions with max_len={limit}",
+            valid,
         )
-    must_refuse(
-        tck,
-        inst,
-        bad,
-        "shape.accepts_too_long",
-        f"a sequence of {limit + 1} positions with max_len={limit}",
-        valid,
-    )

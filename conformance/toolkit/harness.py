@@ -15,6 +15,7 @@ stays numpy float64 on the CPU. What a check finds besides its verdict goes to i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
@@ -195,6 +196,27 @@ class Harness:
             if callable(require):  # its own words, with its reason
                 require(self.subject, self.device)
             raise Unsupported(f"{why}, not {self.device} (Adapter.devices)")
+
+    @contextlib.contextmanager
+    def on_the_cpu(self, why: str) -> Iterator[None]:
+        """Build and run on the CPU inside the block, whatever the harness' device, with a
+        note saying so: for the probes whose refusal on a GPU would end the process's use of
+        it (an index out of range is a device-side assert on CUDA, and the context stays
+        broken for every later call, torch's ``cudaErrorAssert``). Unsupported where the
+        adapter does not run the subject on the CPU."""
+        if self.device == DEFAULT_DEVICE:
+            yield
+            return
+        if not offers_device(self.adapter, self.subject, DEFAULT_DEVICE):
+            raise Unsupported(
+                f"{why}; {self.adapter.name}:{self.subject.name} does not run on the CPU"
+            )
+        device, self.device = self.device, DEFAULT_DEVICE
+        self.note({"probed_on": f"cpu, not {device}: {why}"})
+        try:
+            yield
+        finally:
+            self.device = device
 
     def build(self, config: Config, *, seed: int | None = None, dtype: str = "float64") -> Any:
         """The adapter's handle for this subject on the harness' device, in ``dtype``: the

@@ -185,6 +185,48 @@ def test_the_harness_passes_the_device_only_when_it_is_not_the_cpu():
     assert gpu.built == [{"seed": 0}, {"seed": 3, "device": "cuda:1"}]
 
 
+def test_index_probes_build_and_run_on_the_cpu_under_a_gpu_device():
+    """shapes.rejects_out_of_range_ids / rejects_beyond_max_len refuse on the CPU: on CUDA an
+    index out of range is a device-side assert that breaks the process's context."""
+    gpu = _GpuAdapter()
+    subject = gpu.subjects()[0]
+    harness = Harness(gpu, subject, device="cuda:1")
+    with harness.on_the_cpu("an index probe"):
+        harness.instance(params=False)
+    harness.instance(params=False)
+    assert gpu.built == [{"seed": 0}, {"seed": 0, "device": "cuda:1"}]
+    assert "cpu, not cuda:1: an index probe" in str(harness.record.metrics)
+
+    class _CudaOnly(_GpuAdapter):
+        def devices(self, subject: Subject) -> tuple[str, ...]:
+            return ("cuda",)
+
+    only = _CudaOnly()
+    with pytest.raises(Unsupported, match="does not run on the CPU"):
+        with Harness(only, subject, device="cuda").on_the_cpu("an index probe"):
+            pass
+
+
+@pytest.mark.parametrize(
+    "name", ["reference", "torch.nn", "hf.bert", "hf.vit", "hf.gpt2", "hf.llama"]
+)
+def test_every_subject_offered_on_cuda_takes_the_device_keyword(name):
+    """An adapter that offers a subject on CUDA (Adapter.devices) must take ``device=`` in
+    ``build`` down to the module: seen on an H200, the decoder adapters' own ``build``
+    dropped the keyword and every check of theirs was a TypeError under --device cuda. The
+    same call with device="cpu" exercises that path here."""
+    if name.startswith("hf."):
+        pytest.importorskip("transformers")
+    adapter = load_adapter(name)
+    offered = [s for s in adapter.subjects() if "cuda" in adapter_devices(adapter, s)]
+    assert offered, f"{name} offers no subject on cuda"
+    for subject in offered:
+        if "cpu" not in adapter_devices(adapter, subject):
+            continue  # a CUDA-only backend subject: built on CUDA alone
+        dtype = "float32" if "float32" in adapter.dtypes(subject) else adapter.dtypes(subject)[0]
+        adapter.build(subject, DEFAULT_CONFIG, seed=0, dtype=dtype, device="cpu")
+
+
 def test_the_naive_reference_runs_on_the_device_and_gold_gradients_on_the_cpu(monkeypatch):
     """The rule's ``ref`` on the subject's device; float64 gold autograd on the CPU."""
     seen: list[tuple[str, str]] = []
