@@ -13,6 +13,7 @@ compared with the oracle like any other output.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,13 +69,39 @@ def pinned(backend: str, what: str = "") -> Iterator[None]:
                 raise
             # On CUDA torch warns each kernel's reason ("Flash attention does not support
             # the non-null attn_mask") before it raises.
-            reasons = [_first_line(str(w.message)) for w in said if str(w.message).strip()]
+            reasons = own_reasons(backend, [str(w.message) for w in said])
             why = "; ".join(dict.fromkeys([*reasons, _first_line(str(err))]))
             subject = f"{what}: " if what else ""
             raise Unsupported(
                 f"{subject}SDPA's {backend} backend (SDPBackend.{SDPA_BACKENDS[backend]}) "
                 f"refuses this input: {why}"
             ) from None
+
+
+# How torch's CUDA dispatcher heads each kernel's reasons ("cuDNN attention kernel not used
+# because:", then one warning per reason), by backend.
+_HEADINGS: dict[str, str] = {
+    "flash": "Flash attention kernel not used because",
+    "efficient": "Memory efficient kernel not used because",
+    "cudnn": "cuDNN attention kernel not used because",
+}
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
+
+
+def own_reasons(backend: str, warned: list[str]) -> list[str]:
+    """The reasons torch warned for ``backend`` alone: on CUDA it warns every kernel's, each
+    under a heading, and the other kernels (disabled by the pinning) say nothing about this
+    one. Without a heading for it (the CPU, another torch), every reason, as warned."""
+    lines = [_TRIGGERED.sub("", _first_line(w)).strip() for w in warned if w.strip()]
+    lines = [line for line in lines if line]
+    own, heading = [], None
+    for line in lines:
+        found = next((b for b, h in _HEADINGS.items() if line.startswith(h)), None)
+        if found is not None:
+            heading = found
+        elif heading == backend:
+            own.append(line)
+    return own or lines
 
 
 def _first_line(text: str) -> str:

@@ -100,7 +100,7 @@ if want attention; then
     pack
 fi
 if want long; then
-    bench attention-long $(($(left) * 40 / 100)) --adapter torch.nn --components attention,mha \
+    bench attention-long $(($(left) * ${TCK_LONG_SHARE:-40} / 100)) --adapter torch.nn --components attention,mha \
         --seq 32768,65536 --batch 4 --d-model 1024 --heads 16 --baselines flash,efficient,cudnn \
         --dtypes bf16
     pack

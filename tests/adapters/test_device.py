@@ -26,7 +26,7 @@ from tck.adapters.devices import (
     device_kind,
     require_some_subject_on,
 )
-from tck.adapters.sdpa import SDPA_BACKENDS, pinned, refused
+from tck.adapters.sdpa import SDPA_BACKENDS, own_reasons, pinned, refused
 from tck.adapters.torch_nn import BACKEND_DTYPES, _attention, _pinned, sdpa_backend_entries
 from tck.cli import main
 from tck.conformance.toolkit import careful
@@ -519,3 +519,44 @@ def test_bench_builds_on_the_device_an_adapter_offers():
         except Unsupported as why:  # a numpy adapter on CUDA: said after building
             assert device == "cuda" and "not a torch adapter" in str(why)
         assert adapter.built == [built]
+
+
+# What torch 2.11 (CUDA 13) warned on an H200 before "No available kernel", pinned to cuDNN
+# with 6-wide heads: every kernel's heading, the disabled ones' reasons, then cuDNN's own.
+_H200_WARNINGS = [
+    "Memory efficient kernel not used because: (Triggered internally at "
+    "/pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:986.)",
+    "Memory Efficient attention has been runtime disabled. (Triggered internally at "
+    "/pytorch/aten/src/ATen/native/transformers/sdp_utils_cpp.h:552.)",
+    "Flash attention kernel not used because: (Triggered internally at "
+    "/pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:988.)",
+    "Flash attention has been runtime disabled. (Triggered internally at "
+    "/pytorch/aten/src/ATen/native/transformers/sdp_utils_cpp.h:540.)",
+    "cuDNN attention kernel not used because: (Triggered internally at "
+    "/pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:990.)",
+    "head_dim should be a multiple of 8 (Triggered internally at "
+    "/pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:528.)",
+]
+
+
+def test_a_refusal_gives_the_pinned_kernels_own_reasons():
+    assert own_reasons("cudnn", _H200_WARNINGS) == ["head_dim should be a multiple of 8"]
+    assert own_reasons("flash", _H200_WARNINGS) == ["Flash attention has been runtime disabled."]
+    # no heading of its own (the CPU's warnings, the math backend): every reason, as warned
+    cpu = ["Flash attention requires q,k,v to have the same last dimension"]
+    assert own_reasons("flash", cpu) == cpu
+    assert len(own_reasons("math", _H200_WARNINGS)) == len(_H200_WARNINGS)
+
+
+def test_backend_subjects_are_checked_with_heads_the_fused_kernels_take():
+    """cuDNN needs heads a multiple of 8 wide, the efficient kernel of 4: at the suite's
+    default width (6) every check of theirs was a refusal on an H200."""
+    from tck.conformance.toolkit.harness import DEFAULT_CONFIG as DEFAULT
+
+    adapter = load_adapter("torch.nn")
+    for subject in adapter.subjects():
+        if subject.name.split("[")[-1].rstrip("]") not in SDPA_BACKENDS:
+            continue
+        config = Harness(adapter, subject).config()
+        assert config.head_dim_k == config.head_dim_v == 8, subject.name
+        assert config.n_heads == DEFAULT.n_heads
