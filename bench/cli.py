@@ -21,7 +21,7 @@ import torch
 from tck.adapters import BUILTIN, load_adapter
 from tck.adapters.devices import DeviceError
 from tck.adapters.devices import check_device as _check_device
-from tck.usage import UsageError, writable_dir
+from tck.usage import INTERRUPTED, UsageError, writable_dir
 from tck.usage import default_out as run_out
 
 from .runner import BenchOptions, run_bench
@@ -278,6 +278,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"report: {paths['html']}\njson:   {paths['json']}")
     for s in errors:
         print(f"tck bench: error in {s['label']} at N={s['seq']}: {s['reason']}", file=sys.stderr)
+    if document["tck"]["interrupted"]:
+        print("tck bench: interrupted: the points before it are kept", file=sys.stderr)
+        return INTERRUPTED
     return 1 if errors else 0
 
 

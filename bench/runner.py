@@ -589,9 +589,13 @@ def run_bench(
     current = (
         torch.cuda.device(options.device) if runner.kind == "cuda" else contextlib.nullcontext()
     )
-    with current:
-        runner.measure_peaks()
-        runner.sweep()
+    interrupted = False
+    try:
+        with current:
+            runner.measure_peaks()
+            runner.sweep()
+    except KeyboardInterrupt:  # Ctrl-C, or `timeout -s INT`: keep what was measured
+        interrupted = True
     series = runner.finish()
     options_json = {**asdict(options), "budget": asdict(options.budget)}
     return {
@@ -604,6 +608,7 @@ def run_bench(
             "schema": SCHEMA,
             "kind": "bench",
             "adapter": adapter.name,
+            "interrupted": interrupted,  # the sweep stopped early: the points before it
             "options": options_json,
             "environment": runner.environment,
             "duration_s": time.time() - began,

@@ -17,12 +17,9 @@ status 2 (``--debug`` shows the traceback).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
-from tck.usage import OneLineParser, UsageError
-
-INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process ended by Ctrl-C: 130
+from tck.usage import INTERRUPTED, OneLineParser, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

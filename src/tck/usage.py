@@ -11,10 +11,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process ended by Ctrl-C: 130
 
 # How to install what an optional part needs, from a checkout: the one wording that the
 # adapters' errors, tck list and the README give (tests/project/test_docs.py holds them equal).

@@ -192,6 +192,29 @@ def bench_run(tmp_path_factory) -> tuple[Path, dict]:
     return out, json.loads((out / "bench.json").read_text())
 
 
+def test_an_interrupted_sweep_keeps_the_points_before_it(monkeypatch, tmp_path, capsys):
+    """Ctrl-C (or `timeout -s INT`) mid-sweep: the measured points are written, the JSON
+    says interrupted, and the status is 130, never 0. On a lent GPU a sweep cut by its
+    time limit otherwise left nothing but its log."""
+    from tck.bench import runner
+
+    record, calls = runner.Runner._record, []
+
+    def stop_on_the_fourth(self, call, point):
+        calls.append(call.label)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        record(self, call, point)
+
+    monkeypatch.setattr(runner.Runner, "_record", stop_on_the_fourth)
+    out = tmp_path / "bench"
+    assert main(["bench", "--adapter", "torch.nn", *TINY, "--out", str(out)]) == 130
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["tck"]["interrupted"] is True
+    assert len(doc["benchmarks"]) == 3
+    assert "interrupted" in capsys.readouterr().err
+
+
 def test_cli_writes_json_with_tflops_and_memory_per_configuration(bench_run):
     _, doc = bench_run
     assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(doc)
