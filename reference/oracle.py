@@ -353,6 +353,23 @@ def softmax(x, axis: int = -1) -> Array:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _weighted_values(weights, v, fully_masked_rows):
+    """``weights @ v``. Under 'undefined' a key of weight 0 contributes nothing even where its
+    value is NaN: the NaN of an earlier layer's unpromised row (a left pad's query, §4.4) is
+    a placeholder, not a value, and must not reach the real tokens that hide that key, as
+    IEEE arithmetic (0 * NaN) would make it do in a stack. Under every other policy the
+    arithmetic is IEEE's, as an implementation's is ('nan' rows do spread)."""
+    if fully_masked_rows != "undefined":
+        return weights @ v
+    finite = np.isfinite(v).all(axis=-1)  # (..., Lk)
+    if finite.all():
+        return weights @ v
+    out = weights @ np.where(finite[..., None], v, 0.0)
+    # a key the row does weigh keeps IEEE's answer (its NaN or inf reaches the output)
+    reached = ((weights != 0) & ~finite[..., None, :]).any(axis=-1, keepdims=True)
+    return np.where(reached, weights @ v, out) if reached.any() else out
+
+
 def _attention_chunk(q, k, v, keep, scale, fully_masked_rows):
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., c, Lk)
     if keep is None:
@@ -363,7 +380,7 @@ def _attention_chunk(q, k, v, keep, scale, fully_masked_rows):
     # policies overwrite it below.
     weights = softmax(np.where(keep | empty, scores, -np.inf))
     weights = np.where(empty, 1.0 / scores.shape[-1], weights)
-    out = weights @ v  # (..., c, dv)
+    out = _weighted_values(weights, v, fully_masked_rows)  # (..., c, dv)
     if fully_masked_rows == "zero":
         out = np.where(empty, 0.0, out)
     elif fully_masked_rows in ("nan", "undefined"):

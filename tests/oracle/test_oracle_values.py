@@ -169,6 +169,22 @@ def test_fully_masked_row_policies_by_hand():
         assert np.isnan(out[0, 0]) and out[1, 0] == 2.0
 
 
+@spec("4.4", "11.7")
+def test_an_undefined_row_does_not_reach_the_keys_that_hide_it():
+    """A value that is NaN because an earlier layer left its row undefined (a left pad's
+    query) is a placeholder: under 'undefined' a query that hides that key is unchanged
+    by it, so a left-padded stack's real tokens are compared, not lost to NaN. Under 'nan'
+    the arithmetic is IEEE's, as an implementation's (0 * NaN spreads), and a key the row
+    does weigh passes its NaN on under every policy."""
+    q = k = np.zeros((3, 1))
+    v = np.array([[np.nan], [2.0], [4.0]])
+    keep = np.array([[False, False, False], [False, True, True], [True, True, False]])
+    out = oracle.scaled_dot_product_attention(q, k, v, keep, fully_masked_rows="undefined")
+    assert np.isnan(out[0, 0]) and out[1, 0] == 3.0 and np.isnan(out[2, 0])
+    spread = oracle.scaled_dot_product_attention(q, k, v, keep, fully_masked_rows="nan")
+    assert np.isnan(spread).all()
+
+
 SEED_VOCAB = {
     "[PAD]": 0,
     "[UNK]": 1,
