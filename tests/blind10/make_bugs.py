@@ -715,7 +715,114 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2 (after the phase-1 commit): bug id -> (expected_codes, class_without_code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "r.rope_exponent_step_one": (["positional.frequency_wrong"], ""),
+    "r.rope_conjugated": (["rope.rotation_inverted"], ""),
+    "r.rope_on_values": (["rope.applied_to_wrong_tensors"], ""),
+    "r.rope_theta_of_other_release": (["positional.base_wrong", "positional.frequency_wrong"], ""),
+    "r.window_one_key_too_many": (["mask.sliding_window_wrong"], ""),
+    "r.unrotate_in_slot_order": (
+        [],
+        "a rolling-buffer KV cache read back in slot order instead of token order once it has "
+        "wrapped, so the cached keys no longer sit at the indices the step's mask gives them",
+    ),
+    "r.cache_slots_from_call_index": (["cache.slots_overlap"], ""),
+    "r.key_indices_from_buffer_start": (["cache.causal_offset_wrong"], ""),
+    "r.query_indices_from_zero": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "r.step_padding_from_first_columns": (["cache.padding_misaligned"], ""),
+    "r.value_heads_tiled": (["attention.kv_heads_tiled"], ""),
+    "r.scale_from_model_width": (["attention.scale_wrong"], ""),
+    "r.padding_on_query_rows": (["mask.applied_to_queries"], ""),
+    "r.rope_angles_float32": (
+        [
+            "numerics.float32_island",
+            "numerics.float64_precision_lost",
+            "numerics.rope_angles_low_precision",
+        ],
+        "",
+    ),
+    "r.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "r.rms_eps_on_root": (["layer_norm.eps_outside_sqrt"], ""),
+    "r.rms_statistics_float32_always": (
+        ["numerics.float32_island", "numerics.float64_precision_lost"],
+        "",
+    ),
+    "r.silu_on_up_projection": (["ffn.gate_up_swapped"], ""),
+    "r.residual_from_normed_input": (["blocks.residual_after_norm"], ""),
+    "r.final_norm_skipped": (["blocks.final_norm_missing"], ""),
+    "m.fused_qkv_read_as_blocks": (["attention.qkv_order_wrong"], ""),
+    "m.qkv_heads_strided_over_ranks": (
+        [],
+        "the tensor-parallel shards of one attention layer taken in inconsistent orders: the "
+        "fused QKV weight deals heads to ranks strided, its bias and the output projection "
+        "contiguously",
+    ),
+    "m.row_bias_in_every_rank": (
+        [],
+        "a row-parallel linear's bias added to every rank's partial sum before the all-reduce, "
+        "so the bias is counted once per rank",
+    ),
+    "m.all_reduce_missing": (
+        [],
+        "a row-parallel linear's all-reduce missing: only one rank's share of the input "
+        "features reaches the output",
+    ),
+    "m.vocab_mask_inverted": (
+        [],
+        "a vocabulary-parallel embedding's range mask inverted: each rank zeroes the ids it "
+        "owns and keeps (as its row 0) the ids it does not",
+    ),
+    "m.logit_shards_strided": (
+        [],
+        "a tied output layer sharded over the vocabulary in another order than the embedding "
+        "and the gather, so the logits' vocabulary axis is permuted",
+    ),
+    "m.layer_scaling_not_undone": (["attention.scale_wrong"], ""),
+    "m.mask_fill_polarity": (["mask.polarity_inverted"], ""),
+    "m.masks_combined_with_and": (["mask.combined_with_or"], ""),
+    "m.step_mask_rows_from_top": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "m.ranks_share_cache_memory": (
+        [],
+        "the tensor-parallel ranks of one layer share one KV-cache entry, so each rank reads "
+        "another rank's cached heads",
+    ),
+    "m.layernorm_zero_centered_gamma": (["layer_norm.gain_plus_one"], ""),
+    "m.layernorm_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "m.gelu_constant_truncated": (["ffn.activation_wrong"], ""),
+    "m.fc1_bias_dropped": (["params.bias_unused"], ""),
+    "m.bias_dropout_add_training": (["dropout.active_in_eval"], ""),
+    "m.residual_post_layernorm": (["blocks.residual_after_norm"], ""),
+    "m.context_heads_merged_wrong": (["attention.heads_merged_wrong_order"], ""),
+    "m.causal_diagonal_masked": (["mask.causal_diagonal_hidden"], ""),
+    "f.chunk_rescale_sign_flipped": (
+        [],
+        "a chunked (online) softmax that rescales each key chunk's partial sums by the inverse "
+        "factor, exp(global max - chunk max), when combining the chunks",
+    ),
+    "f.chunks_normalised_twice": (["attention.weights_not_normalized"], ""),
+    "f.global_max_over_heads": (
+        [],
+        "a chunked (online) softmax that combines the key chunks against a maximum taken over "
+        "another axis (the heads), so the chunks are rescaled against different maxima",
+    ),
+    "f.masked_scores_neg_inf": (["mask.fully_masked_rows_nan"], ""),
+    "f.last_key_chunk_clamped": (
+        [],
+        "a tiled attention whose last partial key tile is moved back over the previous tile, "
+        "so the keys of the overlap are counted twice",
+    ),
+    "f.padding_on_queries": (["mask.applied_to_queries"], ""),
+    "f.causal_mask_transposed": (["mask.causal_leak"], ""),
+    "f.scale_quarter_power": (["attention.scale_wrong"], ""),
+    "f.fast_variance": (["numerics.norm_variance_cancels"], ""),
+    "f.gelu_tanh_default": (["ffn.activation_gelu_tanh"], ""),
+    "f.deterministic_flag_inverted": (["dropout.active_in_eval"], ""),
+    "f.mlp_residual_from_block_input": (["blocks.residual_from_layer_input"], ""),
+    "f.keys_from_query_params": (["params.read_from_other_module"], ""),
+    "f.patches_without_grid_transpose": (["vit.patch_extraction_wrong"], ""),
+    "f.chw_reshaped_as_hwc": (["vit.image_layout_wrong"], ""),
+    "f.pool_mean_with_class_token": (["vit.pooling_mean_with_cls", "vit.pooling_mean"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
