@@ -291,6 +291,8 @@ NAMES: tuple[str, ...] = (
     "encoder_ffn_reads_layer_input",
     # one stack of an encoder-decoder without its final norm
     "seq2seq_encoder_final_norm_missing",
+    # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
+    "vit_image_reshaped_to_channels_last",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

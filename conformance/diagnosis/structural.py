@@ -177,10 +177,26 @@ def _image_read_as_nchw(order: tuple[int, int, int]) -> Callable[..., Any]:
     return patch_embed
 
 
+def _nchw_reshaped_to(order: tuple[int, int, int]) -> Callable[..., Any]:
+    """§9.1's patch embedding of a (B, C, H, W) image reshaped, not permuted, to (B, *order)
+    and then handled, correctly, as laid out in that order."""
+    original = oracle.patch_embed
+
+    def patch_embed(images, weight, bias, *, patch_size):
+        images = np.asarray(images)
+        taken = images.reshape(images.shape[0], *(images.shape[a] for a in order))
+        back = np.argsort((0, *order))  # the layout it is then read in, back to (B, C, H, W)
+        return original(taken.transpose(*back), weight, bias, patch_size=patch_size)
+
+    return patch_embed
+
+
 def image_layout_hypotheses(component: str) -> Iterator[Alternative]:
-    """The image taken from a buffer in another axis order by a reshape: channels last
-    (B, H, W, C) read as (B, C, H, W), and the other orders that move the channels. (H and W
-    swapped alone is a transposed image: the patch cuts of ``patch_axes_hypotheses``.)"""
+    """The image moved between axis orders by a reshape where a permute belongs, both ways:
+    a channels-last buffer (B, H, W, C) read as (B, C, H, W), and a (B, C, H, W) image
+    reshaped to (B, H, W, C) for a channels-last pipeline (a JAX or Keras port), with the other
+    orders that move the channels. (H and W swapped alone is a transposed image: the patch
+    cuts of ``patch_axes_hypotheses``.)"""
     if not reaches(component, "patch_embed"):
         return
     for order in itertools.permutations((1, 2, 3)):
@@ -194,6 +210,14 @@ def image_layout_hypotheses(component: str) -> Iterator[Alternative]:
             "images.reshape(B, C, H, W) of a channels-last image for permute(0, 3, 1, 2)): "
             "pixels and channels interleave (SPEC.md §9.1)",
             pieces={"patch_embed": _image_read_as_nchw(order)},
+        )
+        yield Alternative(
+            "vit.image_layout_wrong",
+            f"the output is the spec's if the model brings the (B, C, H, W) image to "
+            f"{laid_out} by a reshape where a permute belongs (e.g. images.reshape(B, H, W, C) "
+            "for permute(0, 2, 3, 1)) and then reads it in that layout: pixels and channels "
+            "interleave (SPEC.md §9.1)",
+            pieces={"patch_embed": _nchw_reshaped_to(order)},
         )
 
 

@@ -293,6 +293,29 @@ def test_an_image_reshaped_from_another_layout_is_named(name: str, layout: str) 
     assert f"laid out (B, {', '.join(layout[1:])})" in message
 
 
+def _image_reshaped_to(layout: str):  # type: ignore[no-untyped-def]
+    """The patch embedding of a (B, C, H, W) image reshaped to ``layout`` ("BHWC", "BWCH")
+    without a permute, then read in that layout (a channels-last port's own)."""
+    from tck.reference import oracle
+
+    def patch_embed(images, weight, bias, *, patch_size):  # type: ignore[no-untyped-def]
+        images = np.asarray(images)
+        sizes = dict(zip("BCHW", images.shape, strict=True))
+        taken = images.reshape([sizes[a] for a in layout])  # the bug: no permute
+        read = np.einsum(f"{layout}->BCHW", taken)  # the port then reads it as laid out
+        return oracle.patch_embed(read, weight, bias, patch_size=patch_size)
+
+    return {"patch_embed": patch_embed}
+
+
+@pytest.mark.parametrize("name", ["patch_embed", "vit"])
+@pytest.mark.parametrize("layout", ["BHWC", "BWCH"])
+def test_an_image_reshaped_to_another_layout_is_named(name: str, layout: str) -> None:
+    code, message = _explained_on(name, Alternative("", "", pieces=_image_reshaped_to(layout)))
+    assert code == "vit.image_layout_wrong", message
+    assert f"to (B, {', '.join(layout[1:])}) by a reshape" in message
+
+
 def _ffn_normalised_on_its_branch():  # type: ignore[no-untyped-def]
     """Pieces whose last sublayer of each layer normalises its own output before the add:
     x + norm(f(x)) for the FFN, the other sublayers as declared."""
