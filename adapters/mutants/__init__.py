@@ -293,6 +293,8 @@ NAMES: tuple[str, ...] = (
     "seq2seq_encoder_final_norm_missing",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
+    # a tensor-parallel rank's heads merged feature-major on the rank
+    "heads_merged_per_rank",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

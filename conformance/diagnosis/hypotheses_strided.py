@@ -51,6 +51,28 @@ def merge_feature_major(x: Any) -> np.ndarray:
     return x.transpose(0, 2, 3, 1).reshape(b, length, d * h)
 
 
+# Tensor parallelism (Megatron-LM's column-parallel attention) gives each of g ranks H/g
+# heads and merges them on the rank before the row-parallel output projection joins the
+# ranks' blocks: a feature-major merge there interleaves within each block only.
+RANK_GROUPS = (2, 4)
+
+
+def merge_feature_major_in_groups(groups: int) -> Callable[[Any], np.ndarray]:
+    """``merge_feature_major`` within each of ``groups`` consecutive blocks of H/groups heads,
+    the blocks kept in order; the spec's merge where ``groups`` leaves under two heads a
+    block (no such layout to tell apart)."""
+
+    def merge_heads(x: Any) -> np.ndarray:
+        x = oracle._f64(x)
+        h = x.shape[1]
+        if h % groups or h // groups < 2:
+            return oracle.merge_heads(x)
+        blocks = np.split(x, groups, axis=1)
+        return np.concatenate([merge_feature_major(block) for block in blocks], axis=-1)
+
+    return merge_heads
+
+
 def _split_some(targets: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
     """A fresh ``split_heads`` per evaluation, feature-major for ``targets``."""
 
@@ -80,6 +102,15 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
             "reads the heads' features interleaved (SPEC.md §3.3)",
             pieces={"merge_heads": merge_feature_major},
         )
+        for groups in RANK_GROUPS:
+            yield Alternative(
+                registered("attention.heads_merged_wrong_order"),
+                f"the output is the spec's with the heads merged feature-major within each of "
+                f"{groups} blocks of H/{groups} heads (a tensor-parallel rank's heads, merged on "
+                "the rank as (d, H/g) before the blocks are joined): the output projection reads "
+                "each block's features interleaved (SPEC.md §3.3)",
+                pieces={"merge_heads": merge_feature_major_in_groups(groups)},
+            )
     if not reaches(component, "split_heads"):
         return
     for targets in TARGETS:
