@@ -905,8 +905,8 @@ def causal_self_attention(
             keep = keep & sliding_window_keep(length, length, conventions.sliding_window)
     else:
         keep = np.asarray(causal_keep)
-    if key_padding is not None:
-        keep = key_padding_mask(key_padding) & keep  # (B, 1, L, L)
+    if key_padding is not None:  # §4.1's combination, the causal keep as the attention mask
+        keep = combine_keep_masks(length, length, key_padding=key_padding, attn_mask=keep)
     heads = scaled_dot_product_attention(
         q, k, v, keep, fully_masked_rows=conventions.fully_masked_rows
     )  # (B, H, L, d_v)

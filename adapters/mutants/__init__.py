@@ -295,6 +295,8 @@ NAMES: tuple[str, ...] = (
     "vit_image_reshaped_to_channels_last",
     # a tensor-parallel rank's heads merged feature-major on the rank
     "heads_merged_per_rank",
+    # a decoder's removal masks (future, padding) combined with AND where OR belongs
+    "causal_masks_combined_with_and",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
