@@ -297,6 +297,8 @@ NAMES: tuple[str, ...] = (
     "heads_merged_per_rank",
     # a decoder's removal masks (future, padding) combined with AND where OR belongs
     "causal_masks_combined_with_and",
+    # a tensor-parallel rank's fused q, k, v rows (per head) split as three blocks
+    "qkv_per_head_read_as_blocks",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

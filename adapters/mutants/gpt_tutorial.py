@@ -118,11 +118,14 @@ class Attention(nn.Module):
         cache = self.extend_cache(cache, k, v)
         k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
         att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
-        att = att.masked_fill(self.future_mask(n, k.shape[2], past > 0), float("-inf"))
-        if pad_mask is not None:
-            att = att.masked_fill(self.padding_mask(pad_mask, n), float("-inf"))
+        att = att.masked_fill(self.hidden(n, k.shape[2], past > 0, pad_mask), float("-inf"))
         y = (self.weights(att) @ v).transpose(1, 2).reshape(b, n, -1)
         return self.wo(y), cache
+
+    def hidden(self, n: int, t: int, cached: bool, pad_mask: Tensor | None) -> Tensor:
+        """True where a query must not look: a key after it, or (with ``pad_mask``) padding."""
+        future = self.future_mask(n, t, cached)
+        return future if pad_mask is None else future | self.padding_mask(pad_mask, n)
 
 
 class SwiGLU(nn.Module):

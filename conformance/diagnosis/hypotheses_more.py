@@ -63,6 +63,7 @@ from tck.reference import oracle, record
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
+from .hypotheses_strided import RANK_GROUPS
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -646,32 +647,57 @@ def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
     n_heads = getattr(config, "n_heads", 0)
     if not all(_same_shapes(params, p, iter((("q", "k"), ("q", "v")))) for p in prefixes):
         return  # a fused [3, H, d] weight needs as many key/value heads as query heads
-    for stored, read in (("part_major", "head-major [H, 3, d]"), ("head_major", "part-major")):
-        out = dict(params)
-        for prefix in prefixes:
-            for leaf in _leaves(params, prefix):
-                pieces = [
-                    np.asarray(params[f"{prefix}{x}.{leaf}"], dtype=np.float64) for x in "qkv"
-                ]
-                if not n_heads or pieces[0].shape[0] % n_heads:
-                    return
+    layouts = (("part_major", "head-major [H, 3, d]"), ("head_major", "part-major"))
+    for ranks in (1, *RANK_GROUPS):
+        if not n_heads or n_heads % ranks or (ranks > 1 and n_heads // ranks < 2):
+            continue  # a rank of one head has one layout
+        for stored, read in layouts:
+            out = _fused_relaid(params, prefixes, n_heads, stored, ranks)
+            if out is None:
+                return
+            layout = "part-major [3, H, d]" if stored == "part_major" else "head-major [H, 3, d]"
+            per_rank = (
+                f" within each of {ranks} tensor-parallel ranks' blocks of H/{ranks} heads"
+                if ranks > 1
+                else ""
+            )
+            yield Alternative(
+                "attention.qkv_order_wrong",
+                f"the output is the spec's with the fused qkv projection stored {layout} and "
+                f"read {read}{per_rank}: each head's query, key and value rows are taken from "
+                "the wrong slices of the fused weight (SPEC.md §3.4, §0.2)",
+                params=out,
+            )
+
+
+def _fused_relaid(
+    params: Arrays, prefixes: list[str], n_heads: int, stored: str, ranks: int
+) -> Arrays | None:
+    """``params`` with q, k and v fused in the layout ``stored`` and read back in the other,
+    within each of ``ranks`` consecutive blocks of heads (a column-parallel rank fuses its
+    own heads: Megatron-LM); None where the rows do not split into heads."""
+    out = dict(params)
+    heads = n_heads // ranks
+    for prefix in prefixes:
+        for leaf in _leaves(params, prefix):
+            pieces = [np.asarray(params[f"{prefix}{x}.{leaf}"], dtype=np.float64) for x in "qkv"]
+            if pieces[0].shape[0] % n_heads:
+                return None
+            d = pieces[0].shape[0] // n_heads
+            blocks: list[list[np.ndarray]] = [[], [], []]
+            for r in range(ranks):
+                own = [x[r * heads * d : (r + 1) * heads * d] for x in pieces]
                 if stored == "part_major":
-                    fused = np.concatenate(pieces)
+                    fused = np.concatenate(own)
                 else:  # per head: its q rows, its k rows, its v rows
-                    d = pieces[0].shape[0] // n_heads
                     fused = np.concatenate(
-                        [x[h * d : (h + 1) * d] for h in range(n_heads) for x in pieces]
+                        [x[h * d : (h + 1) * d] for h in range(heads) for x in own]
                     )
-                for x, relaid in zip("qkv", _relaid(fused, n_heads, stored), strict=True):
-                    out[f"{prefix}{x}.{leaf}"] = relaid
-        layout = "part-major [3, H, d]" if stored == "part_major" else "head-major [H, 3, d]"
-        yield Alternative(
-            "attention.qkv_order_wrong",
-            f"the output is the spec's with the fused qkv projection stored {layout} and read "
-            f"{read}: each head's query, key and value rows are taken from the wrong slices "
-            "of the fused weight (SPEC.md §3.4, §0.2)",
-            params=out,
-        )
+                for i, relaid in enumerate(_relaid(fused, heads, stored)):
+                    blocks[i].append(relaid)
+            for x, block in zip("qkv", blocks, strict=True):
+                out[f"{prefix}{x}.{leaf}"] = np.concatenate(block)
+    return out
 
 
 def gain_unused_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
