@@ -227,10 +227,9 @@ def _check_layer(config: Config, module: str, *, fast_path: bool = False) -> Non
 # and values; the fast path needs the attention's bias; the seq2seq wrapper ties its tables.
 MHA_SPACE = ConfigSpace(split_heads=True)
 # The fused kernels take heads of 8 lanes or multiples of them (cuDNN: "head_dim should be a
-# multiple of 8"; the memory-efficient kernel: "divisible by 4"), so the backend subjects
-# are checked with 8-wide heads. At the suite's default (6 wide) they
-# refused every input on an H200 and nothing about cuDNN's or the efficient kernel's maths
-# was verified.
+# multiple of 8"; the memory-efficient kernel: "divisible by 4"), so the backend subjects are
+# checked with 8-wide heads. At the suite's default width (6) they refused every input on an
+# H200, and nothing about cuDNN's or the efficient kernel's maths was verified.
 BACKEND_HEAD_DIM = 8
 BACKEND_SPACE = ConfigSpace(head_dim=BACKEND_HEAD_DIM)
 BACKEND_MHA_SPACE = ConfigSpace(split_heads=True, head_dim=BACKEND_HEAD_DIM)
