@@ -994,18 +994,6 @@ def real_positions(inputs: Inputs, out: np.ndarray) -> np.ndarray:
     return np.broadcast_to(keep[(..., *([None] * (out.ndim - 2)))], out.shape)
 
 
-def finite_pad_rows(conventions: Conventions) -> Conventions:
-    """``conventions`` for the oracle's hypotheses on left-padded stacks: a pad row with no
-    key is not promised under fully_masked_rows='undefined', which the oracle returns as
-    NaN, and in a stack the next layer's zero weight on that NaN (0 * NaN) would make the
-    oracle's real tokens NaN too; a finite pad row contributes nothing to a real query,
-    whatever its value, so the hypotheses take the 'zero' policy there (SPEC.md §4.4,
-    §11.7)."""
-    if conventions.fully_masked_rows != "undefined":
-        return conventions
-    return dataclasses.replace(conventions, fully_masked_rows="zero")
-
-
 def pad_rows_spread_nan(tck: Harness, inst: Instance, inputs: Inputs, out: np.ndarray) -> None:
     """Raise ``mask.fully_masked_rows_nan`` when the spec under ``fully_masked_rows='nan'``
     is non-finite at exactly the real positions where ``out`` is, and agrees elsewhere: a
@@ -1072,9 +1060,8 @@ def test_left_padding(tck: Harness) -> None:
         )
         if inst.params is not None:
             pads = ~real_positions(inputs, out)
-            finite = finite_pad_rows(inst.conventions)
             unshifted = {k: v for k, v in inputs.items() if k != "positions"}
-            gold = tck.gold(inst, unshifted, conventions=finite)
+            gold = tck.gold(inst, unshifted)
             if compare(out, gold, dtype=inst.dtype, ignore=pads).passed:
                 raise CheckFailure(
                     "padding.left_positions_not_shifted",
@@ -1093,9 +1080,7 @@ def test_left_padding(tck: Harness) -> None:
                     result.metrics(),
                 )
             unmasked = {k: v for k, v in inputs.items() if k != "key_padding"}
-            if compare(
-                out, tck.gold(inst, unmasked, conventions=finite), dtype=inst.dtype, ignore=pads
-            ).passed:
+            if compare(out, tck.gold(inst, unmasked), dtype=inst.dtype, ignore=pads).passed:
                 raise CheckFailure(
                     "mask.ignored",
                     "the output is what the spec gives with no key padding: the real tokens "

@@ -151,8 +151,10 @@ def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., n
             if conventions.sliding_window is not None:
                 keep = keep & oracle.sliding_window_keep(length, length, conventions.sliding_window)
         keep = np.asarray(keep if causal_keep is None else causal_keep)
-        if key_padding is not None:
-            keep = oracle.key_padding_mask(key_padding) & keep
+        if key_padding is not None:  # as the oracle's causal_self_attention combines them
+            keep = oracle.combine_keep_masks(
+                length, length, key_padding=key_padding, attn_mask=keep
+            )
         out = oracle.scaled_dot_product_attention(
             heads["q"], k, v, keep, fully_masked_rows=conventions.fully_masked_rows
         )
