@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tck.adapters import TorchModuleAdapter, Unsupported
 from tck.adapters.devices import DEFAULT_DEVICE
+from tck.adapters.torch_module import TorchEntry, TorchHandle
 from tck.reference.tolerance import round_to
 
 from .calling import GuardedAdapter, private_copy
@@ -49,6 +50,7 @@ def careful_hidden(
     float64. None where the reference has no such parts."""
     import torch
 
+    from tck.reference.model import matmul
     from tck.reference.oracle import embedding_scale
 
     naive, handle = careful_model(h, inst, inst.dtype, h.device)
@@ -77,7 +79,7 @@ def careful_hidden(
 
     def logits(where: slice) -> np.ndarray:
         with torch.no_grad():
-            part = (hidden[:, where] @ table.T) * logit_scale
+            part = matmul(hidden[:, where], table.T) * logit_scale
         return part.detach().to("cpu", torch.float64).numpy()
 
     return logits
@@ -150,16 +152,45 @@ def careful_model(
     if key not in h.naive_handles:
         from tck.adapters.reference import entry  # the reference adapter's own forwards
 
-        naive = TorchModuleAdapter(
-            "naive", [entry(h.component, inst.conventions, name=h.subject.name)]
-        )
-        handle = naive.build(h.subject, inst.config, seed=inst.seed, dtype=dtype, device=device)
-        if inst.params is not None and not _share(handle.module, inst.params):
-            naive.load(handle, inst.params)
+        made = entry(h.component, inst.conventions, name=h.subject.name)
+        naive = TorchModuleAdapter("naive", [made])
+        handle = None
+        shareable = inst.params is not None and all(map(_fixed_float64, inst.params.values()))
+        if shareable and dtype == "float64" and device == DEFAULT_DEVICE:
+            handle = _unfilled(made, h, inst)  # for a checkpoint's own parameters
+            if not _share(handle.module, inst.params):
+                handle = None
+        if handle is None:
+            handle = naive.build(h.subject, inst.config, seed=inst.seed, dtype=dtype, device=device)
+            if inst.params is not None and not _share(handle.module, inst.params):
+                naive.load(handle, inst.params)
         # The instance is kept alive with its handle: id() stays unique while cached.
         h.naive_handles[key] = (naive, handle, inst)
     naive, handle, _ = h.naive_handles[key]
     return naive, handle
+
+
+def _fixed_float64(value: Any) -> bool:
+    """A read-only float64 array torch can view (no negative strides)."""
+    return (
+        isinstance(value, np.ndarray)
+        and not value.flags.writeable
+        and value.dtype == np.float64
+        and all(stride >= 0 for stride in value.strides)
+    )
+
+
+def _unfilled(made: TorchEntry, h: Harness, inst: Instance) -> TorchHandle:
+    """The float64 reference on the CPU, its parameters given storage but no values: built
+    on the meta device, where nothing is drawn, for parameters about to be shared
+    (``_share``), whose random draw would be thrown away (the small Llama's 30 layers:
+    1.2 CPU s a build). Its storage is never written: ``_share`` replaces it."""
+    import torch
+
+    with torch.device("meta"):
+        module = made.make(inst.config)
+    module = module.to(torch.float64).to_empty(device="cpu").eval()
+    return TorchHandle(made, h.subject, module, inst.config, torch.float64, torch.device("cpu"))
 
 
 def _share(module: Any, params: Mapping[str, np.ndarray]) -> bool:
@@ -177,13 +208,10 @@ def _share(module: Any, params: Mapping[str, np.ndarray]) -> bool:
     for name, p in own.items():
         value = params[name]
         if (
-            not isinstance(value, np.ndarray)
-            or value.flags.writeable
-            or value.dtype != np.float64
+            not _fixed_float64(value)
             or p.dtype != torch.float64
             or p.device.type != "cpu"
             or tuple(value.shape) != tuple(p.shape)
-            or any(stride < 0 for stride in value.strides)
         ):
             return False
     with warnings.catch_warnings():  # torch warns that the arrays are not writable: by design
@@ -218,17 +246,21 @@ def gradients_each(
     inputs: Mapping[str, np.ndarray],
     cotangent: np.ndarray,
     take: Callable[[str, np.ndarray], None],
+    only: Collection[str] | None = None,
 ) -> None:
     """``gradients``, each handed to ``take(name, float64 array)`` in turn: as the backward
     pass forms it where the adapter streams them (``grad_each``: a checkpoint, whose
     whole gradient set is its float64 size), else from ``grad``'s dict, each array leaving
     the dict as it is handed over. Either way the check holds one of the subject's
-    gradients at a time besides what it keeps."""
+    gradients at a time besides what it keeps. With ``only`` (canonical parameter names),
+    those parameters' gradients and the inputs' alone (``grad_each`` forms no other)."""
     each = getattr(h.adapter, "grad_each", None)
     if not callable(each):
         out = gradients(h, inst, inputs, cotangent)
         for name in list(out):
-            take(name, out.pop(name))
+            value = out.pop(name)
+            if only is None or not name.startswith("params.") or name[7:] in only:
+                take(name, value)
         return
     private = {k: private_copy(v) for k, v in inputs.items()}
 
@@ -240,7 +272,8 @@ def gradients_each(
             )
         take(name, np.asarray(value, dtype=np.float64))
 
-    each(inst.handle, private, np.array(cotangent, copy=True), as_float64)
+    asked = {} if only is None else {"only": only}  # (an adapter's grad_each may not take it)
+    each(inst.handle, private, np.array(cotangent, copy=True), as_float64, **asked)
 
 
 def _as_float64(grads: Mapping[str, Any], *, own: bool) -> dict[str, np.ndarray]:
@@ -258,20 +291,37 @@ def _as_float64(grads: Mapping[str, Any], *, own: bool) -> dict[str, np.ndarray]
 
 
 def gold_gradients(
-    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], cotangent: np.ndarray
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    cotangent: np.ndarray,
+    only: Collection[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """float64 autograd through the torch reference on the same (rounded) values, on the
-    CPU (the gold of the gradient checks, as the oracle is of the forward ones)."""
+    CPU (the gold of the gradient checks, as the oracle is of the forward ones); with
+    ``only`` (canonical parameter names), those parameters' and the inputs' alone."""
+    from tck.adapters.pretrained import stream_gradients
+
     from .harness import GRADIENT_MEMO  # it builds on this module
 
     # eager and sdpa twins of a checkpoint ask the same: computed once (OracleMemo)
     asked = {**inputs, "\0cotangent": np.asarray(cotangent)}
+    if only is not None:
+        asked["\0only"] = np.asarray(sorted(only))
     key = GRADIENT_MEMO.key(h.component, asked, inst.params, inst.config, inst.conventions)
     found = GRADIENT_MEMO.get(key, id(h))
     if found is not None:
         return found
     naive, handle = careful_model(h, inst, "float64")
-    gold = naive.grad(handle, dict(inputs), cotangent)
+    if only is None:
+        gold = naive.grad(handle, dict(inputs), cotangent)
+    else:
+        gold = {}
+
+        def keep(name: str, value: np.ndarray) -> None:  # valid during the call: a copy
+            gold[name] = np.array(value, dtype=np.float64)
+
+        stream_gradients(naive, handle, dict(inputs), cotangent, keep, only)
     if key is not None:  # a checkpoint's weights: their float64 reference copy goes now
         h.naive_handles.pop((id(inst), "float64", DEFAULT_DEVICE), None)
     if key is not None and not h.twin_may_ask(inst.dtype):
@@ -301,6 +351,7 @@ def naive_gradients_each(
     inputs: Mapping[str, np.ndarray],
     cotangent: np.ndarray,
     take: Callable[[str, np.ndarray], None],
+    only: Collection[str] | None = None,
 ) -> None:
     """``naive_gradients``, each handed to ``take(name, float64 array)`` as the backward
     pass forms it (``pretrained.stream_gradients``): the check needs only each one's error
@@ -315,4 +366,6 @@ def naive_gradients_each(
         take(name, np.asarray(value, dtype=np.float64))
 
     with computed_in_input_dtype("norm_statistics"):
-        stream_gradients(naive, handle, dict(inputs), round_to(cotangent, inst.dtype), as_float64)
+        stream_gradients(
+            naive, handle, dict(inputs), round_to(cotangent, inst.dtype), as_float64, only
+        )
