@@ -30,7 +30,7 @@ import copy
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ ACTIVATIONS["gelu_pytorch_tanh"] = "gelu_tanh"
 LAYERED = ("encoder_layer", "encoder", "vit")  # the subjects eps and activation apply to
 # transformers' attention implementations whose subjects share one copy of the weights
 TWIN_IMPLEMENTATIONS = ("eager", "sdpa")
+# which of them a checkpoint is checked with (``attention_choice``; tck run --attention)
+ATTENTION_ENV = "TCK_ATTENTION"
+DEFAULT_ATTENTION = "sdpa"  # transformers' choice where torch has it (every torch it supports)
 # the subjects the oracle comparison also runs at the checkpoint's own length
 REAL_LENGTH_COMPONENTS = ("mha", "encoder_layer", "encoder")
 REAL_LENGTH_COMPONENTS += ("causal_self_attention", "decoder_block", "causal_lm")
@@ -192,8 +195,49 @@ def _twin(model: nn.Module, implementation: str) -> nn.Module:
     return twin.eval()
 
 
-def _implementations(model: nn.Module, implementations: tuple[str, ...]) -> dict[str, nn.Module]:
-    return {impl: _twin(model, impl) for impl in implementations}
+def _implementations(
+    model: nn.Module, offered: tuple[str, ...], fixed: dict[str, Any]
+) -> tuple[dict[str, nn.Module], str]:
+    """The attention implementations checked (``attention_choice``), each a twin of
+    ``model`` sharing its tensors, and the sentence that says which for every subject's
+    note."""
+    chosen, sentence = attention_choice(offered, fixed)
+    return {impl: _twin(model, impl) for impl in chosen}, sentence
+
+
+def attention_choice(
+    offered: tuple[str, ...], fixed: dict[str, Any]
+) -> tuple[tuple[str, ...], str]:
+    """Which of transformers' attention implementations ``offered`` a checkpoint of sizes
+    ``fixed`` is checked with, and why, in one sentence. ``$TCK_ATTENTION`` (``tck run
+    --attention``) names them; unset or ``auto``: every one offered, except at real size (a
+    layer of more than ``real_size.REAL_SIZE_LAYER_PARAMS`` parameters), where each would
+    repeat every check of the stack and the layer at a real layer's cost: the one
+    transformers runs by default, ``DEFAULT_ATTENTION``."""
+    given = os.environ.get(ATTENTION_ENV, "").strip().lower()
+    if given not in ("", "auto"):
+        names = tuple(dict.fromkeys(n.strip() for n in given.split(",") if n.strip()))
+        unknown = [n for n in names if n not in offered]
+        if unknown or not names:
+            raise ModelError(
+                f"--attention ({ATTENTION_ENV}) names {', '.join(unknown) or 'nothing'}: "
+                f"choose from {', '.join(offered)} (comma-separated), or auto"
+            )
+        left = [n for n in offered if n not in names]
+        return names, (
+            f"Attention implementations checked: {', '.join(names)} (as --attention asks)"
+            + (f"; not checked: {', '.join(left)}." if left else ".")
+        )
+    size = real_size.layer_size(fixed.get("d_model"), fixed.get("d_ff"))
+    if size is None or size <= real_size.REAL_SIZE_LAYER_PARAMS or len(offered) < 2:
+        return offered, f"Attention implementations checked: {', '.join(offered)}."
+    left = [n for n in offered if n != DEFAULT_ATTENTION]
+    return (DEFAULT_ATTENTION,), (
+        f"Attention implementations checked: {DEFAULT_ATTENTION} (transformers' default); "
+        f"not checked: {', '.join(left)}, since at real size (a layer of {size:,} "
+        "parameters) each implementation repeats every check of the layer and the stack: "
+        f"--attention {','.join(offered)} checks {'each' if len(left) > 1 else 'both'}."
+    )
 
 
 def _read(path: Path, name: str) -> checkpoint_config.Reading:
@@ -284,7 +328,7 @@ class _AsIs:
 
     def leaves_to_eager(self, subject: Subject) -> bool:
         """Whether ``subject`` is a real-size ``[sdpa]`` stack whose ``[eager]`` twin, in
-        float64, runs ``real_size.TWIN_LEAVES`` (output shapes, float64 gradients) for both."""
+        float64, runs ``real_size.TWIN_LEAVES`` (the float64 gradients) for both."""
         eager = self._twins(subject).get("eager")
         return (
             subject.name.endswith("[sdpa]")
@@ -295,11 +339,12 @@ class _AsIs:
     def stack_plan(self, subject: Subject, check: str, params: dict[str, Any]) -> str | None:
         """Why ``check`` does not run on ``subject``, a whole stack of a real-size checkpoint
         (``real_size.stack_skip``; for an ``[sdpa]`` twin whose ``[eager]`` twin runs in
-        float64, also ``real_size.TWIN_LEAVES``) or a real-size layer whose
-        attention is a subject of its own (``real_size.attention_skip``); None when it
-        runs."""
+        float64, also ``real_size.TWIN_LEAVES``; a stack another holds whole,
+        ``real_size.container_skip``) or a real-size layer whose attention is a subject of
+        its own (``real_size.attention_skip``); None when it runs."""
         why = stack_skip(subject, check, params, self.dtypes(subject))
         why = why or real_size.attention_skip(subject, check, self.subjects())
+        why = why or real_size.container_skip(subject, check, self.subjects())
         if why is None and check in real_size.TWIN_LEAVES and self.leaves_to_eager(subject):
             stem = subject.name.partition("[")[0]
             why = (
@@ -386,12 +431,14 @@ class _AsIs:
         inputs: Arrays,
         cotangent: np.ndarray,
         take: Callable[[str, np.ndarray], None],
+        only: Collection[str] | None = None,
     ) -> None:
         """``grad``, each gradient handed to ``take(name, array)`` as soon as the backward
         pass has formed it and then let go (``stream_gradients``): a real-size stack's
         gradients are its float64 size (GPT-2 small: 1 GB), and the check compares each
-        with the reference's as it comes (``careful.gradients_each``)."""
-        stream_gradients(self, handle, inputs, cotangent, take)  # type: ignore[arg-type]
+        with the reference's as it comes (``careful.gradients_each``). With ``only``, those
+        parameters' and the inputs' alone."""
+        stream_gradients(self, handle, inputs, cotangent, take, only)  # type: ignore[arg-type]
 
     def refuse_dtype(
         self, subject: Subject, config: Config, *, seed: int, dtype: str, device: str
@@ -432,6 +479,7 @@ def stream_gradients(
     inputs: Arrays,
     cotangent: np.ndarray,
     take: Callable[[str, np.ndarray], None],
+    only: Collection[str] | None = None,
 ) -> None:
     """``adapter.grad``, each gradient handed to ``take(name, array)`` as soon as the
     backward pass has formed it and then let go: a parameter's gradient as its last use in
@@ -440,7 +488,8 @@ def stream_gradients(
     ``grad``, never the whole set at once. The array handed over is valid during the call
     only (``take`` copies what it keeps). Where the module's parameters are not leaves, or
     already hold a gradient, or a part is Absent, ``grad``'s dict is handed over instead,
-    one array at a time."""
+    one array at a time. With ``only`` (canonical parameter names), the gradients of those
+    parameters and the inputs alone: the backward pass forms no other parameter's."""
     from .torch_module import Absent, _dtype_name, _named_parameters, _owner, _to_canonical
 
     offered = handle.entry.grad_dtypes
@@ -451,6 +500,9 @@ def stream_gradients(
         )
     named = _named_parameters(handle.module)
     mapping = handle.param_map()
+    if only is not None:
+        mapping = {k: ref for k, ref in mapping.items() if k in only}
+        take = _only(take, {f"params.{k}" for k in only})
     if any(isinstance(ref, Absent) for ref in mapping.values()):
         _take_all(adapter.grad(handle, inputs, cotangent), take)  # grad's own refusal
         return
@@ -510,6 +562,18 @@ def stream_gradients(
                 shape = handle.canonical_shape(canonical)
                 zeros = _to_canonical(torch.zeros_like(tensor), ref, shape)
                 take(f"params.{canonical}", _numpy(zeros))
+
+
+def _only(
+    take: Callable[[str, np.ndarray], None], names: set[str]
+) -> Callable[[str, np.ndarray], None]:
+    """``take`` for the inputs' gradients and the parameters' in ``names`` alone."""
+
+    def taken(name: str, value: np.ndarray) -> None:
+        if not name.startswith("params.") or name in names:
+            take(name, value)
+
+    return taken
 
 
 def _take_all(grads: dict[str, np.ndarray], take: Callable[[str, np.ndarray], None]) -> None:
@@ -649,9 +713,7 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
     reading = _read(path, "bert")
     model, heads = _load(_model_class("BertModel"), path, add_pooling_layer=False)
-    models = _implementations(model, hf.IMPLEMENTATIONS)
     c = model.config
-    note = _report(reading, c, heads)
     fixed = {
         "d_model": c.hidden_size,
         "n_heads": c.num_attention_heads,
@@ -661,6 +723,8 @@ def bert(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "padding_idx": c.pad_token_id,
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
+    models, checked = _implementations(model, hf.IMPLEMENTATIONS, fixed)
+    note = f"{_report(reading, c, heads)} {checked}"
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
     entries = _entries(hf.bert, models, fixed, c.max_position_embeddings, views, note=note, **conv)
     adapter = _PretrainedBert(f"hf.bert:{path.name}", entries)
@@ -677,9 +741,7 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
     reading = _read(path, "vit")
     model, heads = _load(_model_class("ViTForImageClassification"), path)
-    models = _implementations(model, hf.IMPLEMENTATIONS)
     c = model.config
-    note = _report(reading, c, heads)
     fixed = {
         "d_model": c.hidden_size,
         "n_heads": c.num_attention_heads,
@@ -694,6 +756,8 @@ def vit(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "n_classes": model.classifier.out_features,
     }
     conv = {"eps": float(c.layer_norm_eps), "activation": _activation(c.hidden_act, path)}
+    models, checked = _implementations(model, hf.IMPLEMENTATIONS, fixed)
+    note = f"{_report(reading, c, heads)} {checked}"
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
     entries = _entries(hf.vit, models, fixed, views=views, note=note, **conv)
     adapter = _PretrainedViT(f"hf.vit:{path.name}", entries)
@@ -732,7 +796,6 @@ def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
 
     reading = _read(path, "gpt2")
     model, heads = _load(_model_class("GPT2LMHeadModel"), path)
-    models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
     c = model.config
     fixed = {
         "d_model": c.n_embd,
@@ -747,13 +810,14 @@ def gpt2(folder: str | os.PathLike[str] | None = None) -> TorchModuleAdapter:
         "eps": float(c.layer_norm_epsilon),
         "activation": _activation(c.activation_function, path),
     }
+    models, checked = _implementations(model, hf_decoder.IMPLEMENTATIONS, fixed)
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
     entries = _entries(
         hf_decoder.gpt2,
         models,
         fixed,
         views=views,
-        note=_report(reading, c, heads),
+        note=f"{_report(reading, c, heads)} {checked}",
         space=space,
         layered=DECODER_COMPONENTS,
         **conv,
@@ -791,7 +855,6 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: str) ->
 
     reading = _read(path, family)
     model, heads = _load(_model_class(cls), path)
-    models = _implementations(model, hf_decoder.IMPLEMENTATIONS)
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     fixed: dict[str, Any] = {
@@ -832,13 +895,14 @@ def _llama_like(folder: str | os.PathLike[str] | None, family: str, cls: str) ->
         )
     if family == "mistral":
         conv["sliding_window"] = c.sliding_window  # None: every earlier key (SPEC.md §4.5)
+    models, checked = _implementations(model, hf_decoder.IMPLEMENTATIONS, fixed)
     views: dict[str, tuple[nn.Module, tuple[str, ...] | None]] = {}
     entries = _entries(
         hf_decoder.llama,
         models,
         fixed,
         views=views,
-        note=_report(reading, c, heads),
+        note=f"{_report(reading, c, heads)} {checked}",
         space=space,
         layered=DECODER_COMPONENTS,
         **conv,
@@ -866,7 +930,9 @@ class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
         ``real_size.LayerStates``): the oracle comparison judges its call at the checkpoint's
         own context layer by layer from them (``tck.conformance.toolkit.teacher``). Yields
         None for any other subject, dtype or size (the whole comparison is made then).
-        Forward hooks that return nothing: the model's output is unchanged."""
+        The forward hooks return nothing, except one on the output head when the caller sets
+        ``keep_rows``: the head then takes the hidden states at those positions alone, and
+        the output is the logits there (``LayerStates.logits_rows``)."""
         path = self.layer_list
         wanted = handle.subject.component == "causal_lm" and handle.dtype == torch.float64
         if path is None or not wanted or not real_size.applies(handle.subject):
@@ -894,10 +960,21 @@ class _PretrainedDecoder(_AsIs, TorchModuleAdapter):
 
             return hook
 
+        def judged_only(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            hidden = args[0] if args else None
+            if states.keep_rows is None or not isinstance(hidden, torch.Tensor):
+                return None
+            rows = np.asarray(states.keep_rows(hidden.shape[1]), dtype=np.int64)
+            states.logits_rows = rows
+            return (hidden[:, torch.as_tensor(rows, device=hidden.device)], *args[1:])
+
         hooks = (
             [layers[0].register_forward_pre_hook(first, with_kwargs=True)] if len(layers) else []
         )
         hooks += [layer.register_forward_hook(output_of(i)) for i, layer in enumerate(layers)]
+        head = handle.module.get_output_embeddings()  # transformers' output projection
+        if isinstance(head, nn.Module):
+            hooks.append(head.register_forward_pre_hook(judged_only))
         try:
             yield states
         finally:

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import io
 import math
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -188,9 +189,10 @@ def run_checks(
         # it runs; pytest's holds all of it until the check ends (conformance/runner/capture.py)
         "--capture=no",
         "--tck-capture=bounded",
-        # hypothesis is imported before pytest starts: its modules cannot be rewritten
-        "-W",
-        "ignore::pytest.PytestAssertRewriteWarning",
+        # no assertion rewriting: the checks report through CheckFailure, not bare asserts,
+        # and rewriting the ~160 modules pytest would rewrite costs ~1.5 s a run (nothing
+        # is cached: no bytecode is written, no_litter)
+        "--assert=plain",
     ]
     if verbose:  # pytest's own report instead of the progress bar
         pytest_args += ["-v", "--tb=short"]
@@ -287,6 +289,27 @@ def _pretrained(args: argparse.Namespace) -> tuple[str, str] | None:
     return (PRETRAINED[args.adapter] if args.adapter else AUTO), str(path)
 
 
+def _attention(args: argparse.Namespace) -> None:
+    """--attention: passed to the checkpoint's adapter in this process and the workers as
+    ``$TCK_ATTENTION`` (``tck.adapters.pretrained.attention_choice`` reads it)."""
+    if args.attention is None:
+        return
+    if args.model is None or args.adapter == "timm.vit":
+        raise UsageError(
+            "--attention applies to --model DIR of a transformers checkpoint (its eager and "
+            "sdpa attention); drop it"
+        )
+    from tck.adapters.pretrained import ATTENTION_ENV, TWIN_IMPLEMENTATIONS
+
+    names = [n.strip() for n in args.attention.split(",")]
+    if names != ["auto"] and not set(names) <= set(TWIN_IMPLEMENTATIONS):
+        raise UsageError(
+            f"--attention {args.attention!r}: name {' and/or '.join(TWIN_IMPLEMENTATIONS)} "
+            "(comma-separated), or auto"
+        )
+    os.environ[ATTENTION_ENV] = args.attention
+
+
 def _given(args: argparse.Namespace) -> dict[str, str | None]:
     """``--component`` and ``--map`` of ``--adapter onnx:FILE`` or ``module:attr`` naming an
     nn.Module instance (load_adapter refuses them for anything else)."""
@@ -341,6 +364,7 @@ def resolve_adapter(args: argparse.Namespace) -> Resolved:
 
 def cmd_run(args: argparse.Namespace) -> int:
     no_litter()
+    _attention(args)
     adapter, spec, target, as_is = resolve_adapter(args)
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)
@@ -523,6 +547,14 @@ def add_parsers(sub: Any) -> None:
         default=0,
         type=_bounded_int("--seed", 0, MAX_SEED),
         help=f"seed of parameters and inputs (0 to {MAX_SEED})",
+    )
+    run.add_argument(
+        "--attention",
+        default=None,
+        metavar="IMPL[,IMPL]",
+        help="with --model (transformers): the attention implementations checked, of eager "
+        "and sdpa; default both, or sdpa alone at real size (a layer of more than 1 M "
+        "parameters), where each repeats every check",
     )
     run.add_argument(
         "--threads",

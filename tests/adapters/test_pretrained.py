@@ -115,8 +115,54 @@ def test_model_usage_errors(tmp_path) -> None:
         (["--adapter", "hf.bert", "--model", str(tmp_path / "nope")], "save_pretrained folder"),
         (["--adapter", "hf.bert", "--model", str(tmp_path / "empty")], "save_pretrained folder"),
         (["--adapter", "hf.bert", "--model", str(pickled)], "never loads pickles"),
+        (["--attention", "sdpa"], "--attention applies to --model"),
+        (["--model", str(tmp_path / "empty"), "--attention", "flash"], "name eager and/or sdpa"),
     ):
         done = _tck(args, tmp_path)
         assert done.returncode == 2, done.stderr
         assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_attention_implementations_checked(tmp_path, monkeypatch) -> None:
+    """Both of transformers' attention implementations below real size; at real size the
+    default one alone, the other named as not checked; --attention ($TCK_ATTENTION) says
+    otherwise, and a name it cannot check is refused in one line."""
+    from tck.adapters.checkpoint_config import ModelError
+    from tck.adapters.pretrained import ATTENTION_ENV, attention_choice
+
+    offered = ("eager", "sdpa")
+    small, base = {"d_model": 32, "d_ff": 64}, {"d_model": 768, "d_ff": 3072}
+    monkeypatch.delenv(ATTENTION_ENV, raising=False)
+    assert attention_choice(offered, small) == (
+        offered,
+        "Attention implementations checked: eager, sdpa.",
+    )
+    chosen, note = attention_choice(offered, base)
+    assert chosen == ("sdpa",), note
+    assert "not checked: eager" in note and "--attention eager,sdpa" in note, note
+    monkeypatch.setenv(ATTENTION_ENV, "eager,sdpa")
+    assert attention_choice(offered, base)[0] == offered
+    monkeypatch.setenv(ATTENTION_ENV, "eager")
+    chosen, note = attention_choice(offered, small)
+    assert chosen == ("eager",) and "not checked: sdpa" in note, note
+    monkeypatch.setenv(ATTENTION_ENV, "flash_attention_2")
+    with pytest.raises(ModelError, match="choose from eager, sdpa"):
+        attention_choice(offered, small)
+    # end to end: the subjects of the implementation asked for, and the note that says so
+    folder = save_bert(
+        tmp_path / "bert",
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=1,
+        intermediate_size=64,
+        max_position_embeddings=16,
+    )
+    monkeypatch.delenv(ATTENTION_ENV)
+    out = tmp_path / "out"
+    args = ["--model", str(folder), "--attention", "eager", "--only", "mha", "--out", str(out)]
+    done = _tck(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (out / "results.json").read_text()
+    assert {r["subject"] for r in json.loads(text)["results"]} == {"mha[eager]"}
+    assert "checked: eager (as --attention asks); not checked: sdpa." in text
