@@ -99,6 +99,8 @@ def test_cls_position_embedding(tck: Harness) -> None:
     the logits (under either pooling, the class token takes part in attention)."""
     inst = tck.instance()
     params = tck.require_params(inst)
+    if inst.not_loaded is not None:  # before the first call (ViT-B/16: 5 CPU s a call)
+        pytest.skip(f"{inst.not_loaded}; this check loads a changed position table")
     images = tck.inputs(inst)["images"]
     base = tck.run(inst, {"images": images})
     moved = {k: np.array(v, copy=True) for k, v in params.items()}

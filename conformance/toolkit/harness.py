@@ -494,11 +494,17 @@ class Harness:
         self.require_params(inst)
         capture = getattr(self.adapter, "layer_states", None) if by_layer else None
         if callable(capture):
+            from .teacher import judged_rows
+
             with capture(inst.handle) as states:
+                if states is not None:  # the logits at the judged positions are enough
+                    states.keep_rows = lambda length: judged_rows(length, self.seed)
                 test = self.run(inst, inputs)
             if states is not None and states.complete() and inst.params:
                 if self._judged_by_layer(inst, inputs, test, states, what):
                     return test
+            if states is not None and states.logits_rows is not None:
+                test = self.run(inst, inputs)  # the whole comparison needs every position
             del states
         else:
             test = self.run(inst, inputs)
@@ -562,7 +568,7 @@ class Harness:
             {
                 "what": f"{what}, judged layer by layer: the input to layer 0 at every "
                 f"position, each of {states.n_layers} layers' outputs and the logits at "
-                f"{judgement.rows} positions from 0 to {test.shape[1] - 1} (worst: {part})",
+                f"{judgement.rows} positions from 0 to {seq_len(inputs) - 1} (worst: {part})",
                 "seq_len": seq_len(inputs),
                 "max_abs_err": worst.max_abs_err,
                 "ratio": worst.ratio,

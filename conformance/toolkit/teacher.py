@@ -14,7 +14,9 @@ at the checkpoint's own context is judged instead from what the model computed o
   one: so the causal mask, a sliding window, the RoPE angle of every key and the
   attention over the whole row are the oracle's, at positions up to the context;
 - the logits at the judged positions against the oracle's final norm and output
-  projection applied to the model's last layer output (SPEC.md §11.5).
+  projection applied to the model's last layer output (SPEC.md §11.5); an adapter that can
+  has the model form its logits at those positions alone (``LayerStates.keep_rows``),
+  the work of the output head at every other position being that same projection.
 
 Each layer is fed the model's own output of the layer before, so a layer that reads
 another tensor (the embedding, an earlier layer's output), runs out of order or is skipped
@@ -153,8 +155,9 @@ def judge(
     component: str = "causal_lm",
     seed: int = 0,
 ) -> Judgement:
-    """Judge a causal LM's output ``test`` (B, L, V) for ``inputs`` from the ``states`` the
-    model computed on the way (module docstring). Padded query rows are not compared (their
+    """Judge a causal LM's output ``test`` (B, L, V), or (B, R, V) at the judged positions
+    alone (``states.logits_rows``), for ``inputs`` from the ``states`` the model computed
+    on the way (module docstring). Padded query rows are not compared (their
     outputs are not promised, SPEC.md §11.7)."""
     ids = np.asarray(inputs["ids"])
     b, length = ids.shape
@@ -197,5 +200,10 @@ def judge(
     if has_final_norm(conventions):  # §7.3
         last = oracle.norm(last, params, "norm.", conventions)
     gold = oracle.causal_lm_logits(last, params, config, conventions)
-    parts.append(("the logits", held(np.asarray(test)[:, rows], gold, row_pads, k_model)))
+    logits = np.asarray(test)
+    if states.logits_rows is None:  # every position's; else the judged ones' alone
+        logits = logits[:, rows]
+    elif not np.array_equal(states.logits_rows, rows):
+        raise ValueError("the model's output holds the logits of other positions than judged")
+    parts.append(("the logits", held(logits, gold, row_pads, k_model)))
     return Judgement(parts, len(rows))

@@ -148,10 +148,17 @@ def test_full_context_judged_layer_by_layer(tmp_path, monkeypatch, save_model) -
         inst = h.instance()
         inputs = h.inputs(inst, Shape(batch=2, lq=CONTEXT, lk=CONTEXT), seed=7)
         with float64_floor(_floor(h)):
-            h.assert_matches_oracle(inst, inputs, what="full length", by_layer=True)
+            test = h.assert_matches_oracle(inst, inputs, what="full length", by_layer=True)
         call = h.record.calls[-1]
         assert call["passed"] and call["seq_len"] == CONTEXT
         assert "judged layer by layer" in call["what"] and "3 layers" in call["what"]
+        assert test.shape[:2] == (2, len(judged_rows(CONTEXT, h.seed)))
+        # the model forms its logits at the positions asked for alone (LayerStates.keep_rows)
+        with h.adapter.layer_states(inst.handle) as states:
+            states.keep_rows = lambda length: np.array([0, length - 1])
+            ends = h.run(inst, inputs)
+        np.testing.assert_array_equal(states.logits_rows, [0, CONTEXT - 1])
+        np.testing.assert_allclose(ends, h.run(inst, inputs)[:, [0, -1]], rtol=1e-12)
     # below real size, and without TCK_STACK_PLAN, the whole comparison is made
     monkeypatch.setenv("TCK_STACK_PLAN", "off")
     h = _harness(adapter)

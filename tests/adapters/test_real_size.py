@@ -89,10 +89,13 @@ def test_stack_runs_the_stated_set_at_full_length(tmp_path) -> None:
     assert any(c["what"].startswith("full length") for c in calls)
     eager_calls = stack["equality.oracle"][0]["metrics"]["calls"]
     assert not any(c["what"].startswith("full length") for c in eager_calls)
-    # and leaves the output shapes to it, saying so (real_size.TWIN_LEAVES)
-    assert stack["shapes.output_shapes"][0]["status"] == "pass"
-    shapes = _rows(document, "encoder[sdpa]")["shapes.output_shapes"][0]
-    assert shapes["status"] == "skip" and "encoder[eager]" in shapes["diagnosis"]["message"]
+    # the float64 gradients the eager stack makes for both, saying so (real_size.TWIN_LEAVES)
+    gradients = _rows(document, "encoder[sdpa]")["gradients.gradients"]
+    assert any("encoder[eager]" in r["diagnosis"]["message"] for r in gradients), gradients
+    # the output shapes are the oracle calls' first test (real_size.COVERED)
+    for subject in ("encoder[eager]", "encoder[sdpa]"):
+        shapes = _rows(document, subject)["shapes.output_shapes"][0]
+        assert shapes["status"] == "skip" and "output shape" in shapes["diagnosis"]["message"]
     # what the stack does not run is a skip that says why, never a silent absence
     skipped = stack["masks.causal_no_leak"][0]
     assert skipped["status"] == "skip"
@@ -138,6 +141,7 @@ def test_stack_plan_rule(monkeypatch) -> None:
         stack, "gradients.gradients", {"dtype": "float16"}, every
     )
     assert "real-size stack" in stack_skip(stack, "masks.causal_no_leak", {}, every)
+    assert "held to the spec's output shape" in stack_skip(stack, "shapes.output_shapes", {})
     # the layer subjects run everything; a small checkpoint's stack too (auto)
     layer = Subject("encoder_layer[sdpa]", "encoder_layer", supports=space)
     assert stack_skip(layer, "masks.causal_no_leak", {}, every) is None
@@ -176,6 +180,33 @@ def test_a_real_size_layer_leaves_the_attention_checks_to_its_attention(monkeypa
     assert attention_skip(tiny, long_rows, [attention, tiny]) is None
     monkeypatch.setenv(ENV, "off")
     assert attention_skip(block, long_rows, [attention, block]) is None
+
+
+def test_a_real_size_attention_judges_long_rows_in_bfloat16_on_the_cpu(monkeypatch) -> None:
+    """On the CPU a real-size layer's 16-bit long-row softmax runs in bfloat16 alone
+    (real_size.LONG_ROW_DTYPES_ON_CPU); float16 is a skip that says why. Elsewhere, and on
+    a layer below real size, both run."""
+    from types import SimpleNamespace
+
+    from tck.adapters.base import Subject
+    from tck.adapters.config_space import ConfigSpace
+    from tck.adapters.real_size import ENV
+    from tck.conformance.checks import test_softmax_precision as check
+
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(check.spaces, "reach", lambda subject, keys: 8)  # "too short": ran on
+
+    def reason(d_model: int, device: str, dtype: str) -> str:
+        space = ConfigSpace(fixed={"d_model": d_model, "d_ff": 4 * d_model})
+        subject = Subject("causal_self_attention[sdpa]", "causal_self_attention", supports=space)
+        with pytest.raises(pytest.skip.Exception) as skipped:
+            check.test_softmax_long_rows(SimpleNamespace(device=device, subject=subject), dtype)
+        return str(skipped.value)
+
+    assert "real-size layer on the CPU: bfloat16" in reason(768, "cpu", "float16")
+    assert "too short" in reason(768, "cpu", "bfloat16")
+    assert "too short" in reason(768, "cuda", "float16")
+    assert "too short" in reason(32, "cpu", "float16")
 
 
 def test_threads_follow_the_stack_plan(monkeypatch) -> None:

@@ -97,13 +97,13 @@ def test_gradient_check_holds_one_subject_gradient_at_a_time(tmp_path, monkeypat
     alive_at_arrival: list[int] = []
     streamed = careful.gradients_each
 
-    def watched(h, inst, inputs, cotangent, take):
+    def watched(h, inst, inputs, cotangent, take, only=None):
         def watch(name: str, value: np.ndarray) -> None:
             alive_at_arrival.append(sum(ref() is not None for ref in taken))
             taken.append(weakref.ref(value))
             take(name, value)
 
-        streamed(h, inst, inputs, cotangent, watch)
+        streamed(h, inst, inputs, cotangent, watch, only)
 
     monkeypatch.setattr(careful, "gradients_each", watched)
     try:
@@ -160,3 +160,51 @@ def test_float32_copy_exports_the_checkpoints_own_numbers(tmp_path) -> None:
         assert not any(np.shares_memory(value, p.detach().numpy()) for p in model.parameters())
         np.testing.assert_array_equal(value, np.float32(value).astype(np.float64))
     assert sorted(inst.params) == names
+
+
+def _grad_scaled(factor: float):
+    """A backward bug: the gradient flowing back out of a layer scaled by ``factor`` (its
+    forward unchanged), as a custom autograd function with a wrong backward would give."""
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * factor
+
+    def hook(module, args, kwargs):
+        return (Scaled.apply(args[0]), *args[1:]), kwargs
+
+    return hook
+
+
+def test_real_size_stack_judges_the_gradients_through_every_layer(tmp_path, monkeypatch) -> None:
+    """At real size the stack's gradient check forms and judges every parameter's gradient
+    but the later layers' (real_size.judged_gradients), and says so; a wrong backward in a
+    later layer still fails it, through the gradients of the layers below and the tables."""
+    monkeypatch.setenv("TCK_STACK_PLAN", "on")
+    adapter = pretrained.gpt2(_gpt2(tmp_path / "gpt2"))
+    tck = _harness(adapter, "causal_lm[eager]")
+    try:
+        gradient_check.test_gradients(tck, "float64")
+    finally:
+        tck.release()
+        GRADIENT_MEMO.clear()
+    judged = set(tck.record.metrics["ratios"])
+    assert "params.embedding.weight" in judged and "params.layers.0.ffn.fc1.weight" in judged
+    assert not any(name.startswith("params.layers.1.") for name in judged), sorted(judged)
+    assert "layers after the first" in tck.record.metrics["not_judged"]
+    # the backward of the last layer wrong: what comes back out of it is scaled
+    for model in {id(m): m for m, _ in adapter.views.values()}.values():
+        model.transformer.h[1].register_forward_pre_hook(_grad_scaled(1.5), with_kwargs=True)
+    tck = _harness(adapter, "causal_lm[eager]")
+    try:
+        with pytest.raises(gradient_check.CheckFailure) as failure:
+            gradient_check.test_gradients(tck, "float64")
+    finally:
+        tck.release()
+        GRADIENT_MEMO.clear()
+    assert failure.value.metrics["grad_of"] in judged
