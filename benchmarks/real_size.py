@@ -119,9 +119,11 @@ def measure(
     shutil.rmtree(results, ignore_errors=True)
     command = [sys.executable, "-m", "tck", "run", "--model", str(model)]  # adapter: auto
     command += ["-n", "0", "--out", str(results), *extra]
-    # what a user's run gets: torch's threads are tck run's own choice (--threads; a
-    # real-size checkpoint: the cores it may use), numpy's BLAS its default unless the caller
-    # sets OMP_NUM_THREADS
+    if not any(arg.startswith("--threads") for arg in extra):
+        # what tck run gives a real-size checkpoint on an idle machine: the cores it may use
+        # (its own rule counts the load average, which the run before this one leaves up)
+        command += ["--threads", str(len(os.sched_getaffinity(0)))]
+    # numpy's BLAS: its default unless the caller sets OMP_NUM_THREADS
     env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
     checks = out / f"run-{kind}-{layers}L.checks.jsonl"
