@@ -299,6 +299,8 @@ NAMES: tuple[str, ...] = (
     "causal_masks_combined_with_and",
     # a tensor-parallel rank's fused q, k, v rows (per head) split as three blocks
     "qkv_per_head_read_as_blocks",
+    # the tanh GELU's sqrt(2/pi) written as an eight-digit literal (1e-10 off)
+    "gelu_constant_truncated",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

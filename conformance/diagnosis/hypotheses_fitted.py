@@ -54,7 +54,14 @@ from tck.reference.variants import reaches
 
 from .alternatives import Alternative
 from .hypotheses_more import _OWN_CODES
-from .hypotheses_solved import LOG_RANGES, Evaluate, solve_log
+from .hypotheses_solved import (
+    LOG_RANGES,
+    Evaluate,
+    float32_constant,
+    held_in_float32,
+    max_distance,
+    solve_log,
+)
 
 # The families already tried without a fit, per subject object and dtype, in this process: a
 # subject's bug is the same in every check, so a family that explained none of a failing
@@ -324,6 +331,14 @@ def _gelu_tanh_with(c: float) -> Callable[[np.ndarray], np.ndarray]:
     return act
 
 
+def _gelu_tanh_factor(k: float) -> Callable[[np.ndarray], np.ndarray]:
+    def act(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return 0.5 * x * (1.0 + np.tanh(k * (x + 0.044715 * x**3)))
+
+    return act
+
+
 def _relu_power(p: float) -> Callable[[np.ndarray], np.ndarray]:
     def act(x: np.ndarray) -> np.ndarray:
         return np.maximum(np.asarray(x, dtype=np.float64), 0.0) ** p
@@ -344,17 +359,33 @@ def _named_tanh(c: float) -> str:
     )
 
 
+def _named_factor(k: float) -> str:
+    return (
+        f"0.5 x (1 + tanh({k:.10g} (x + 0.044715 x^3))), the tanh GELU with its factor "
+        f"sqrt(2/pi) = {SQRT_2_OVER_PI!r} written as {k:.10g}"
+    )
+
+
 def _named_power(p: float) -> str:
     return f"max(x, 0)^{p:.4g}" + (" (squared ReLU)" if math.isclose(p, 2.0, rel_tol=2e-3) else "")
 
 
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 # (family, its log search range, its namer); the ranges hold every member in use (a = 1 and
-# 1.702, c = 0.044715, p = 2) with room either side.
+# 1.702, c = 0.044715, k = sqrt(2/pi), p = 2) with room either side. The factor k: a
+# literal with too few digits in its place (Megatron's fused bias-GELU writes 0.79788456,
+# 1e-10 off) changes a float64 output by about that much, which only a solved k names.
 ACTIVATION_FAMILIES: tuple[tuple[Callable[[float], Any], tuple[float, float], Any], ...] = (
     (_sigmoid_scaled, (math.log(0.05), math.log(50.0)), _named_sigmoid),
     (_gelu_tanh_with, (math.log(1e-4), math.log(20.0)), _named_tanh),
+    (_gelu_tanh_factor, (math.log(0.1), math.log(10.0)), _named_factor),
     (_relu_power, (math.log(0.2), math.log(5.0)), _named_power),
 )
+# The constants of the tanh GELU, which a float64 subject may hold as float32 numbers (an
+# exported graph's float attribute): a solved value that is one, within float32's rounding
+# of the constant, is the constant held in float32, not another activation.
+GELU_CONSTANTS = {_gelu_tanh_with: ("the tanh GELU's cubic coefficient", 0.044715)}
+GELU_CONSTANTS[_gelu_tanh_factor] = ("the tanh GELU's factor sqrt(2/pi)", SQRT_2_OVER_PI)
 
 
 def _plain_ffn_with(act: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
@@ -400,13 +431,17 @@ def activation_family_hypotheses(
     component: str, evaluate: Evaluate, test: np.ndarray
 ) -> Iterator[Alternative]:
     """Each activation family solved for in the plain FFN and in the gated FFN's gate of
-    every component whose oracle runs one, named by its fitted member."""
+    every component whose oracle runs one, named by its fitted member, the family that
+    comes closest to ``test`` first: near the declared activation several families fit
+    within a float64 bound (a tanh GELU's factor 1e-10 off is matched by a cubic
+    coefficient 1e-4 off at small inputs), and the message names the closest."""
     for piece, make_ffn, where in (
         ("feed_forward", _plain_ffn_with, "the FFN's activation (SPEC.md §6.1)"),
         ("gated_feed_forward", _gated_ffn_with, "the gated FFN's gate activation (SPEC.md §11.3)"),
     ):
         if not reaches(component, piece):
             continue
+        solved: list[tuple[float, Alternative]] = []
         for family, log_range, named in ACTIVATION_FAMILIES:
 
             def make(
@@ -420,13 +455,25 @@ def activation_family_hypotheses(
             value = solve_log(make, evaluate, test, log_range)
             if value is None:
                 continue
-            yield Alternative(
-                registered("ffn.activation_wrong"),
-                f"the output is the spec's with {where} replaced by {named(value)} (solved for "
-                "among parameterised families: x * sigmoid(a x), the tanh GELU with a fitted "
-                "cubic coefficient, max(x, 0)^p): the activation is none of the declared ones",
-                pieces={piece: make_ffn(family(value))},
-            )
+            pieces = {piece: make_ffn(family(value))}
+            constant = GELU_CONSTANTS.get(family)
+            if constant is not None and held_in_float32(constant[1], value):
+                found = float32_constant(constant[0], constant[1], value, pieces=pieces)
+            else:
+                found = Alternative(
+                    registered("ffn.activation_wrong"),
+                    f"the output is the spec's with {where} replaced by {named(value)} (solved "
+                    "for among parameterised families: x * sigmoid(a x), the tanh GELU with a "
+                    "fitted cubic coefficient or factor, max(x, 0)^p): the activation is none "
+                    "of the declared ones",
+                    pieces=pieces,
+                )
+            try:
+                distance = max_distance(test, evaluate(found))
+            except (ValueError, KeyError, IndexError, FloatingPointError):
+                continue
+            solved.append((distance, found))
+        yield from (found for _, found in sorted(solved, key=lambda pair: pair[0]))
 
 
 # ------------------------------------------------------- the ViT's patches and class token

@@ -219,7 +219,7 @@ def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
     return sdpa
 
 
-def _distance(test: np.ndarray, gold: np.ndarray) -> float:
+def max_distance(test: np.ndarray, gold: np.ndarray) -> float:
     if gold.shape != test.shape:
         return math.inf
     with np.errstate(invalid="ignore", over="ignore"):
@@ -239,7 +239,7 @@ def solve_log(
 
     def cost(t: float) -> float:
         try:
-            return _distance(test, evaluate(make(math.exp(t))))
+            return max_distance(test, evaluate(make(math.exp(t))))
         except (ValueError, KeyError, IndexError, FloatingPointError):
             return math.inf
 
@@ -282,7 +282,7 @@ def solved_hypotheses(
         if value is None or math.isclose(value, declared, rel_tol=1e-9):
             continue
         if math.isclose(value, declared, rel_tol=FLOAT32_CONSTANT_RTOL):
-            yield _held_in_float32(field, declared, value, conventions={field: value})
+            yield float32_constant(field, declared, value, conventions={field: value})
             continue
         if field == "pe_base":  # another base, or the exponent stepped wrong
             from .hypotheses_fitted import base_alternative, table_width
@@ -306,7 +306,7 @@ def solved_hypotheses(
         return
     if math.isclose(factor, 1.0, rel_tol=FLOAT32_CONSTANT_RTOL):
         root = math.sqrt(config.d_model // config.n_heads)
-        yield _held_in_float32(
+        yield float32_constant(
             "the attention scale 1/sqrt(d_k)",
             1.0 / root,
             factor / root,
@@ -334,7 +334,16 @@ def solved_hypotheses(
         )
 
 
-def _held_in_float32(what: str, declared: float, solved: float, **change: Any) -> Alternative:
+def held_in_float32(declared: float, solved: float) -> bool:
+    """Whether ``solved`` is ``declared`` held as a float32 number: within float32's rounding
+    of it, and a float32 number itself (to the search's precision, 4e-13). A literal with
+    too few digits (0.79788456 for sqrt(2/pi), 1e-10 off) is within the rounding but not
+    on float32's grid (its nearest float32 is 2.3e-8 away): a wrong value, not a dtype."""
+    near = math.isclose(solved, declared, rel_tol=FLOAT32_CONSTANT_RTOL)
+    return near and math.isclose(solved, float(np.float32(solved)), rel_tol=1e-10)
+
+
+def float32_constant(what: str, declared: float, solved: float, **change: Any) -> Alternative:
     """The declared constant ``what`` reproduced at ``solved``, within float32's rounding of
     it: a precision finding rather than a wrong value."""
     return Alternative(

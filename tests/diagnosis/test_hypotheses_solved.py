@@ -319,3 +319,16 @@ def test_rope_frequencies_rounded_to_sixteen_bits_are_named(component: str, dtyp
         component, Alternative("", "", pieces={"rope": rope}), conventions
     )
     assert code == "numerics.rope_angles_low_precision", message
+
+
+def test_a_constant_with_too_few_digits_is_a_wrong_value_not_float32() -> None:
+    """A solved constant within float32's rounding of the declared one is the constant held
+    in float32 only when it is a float32 number; a literal with too few digits (Megatron's
+    0.79788456 for sqrt(2/pi)) is within the rounding but not on float32's grid."""
+    from tck.conformance.diagnosis.hypotheses_solved import held_in_float32
+
+    k = math.sqrt(2.0 / math.pi)
+    assert held_in_float32(k, float(np.float32(k)))
+    assert not held_in_float32(k, 0.79788456)
+    assert not held_in_float32(k, 0.8)
+    assert held_in_float32(0.044715, float(np.float32(0.044715)))
