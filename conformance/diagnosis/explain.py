@@ -314,6 +314,7 @@ def _hypotheses(
         more_hypotheses,
     )
     from .hypotheses_solved import (
+        layer_scale_hypotheses,
         logits_scale_hypotheses,
         norm_axes_hypotheses,
         rope_direction_hypotheses,
@@ -418,6 +419,7 @@ def _hypotheses(
                 class_token_hypotheses(component),
                 grouped_qkv_hypotheses(inst.config, inst.params),
                 kv_tiling_hypotheses(component),
+                layer_scale_hypotheses(inst.params),
             )
         )
     if found is None:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -331,6 +332,58 @@ def solved_hypotheses(
             "no scale at all, times 1/sqrt(d_k) a division by d_k, times sqrt(d_k / d_model) "
             "the model width's root): SPEC.md §3.1",
             pieces={"scaled_dot_product_attention": _sdpa_scaled_by(value)},
+        )
+
+
+# A stack layer's own query projection (canonical names: ``layers.3.self_attn.q.weight``,
+# ``encoder.layers.0.self_attn.q.bias``): the stack's path and the layer's index.
+_LAYER_QUERY = re.compile(
+    r"^(?P<stack>(?:.+\.)?layers)\.(?P<i>[0-9]+)\.self_attn\.q\.(weight|bias)$"
+)
+# Layer i's scores times f(i), and what it is: query-key layer scaling (GPT-2's
+# ``scale_attn_by_inverse_layer_idx``, Megatron-LM's ``apply_query_key_layer_scaling``)
+# divides layer i's scores by its number i + 1, and Megatron's softmax multiplies it back:
+# one half of that pair without the other.
+LAYER_SCALINGS: tuple[tuple[Callable[[int], float], str], ...] = (
+    (
+        lambda i: 1.0 / (i + 1),
+        "divided by the layer's number (i + 1 for layer i) as well as by sqrt(d_k): query-key "
+        "layer scaling whose softmax does not multiply the number back (Megatron-LM's "
+        "apply_query_key_layer_scaling with the softmax's scale dropped; GPT-2's "
+        "scale_attn_by_inverse_layer_idx where the spec's scale is declared)",
+    ),
+    (
+        lambda i: float(i + 1),
+        "multiplied by the layer's number (i + 1 for layer i): query-key layer scaling's "
+        "softmax factor applied without its division of the scores",
+    ),
+)
+
+
+def layer_scale_hypotheses(params: Any) -> Iterator[Alternative]:
+    """Each stack layer's attention scores scaled by a function of its index
+    (``LAYER_SCALINGS``), in every stack of two or more layers with queries of their own:
+    layer i's query projection (weight and bias) scaled by f(i), which scales its scores
+    alike (RoPE rotates the queries linearly). Layer 0 keeps the spec's scale, so the layer
+    subjects pass and the stack alone fails."""
+    stacks: dict[str, dict[int, list[str]]] = {}
+    for name in params or {}:
+        found = _LAYER_QUERY.match(name)
+        if found:
+            stacks.setdefault(found["stack"], {}).setdefault(int(found["i"]), []).append(name)
+    if not any(len(layers) > 1 for layers in stacks.values()):
+        return
+    for factor_of, words in LAYER_SCALINGS:
+        changed = dict(params)
+        for layers in stacks.values():
+            for i, names in layers.items():
+                for name in names:
+                    changed[name] = np.asarray(params[name], dtype=np.float64) * factor_of(i)
+        yield Alternative(
+            registered("attention.scale_wrong"),
+            f"the output is the spec's with each layer's attention scores {words}: layer 0 "
+            "has the spec's scale 1/sqrt(d_k), every later layer another (SPEC.md §3.1)",
+            params=changed,
         )
 
 
