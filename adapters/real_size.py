@@ -174,21 +174,29 @@ def attention_skip(subject: Subject, check: str, subjects: list[Subject]) -> str
     attention = ATTENTION_OF.get(subject.component)
     if check not in ATTENTION_OWN or attention is None or not is_real_size(subject):
         return None
-    implementation = subject.name.partition("[")[2]
-    twin = next(
-        (
-            s
-            for s in subjects
-            if s.component == attention and s.name.partition("[")[2] == implementation
-        ),
-        None,
-    )
+    twin = _same_implementation(subject, attention, subjects)
     if twin is None:
         return None
     return (
         f"real-size layer: {check} judges the attention's own code, which {twin.name} is "
         f"(layer 0's attention, the same implementation); it runs there, not again at "
         f"{subject.name}'s cost"
+    )
+
+
+def _same_implementation(
+    subject: Subject, component: str, subjects: list[Subject]
+) -> Subject | None:
+    """The subject of ``component`` with ``subject``'s attention implementation (the
+    ``[sdpa]`` of ``decoder_block[sdpa]``), if ``subjects`` offer one."""
+    implementation = subject.name.partition("[")[2]
+    return next(
+        (
+            s
+            for s in subjects
+            if s.component == component and s.name.partition("[")[2] == implementation
+        ),
+        None,
     )
 
 
@@ -206,7 +214,7 @@ def judged_gradients(subject: Subject, names: Collection[str]) -> frozenset[str]
     same code as layer 0's, from an upstream gradient those judged ones already verify,
     and the layer subjects judge that code in every dtype. Not forming them takes the
     gradient check of GPT-2 small from 1 GB of float64 gradients per side (the
-    reference's and the model's) to 0.36 GB."""
+    reference's and the model's) to 0.37 GB."""
     if not applies(subject):
         return None
     kept = frozenset(n for n in names if not LATER_LAYER.search(n))
@@ -242,15 +250,7 @@ def container_skip(subject: Subject, check: str, subjects: list[Subject]) -> str
     outer = CONTAINED_IN.get(subject.component)
     if outer is None or check not in CONTAINER_RUNS or not applies(subject):
         return None
-    implementation = subject.name.partition("[")[2]
-    holder = next(
-        (
-            s
-            for s in subjects
-            if s.component == outer and s.name.partition("[")[2] == implementation
-        ),
-        None,
-    )
+    holder = _same_implementation(subject, outer, subjects)
     if holder is None or not applies(holder):
         return None
     return (

@@ -289,10 +289,13 @@ def _pretrained(args: argparse.Namespace) -> tuple[str, str] | None:
     return (PRETRAINED[args.adapter] if args.adapter else AUTO), str(path)
 
 
-def _attention(args: argparse.Namespace) -> None:
-    """--attention: passed to the checkpoint's adapter in this process and the workers as
-    ``$TCK_ATTENTION`` (``tck.adapters.pretrained.attention_choice`` reads it)."""
+@contextlib.contextmanager
+def _attention(args: argparse.Namespace) -> Iterator[None]:
+    """--attention: handed to the checkpoint's adapter in this process and the workers as
+    ``$TCK_ATTENTION`` (``tck.adapters.pretrained.attention_choice`` reads it) for the run,
+    and the variable as it was after it."""
     if args.attention is None:
+        yield
         return
     if args.model is None or args.adapter == "timm.vit":
         raise UsageError(
@@ -307,7 +310,15 @@ def _attention(args: argparse.Namespace) -> None:
             f"--attention {args.attention!r}: name {' and/or '.join(TWIN_IMPLEMENTATIONS)} "
             "(comma-separated), or auto"
         )
+    before = os.environ.get(ATTENTION_ENV)
     os.environ[ATTENTION_ENV] = args.attention
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ATTENTION_ENV, None)
+        else:
+            os.environ[ATTENTION_ENV] = before
 
 
 def _given(args: argparse.Namespace) -> dict[str, str | None]:
@@ -363,8 +374,12 @@ def resolve_adapter(args: argparse.Namespace) -> Resolved:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    with _attention(args):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     no_litter()
-    _attention(args)
     adapter, spec, target, as_is = resolve_adapter(args)
     only = parse_only(args.only, COMPONENTS)
     require_components(adapter, only)

@@ -182,6 +182,31 @@ def test_a_real_size_layer_leaves_the_attention_checks_to_its_attention(monkeypa
     assert attention_skip(block, long_rows, [attention, block]) is None
 
 
+def test_a_vit_encoder_leaves_its_stack_checks_to_the_vit(monkeypatch) -> None:
+    """At real size a ViT's encoder stack leaves its oracle comparison and gradients to the
+    vit subject of the same implementation, which holds it whole; it keeps the rest."""
+    from tck.adapters.base import Subject
+    from tck.adapters.config_space import ConfigSpace
+    from tck.adapters.real_size import ENV, container_skip
+
+    monkeypatch.delenv(ENV, raising=False)
+    space = ConfigSpace(fixed={"d_model": 768, "d_ff": 3072, "n_layers": 12})
+    encoder = Subject("encoder[sdpa]", "encoder", supports=space)
+    vit = Subject("vit[sdpa]", "vit", supports=space)
+    eager = Subject("vit[eager]", "vit", supports=space)
+    for check in ("equality.oracle", "gradients.gradients"):
+        assert "vit[sdpa] holds encoder[sdpa] whole" in container_skip(
+            encoder, check, [encoder, vit]
+        )
+    assert container_skip(encoder, "masks.padding_invariance", [encoder, vit]) is None
+    assert container_skip(encoder, "equality.oracle", [encoder, eager]) is None  # no sdpa vit
+    assert container_skip(encoder, "equality.oracle", [encoder]) is None  # BERT's encoder
+    small = Subject(
+        "encoder[sdpa]", "encoder", supports=ConfigSpace(fixed={"d_model": 32, "d_ff": 64})
+    )
+    assert container_skip(small, "equality.oracle", [small, vit]) is None
+
+
 def test_a_real_size_attention_judges_long_rows_in_bfloat16_on_the_cpu(monkeypatch) -> None:
     """On the CPU a real-size layer's 16-bit long-row softmax runs in bfloat16 alone
     (real_size.LONG_ROW_DTYPES_ON_CPU); float16 is a skip that says why. Elsewhere, and on
