@@ -135,14 +135,18 @@ class _Judge:
 def test_gradients(tck: Harness, dtype: str) -> None:
     """Every input and parameter gradient within k * (naive error) + floor of float64."""
     inst = _instance(tck, dtype)
-    images = real_size.images_per_call(tck.subject, "gradients.gradients")  # real size
-    shape = Shape(batch=images) if images and record(tck.component).has("images") else Shape()
+    # a checkpoint's real-size stack: its images one at a time, and every parameter's
+    # gradient but its later layers' (tck.adapters.real_size)
+    images = real_size.images_per_call(tck.subject, "gradients.gradients")
+    if images and tck.real_size and record(tck.component).has("images"):
+        shape = Shape(batch=images)
+    else:
+        shape = Shape()
     inputs = tck.inputs(inst, shape, seed=4)
     if _is_table(tck.component) and inst.config.padding_idx is not None:
         inputs["ids"][0, -1] = inst.config.padding_idx  # a padded position: §1.3's row
     cotangent = _cotangent(tck, inst, inputs, seed=5)
-    # a real-size stack: every parameter's gradient but its later layers' (real_size)
-    only = real_size.judged_gradients(tck.subject, inst.params or {})
+    only = real_size.judged_gradients(tck.subject, inst.params or {}) if tck.real_size else None
     # The reference first: for a checkpoint, its float64 reference model goes as soon as its
     # gradients are made (careful.gold_gradients), before the subject's are: the two models'
     # gradients are never held beside the reference model.

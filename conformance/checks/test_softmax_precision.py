@@ -128,7 +128,7 @@ def test_softmax_long_rows(tck: Harness, dtype: str) -> None:
     float32). A softmax whose sum or accumulator is kept in the input dtype gains a rounding
     per key tile; the careful one does not."""
     kept = real_size.LONG_ROW_DTYPES_ON_CPU
-    if tck.device == DEFAULT_DEVICE and real_size.is_real_size(tck.subject) and dtype not in kept:
+    if tck.device == DEFAULT_DEVICE and tck.real_size and dtype not in kept:
         pytest.skip(
             f"real-size layer on the CPU: {', '.join(kept)} judges "
             f"the same accumulation with fewer mantissa bits; {dtype} would repeat it at a real "

@@ -259,7 +259,8 @@ def gradients_each(
         out = gradients(h, inst, inputs, cotangent)
         for name in list(out):
             value = out.pop(name)
-            if only is None or not name.startswith("params.") or name[7:] in only:
+            parameter = name.startswith("params.")
+            if only is None or not parameter or name.removeprefix("params.") in only:
                 take(name, value)
         return
     private = {k: private_copy(v) for k, v in inputs.items()}

@@ -27,6 +27,7 @@ import pytest
 
 from tck.adapters import Adapter, Subject, TorchModuleAdapter, Unsupported
 from tck.adapters.devices import DEFAULT_DEVICE, adapter_devices, offers_device
+from tck.adapters.real_size import is_real_size
 from tck.reference import RECORDS, Config, Conventions, init_params, param_shapes, record
 from tck.reference.expected import expected
 from tck.reference.inputs import DEFAULT_SHAPE, Inputs, Shape, make_inputs
@@ -124,6 +125,14 @@ class Harness:
     @property
     def component(self) -> str:
         return self.subject.component
+
+    @property
+    def real_size(self) -> bool:
+        """Whether the subject is a real-size part of a checkpoint whose adapter states what
+        its stacks run (``stack_plan``: ``tck.adapters.real_size``); a model of the user's
+        at any size runs every check as it is."""
+        plan = getattr(self.adapter, "stack_plan", None)
+        return callable(plan) and is_real_size(self.subject)
 
     def config(self, **overrides: Any) -> Config:
         """DEFAULT_CONFIG with what the check needs, inside what the subject supports

@@ -225,9 +225,19 @@ def test_a_real_size_attention_judges_long_rows_in_bfloat16_on_the_cpu(monkeypat
         space = ConfigSpace(fixed={"d_model": d_model, "d_ff": 4 * d_model})
         subject = Subject("causal_self_attention[sdpa]", "causal_self_attention", supports=space)
         with pytest.raises(pytest.skip.Exception) as skipped:
-            check.test_softmax_long_rows(SimpleNamespace(device=device, subject=subject), dtype)
+            harness = SimpleNamespace(device=device, subject=subject, real_size=d_model > 100)
+            check.test_softmax_long_rows(harness, dtype)
         return str(skipped.value)
 
+    # a real-size part of a checkpoint (its adapter states a stack plan), not a model of
+    # the user's at the same size
+    from tck.conformance.toolkit.harness import Harness
+
+    space = ConfigSpace(fixed={"d_model": 768, "d_ff": 3072})
+    large = Subject("causal_self_attention[sdpa]", "causal_self_attention", supports=space)
+    checkpoint = SimpleNamespace(stack_plan=lambda *args: None)
+    assert Harness.real_size.fget(SimpleNamespace(adapter=checkpoint, subject=large))
+    assert not Harness.real_size.fget(SimpleNamespace(adapter=object(), subject=large))
     assert "real-size layer on the CPU: bfloat16" in reason(768, "cpu", "float16")
     assert "too short" in reason(768, "cpu", "bfloat16")
     assert "too short" in reason(768, "cuda", "float16")
