@@ -205,6 +205,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "keys beyond the last whole key tile are never attended (a tiled kernel without its "
         "boundary tile)",
     ),
+    (
+        "attention.online_softmax_wrong",
+        "cause",
+        "3.1",
+        "a tiled (online) softmax combines its key tiles wrongly: a tile's partial sum or "
+        "values rescaled by the wrong factor or not at all, normalised on their own, against "
+        "another maximum, counted twice, or NaN for a tile whose keys are all masked",
+    ),
     # --- masks and batches
     (
         "mask.polarity_inverted",

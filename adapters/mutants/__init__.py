@@ -215,6 +215,13 @@ NAMES: tuple[str, ...] = (
     "softmax_online_half",
     # a tiled kernel that visits whole key tiles only: the ragged last tile never attended
     "attention_ragged_tile_dropped",
+    # tiled (online) softmaxes that combine their key tiles wrongly (SPEC.md §3.1): summaries
+    # rescaled by the inverted factor, a block normalised on its own, a clamped last chunk
+    # counted twice, a chunk with every key masked at -inf turning its query NaN
+    "online_softmax_rescale_inverted",
+    "online_softmax_tile_normalised",
+    "online_softmax_last_tile_clamped",
+    "online_softmax_masked_tile_nan",
     # caches of another design, measured from outside (which keys each cached query attends):
     # a fixed-size ring cache under a sliding window, one slot too small, its step mask
     # numbered top-left, its padding mask read by place or dropped in steps (SPEC.md §11.6,

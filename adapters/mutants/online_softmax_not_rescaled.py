@@ -15,7 +15,7 @@ from . import tutorial
 from .tutorial import attention_entry, encoder_layer_entry, mha_entry, mutant
 
 BUG_CLASS = "online_softmax_not_rescaled"
-EXPECTED_CODES = frozenset({"attention.weights_not_normalized"})
+EXPECTED_CODES = frozenset({"attention.weights_not_normalized", "attention.online_softmax_wrong"})
 KEY_BLOCK = 16  # keys per tile
 
 
