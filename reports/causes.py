@@ -127,7 +127,8 @@ def self_consistency(code: str) -> bool:
     return found is not None and any(c in SELF_CONSISTENCY_CLAUSES for c in found.clauses)
 
 
-# A finding that a cause's own mechanism produces, on the same subject: it joins that cause
+# A finding that a cause's own mechanism produces, on the same subject or (failing that) on
+# another subject of the run, which shares the implementation's code: it joins that cause
 # instead of standing as one. A softmax written as exp(s) / sum(exp(s)) without subtracting
 # the row maximum overflows at large scores (numerics.overflow) and, at a row whose keys are
 # all masked (every score at the fill value), gives 0 / 0: the NaN a fully-masked-row probe
@@ -142,12 +143,21 @@ CONSEQUENCES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _consequence_of(code: str, subject: str, present: Mapping[tuple[str, str], str]) -> str | None:
-    """The cause on ``subject`` whose mechanism produces the finding ``code``, if the run
-    found one there (``CONSEQUENCES``); ``present``: (subject, code) -> message."""
+def _consequence_of(
+    code: str, subject: str, present: Mapping[tuple[str, str], str]
+) -> tuple[str, str] | None:
+    """(subject, cause) of the cause whose mechanism produces the finding ``code``
+    (``CONSEQUENCES``): found on ``subject`` itself, else on another subject of the run (the
+    attention that overflows at large scores is where the model's padded rows turn 0 / 0;
+    the stress that shows the overflow may run on the attention alone). ``present``:
+    (subject, code) -> message."""
     for cause in CONSEQUENCES.get(code, ()):
         if (subject, cause) in present:
-            return cause
+            return subject, cause
+    for cause in CONSEQUENCES.get(code, ()):
+        found = next((key for key in present if key[1] == cause), None)
+        if found is not None:
+            return found
     return None
 
 
@@ -239,10 +249,13 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
         solid, rank, _, _, _, _, top, top_message = best[r["subject"]]
+        top_producer = _consequence_of(top, r["subject"], present)
+        if top_producer is not None:  # the subject's best finding is another's consequence
+            top, top_message = top_producer[1], present[top_producer]
         cause, message = (code, diagnosis.get("message", ""))
         producer = _consequence_of(code, r["subject"], present)
         if producer is not None:
-            cause, message = producer, present[(r["subject"], producer)]
+            cause, message = producer[1], present[producer]
         # A weaker code, or a generic one beside another of the same subject, is a symptom
         # of the subject's best cause (a 16-bit fit takes no failure of other evidence).
         if (_strength(r) < rank or (is_generic(code) and code != top)) and solid >= int(

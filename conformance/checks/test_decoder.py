@@ -1017,6 +1017,19 @@ def pad_rows_spread_nan(tck: Harness, inst: Instance, inputs: Inputs, out: np.nd
         return
     if not compare(out, gold, dtype=inst.dtype, ignore=~real | undefined).passed:
         return
+    if inst.dtype == "float64" and finite_in_float32(tck, inst, inputs, real):
+        code = "numerics.float32_island"
+        raise CheckFailure(
+            code,
+            f"the real tokens are NaN or inf at exactly the {int(spread.sum())} position(s) "
+            "where the spec with fully_masked_rows='nan' is, in float64 only: the same call in "
+            "float32 keeps them finite, as declared. A float64 fill that float32 cannot hold "
+            "(finfo(float64).min, -1e300) becomes -inf in a step computed in float32 (a "
+            "softmax with dtype=float32, scores cast down), so a left pad's query row is 0/0 "
+            "and the next layer carries the NaN to the real tokens: compute the step in the "
+            "input dtype, or take the fill from the dtype of the step (SPEC.md §10.12, §4.4)",
+            {"reproduced_by": code, "reproduced_at": inst.dtype},
+        )
     code = "mask.fully_masked_rows_nan"
     raise CheckFailure(
         code,
@@ -1028,6 +1041,17 @@ def pad_rows_spread_nan(tck: Harness, inst: Instance, inputs: Inputs, out: np.nd
         "finfo.min keeps the pads' rows finite; SPEC.md §4.4, §11.7)",
         {"reproduced_by": code, "reproduced_at": inst.dtype},
     )
+
+
+def finite_in_float32(tck: Harness, inst: Instance, inputs: Inputs, real: np.ndarray) -> bool:
+    """Does the subject, built in float32 from the same parameters, give finite values at
+    every real position of ``inputs``? False where it cannot be built or run in float32."""
+    try:
+        low = tck.instance(inst.config, dtype="float32")
+        out = np.asarray(tck.run(low, inputs), dtype=np.float64)
+    except (Unsupported, AdapterFailure, ValueError, RuntimeError):
+        return False
+    return out.shape == real.shape and bool(np.isfinite(out[real]).all())
 
 
 @spec("11.7", id="decoder.left_padding")

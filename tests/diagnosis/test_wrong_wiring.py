@@ -110,6 +110,21 @@ def test_a_nan_empty_row_joins_the_overflow_of_the_same_subject() -> None:
     assert [c["code"] for c in alone] == ["mask.fully_masked_rows_nan"]
 
 
+def test_a_model_s_nan_rows_join_the_overflow_of_its_attention() -> None:
+    """The stress that shows the overflow runs on the attention alone; the model's padded
+    rows, 0/0 from the same softmax, and their symptoms join it."""
+    results = [
+        _result("causal_lm", "mask.fully_masked_rows_nan"),
+        _result("causal_lm", "numerics.nonfinite_output"),
+        _result("causal_lm", "numerics.nonfinite_output"),
+        _result("causal_self_attention", "numerics.overflow"),
+    ]
+    causes = root_causes(results)
+    assert [c["code"] for c in causes] == ["numerics.overflow"]
+    assert sorted(causes[0]["subjects"]) == ["causal_lm", "causal_self_attention"]
+    assert len(causes[0]["symptoms"]) == 4
+
+
 def test_a_learned_table_never_added_is_named_before_rope() -> None:
     def no_table(params):  # type: ignore[no-untyped-def]
         return {**params, "pos_embedding.weight": np.zeros_like(params["pos_embedding.weight"])}
