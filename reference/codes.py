@@ -180,6 +180,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "without the one (weight - 1 for the gain)",
     ),
     (
+        "blocks.branch_scaled",
+        "cause",
+        "7.1",
+        "a sublayer's output is multiplied by a constant before its residual add (a layer "
+        "scale the checkpoint does not hold, left at its initial value; a scale the model "
+        "does not have)",
+    ),
+    (
         "blocks.residual_after_norm",
         "cause",
         "7.1",
@@ -701,8 +709,9 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "mask.added_as_bias",
         "cause",
         "4.1",
-        "a boolean keep-mask added to the scores as a float bias (pads lowered by a finite "
-        "amount, not removed: scores + mask.float(), scores + (1 - mask))",
+        "a boolean keep-mask added to the scores as a float bias, or masked scores filled "
+        "with a finite value (pads lowered by a finite amount or set to it, not removed: "
+        "scores + mask.float(), scores + (1 - mask), masked_fill(~mask, 0))",
     ),
     (
         "mask.causal_batch_flat",
@@ -735,8 +744,9 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "rope.table_layout_mismatch",
         "cause",
         "2.3",
-        "the cos/sin table is laid out for one pairing (interleaved or half split) and applied "
-        "by a rotation that pairs the features the other way",
+        "RoPE mixes its two pairings (interleaved, half split) in one rotation: a cos/sin "
+        "table laid out for one and applied by a rotation that pairs the features the other "
+        "way, or pairs read in one layout and written back in the other",
     ),
     (
         "cache.padding_misaligned",

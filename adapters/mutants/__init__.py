@@ -222,6 +222,18 @@ NAMES: tuple[str, ...] = (
     "online_softmax_tile_normalised",
     "online_softmax_last_tile_clamped",
     "online_softmax_masked_tile_nan",
+    # found on code we did not write (tests/blind11): a gate of sigmoid for SiLU, hidden
+    # scores filled with 0, a value cache holding the keys, RoPE's frequencies indexed over
+    # the whole projection, a float64 fill that a float32 softmax turns into -inf
+    "gate_sigmoid_for_silu",
+    "scores_masked_with_zero",
+    "value_cache_holds_keys",
+    "rope_frequency_flat_index",
+    "softmax_float32_fill_overflow",
+    # a residual branch scaled by a layer scale the checkpoint does not hold (SPEC.md §7.1)
+    "layer_scale_left_at_init",
+    # RoPE's pairs read as neighbours and written back as halves (SPEC.md §2.3)
+    "rope_pairs_written_interleaved",
     # caches of another design, measured from outside (which keys each cached query attends):
     # a fixed-size ring cache under a sliding window, one slot too small, its step mask
     # numbered top-left, its padding mask read by place or dropped in steps (SPEC.md §11.6,

@@ -407,6 +407,48 @@ def _gated_ffn_with(act: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np
     return gated_feed_forward
 
 
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+# Elementwise functions a port puts in an FFN's activation or gate in place of the declared
+# one, beside the families solved for (x * sigmoid(a x), the tanh GELU, max(x, 0)^p): the
+# gate without its x (SiLU's sigmoid alone), tanh, no activation at all, softplus, Mish,
+# ELU, hard-swish, ReLU6 and ReLU (torch.nn's names). Each fits only where its output is the
+# implementation's, so the list may be long; the declared activation and the convention
+# catalogue's alternatives are tried before it (explain._convention_alternatives).
+FIXED_ACTIVATIONS: tuple[tuple[str, Callable[[np.ndarray], np.ndarray]], ...] = (
+    ("sigmoid(x) (SiLU's gate without its x)", lambda x: 0.5 * (1.0 + np.tanh(0.5 * x))),
+    ("tanh(x)", np.tanh),
+    ("the identity (no activation)", lambda x: x),
+    ("softplus, log(1 + exp(x))", _softplus),
+    ("Mish, x tanh(softplus(x))", lambda x: x * np.tanh(_softplus(x))),
+    ("ELU, x for x > 0 else exp(x) - 1", lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))),
+    ("hard-swish, x relu6(x + 3) / 6", lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0),
+    ("ReLU6, min(max(x, 0), 6)", lambda x: np.clip(x, 0.0, 6.0)),
+    ("max(x, 0) (ReLU; a ReGLU gate)", lambda x: np.maximum(x, 0.0)),
+)
+
+
+def fixed_activation_hypotheses(component: str) -> Iterator[Alternative]:
+    """Each of ``FIXED_ACTIVATIONS`` in place of the plain FFN's activation and of the gated
+    FFN's gate activation, in every component whose oracle runs one (the declared function
+    itself is the spec there, never evidence: ``alternatives.fits``)."""
+    for piece, make_ffn, where in (
+        ("feed_forward", _plain_ffn_with, "the FFN's activation (SPEC.md §6.1)"),
+        ("gated_feed_forward", _gated_ffn_with, "the gated FFN's gate activation (SPEC.md §11.3)"),
+    ):
+        if not reaches(component, piece):
+            continue
+        for words, act in FIXED_ACTIVATIONS:
+            yield Alternative(
+                registered("ffn.activation_wrong"),
+                f"the output is the spec's with {where} replaced by {words}: the activation "
+                "is none of the declared ones",
+                pieces={piece: make_ffn(lambda x, act=act: act(np.asarray(x, dtype=np.float64)))},
+            )
+
+
 def _activated_after_output(x: Any, params: Any, *, activation: str = "relu") -> np.ndarray:
     """§6.1 with the activation after the output projection: act(fc2(fc1(x)))."""
     hidden = oracle.linear(oracle.linear(x, params, "fc1."), params, "fc2.")

@@ -21,6 +21,8 @@ The codes (registered in ``tck.reference.codes``):
   (``triu(diagonal=0)``): query 0 has no key, its row follows a fully-masked-row policy;
 - ``attention.ragged_key_tile_dropped``: a tiled kernel that visits whole key tiles only,
   the keys past (Lk // tile) * tile never attended;
+- ``attention.value_uses_key_projection``: the core's values replaced by its keys (a value
+  cache written with the keys);
 - ``vit.patch_order``: the patch embedding's (B, D, gh, gw) output turned into (B, N, D) in
   another axis order than (gh, gw, D) (a reshape without the transpose, a column-major grid);
 - ``vit.cls_pos_embed_missing``: the position table is added to the patch tokens before the
@@ -165,6 +167,33 @@ def ragged_tile_hypotheses(component: str) -> Iterator[Alternative]:
         )
 
 
+def _sdpa_values_from_keys(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    """§3.1 with the keys, as the attention core receives them (rotated, repeated per query
+    head), in place of the values."""
+    if np.shape(k)[-1] != np.shape(v)[-1]:
+        raise ValueError("keys and values of different widths")
+    return oracle.scaled_dot_product_attention(
+        q, k, k, keep_mask, scale=scale, fully_masked_rows=fully_masked_rows
+    )
+
+
+def values_from_keys_hypotheses(component: str) -> Iterator[Alternative]:
+    """The attention core reading its values from the keys it receives: a cache whose value
+    buffer is written with the keys (``value_cache[pos] = k``), ``v = k`` after the rotation.
+    (The values computed with the key projection's weights, before any rotation, is
+    ``hypotheses_fitted.sibling_leaf_hypotheses``.)"""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    yield Alternative(
+        "attention.value_uses_key_projection",
+        "the output is the spec's with the attention's values replaced by its keys, as the "
+        "attention core receives them (after RoPE, repeated per query head): a cache whose "
+        "value buffer is written with the keys, or v = k after the key's rotation (SPEC.md "
+        "§3.1, §3.4)",
+        pieces={"scaled_dot_product_attention": _sdpa_values_from_keys},
+    )
+
+
 _GRID_AXES = {1: "grid rows", 2: "grid columns", 3: "embedding channels"}
 
 
@@ -250,3 +279,4 @@ def layout_hypotheses(component: str) -> Iterator[Alternative]:
     yield from cls_position_hypotheses(component)
     yield from causal_diagonal_hypotheses(component)
     yield from ragged_tile_hypotheses(component)
+    yield from values_from_keys_hypotheses(component)

@@ -11,6 +11,8 @@ weak evidence (a degenerate call).
   that comes closest to the output is solved for (``solved_mask_bias``) and must hold on a
   second, independent call. A c of a few units is the pads lowered, not removed; as c grows
   the hypothesis tends to the spec (c -> +inf) or to the mask inverted (c -> -inf).
+  The masked scores filled with a finite value (``masked_fill(~keep, 0)``) are the same class:
+  masked keys kept with a finite score (``FILL_VALUES``, tried beside the two offsets).
 - ``mask.polarity_inverted`` on a call without ``key_padding``: a subject that builds its own
   keep-mask of all True when none is given and reads it inverted hides every key.
 - Degenerate fits (``degenerate``, ``whole_rows_only``): a hypothesis whose output on a call
@@ -89,14 +91,49 @@ def _bias(component: str, offset: float) -> Alternative:
     )
 
 
+# The finite values a port fills masked scores with where -inf (or finfo.min) belongs:
+# masked_fill(~keep, 0) (a weight mask's fill reused for scores), and one unit either side.
+FILL_VALUES = (0.0, -1.0, 1.0)
+
+
+def _sdpa_masked_filled(value: float) -> Callable[..., np.ndarray]:
+    """§3.1's attention with the masked scores set to ``value`` instead of removed."""
+    original = oracle.scaled_dot_product_attention
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        if keep_mask is None:
+            return original(q, k, v, None, scale=scale, fully_masked_rows=fully_masked_rows)
+        q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        scores = (q @ np.swapaxes(k, -1, -2)) * scale
+        keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
+        return oracle.softmax(np.where(keep, scores, value)) @ v
+
+    return sdpa
+
+
+def _filled(value: float) -> Alternative:
+    return Alternative(
+        "mask.added_as_bias",
+        f"the output is the spec's with the masked keys' scores (padding and causal combined) "
+        f"set to {value:.4g} instead of removed: masked_fill(~keep, {value:.4g}) where -inf "
+        "(or the dtype's lowest value) belongs, so every masked key keeps a finite weight; "
+        "fill with -inf or torch.finfo(dtype).min (SPEC.md §4.1)",
+        pieces={"scaled_dot_product_attention": _sdpa_masked_filled(value)},
+    )
+
+
 def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterator[Alternative]:
     """The keep-mask the attention core receives added as a 0/1 bias, and its complement
-    (``BIAS_OFFSETS``). A call on which the core receives no mask makes both the spec, which
-    the rule of distinguishable evidence rejects (``alternatives.fits``)."""
+    (``BIAS_OFFSETS``); the masked scores filled with a finite value (``FILL_VALUES``). A
+    call on which the core receives no mask makes each the spec, which the rule of
+    distinguishable evidence rejects (``alternatives.fits``)."""
     if not reaches(component, "scaled_dot_product_attention"):
         return
     for offset in BIAS_OFFSETS:
         yield _bias(component, offset)
+    for value in FILL_VALUES:
+        yield _filled(value)
 
 
 def solved_mask_bias(

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -60,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from tck.reference import oracle, record
+from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
@@ -553,6 +555,78 @@ def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternat
             f"{branch}; the others follow the declared placement",
             pieces=_residual_after_norm_in(which, _norm_on_branch),
         )
+
+
+def _branch_scaled(prefix: str | None, factor: float) -> dict[str, Callable[..., Any]]:
+    """§7.1 with the output of each sublayer normalised by ``prefix`` (every sublayer: None)
+    multiplied by ``factor`` before the residual add."""
+
+    def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+        if prefix is None or norm_prefix == prefix:
+            return oracle._sublayer(
+                x, params, norm_prefix, conventions, lambda h: factor * np.asarray(fn(h))
+            )
+        return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+    return {"_sublayer": sublayer}
+
+
+def sublayer_norms(evaluate: Callable[[Alternative], np.ndarray]) -> list[str]:
+    """The norm prefixes of the sublayers the component's oracle runs, in order of first
+    use ("norm1.", "norm2." of every layer); [] where it runs none or cannot be run."""
+    seen: list[str] = []
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            if norm_prefix not in seen:
+                seen.append(norm_prefix)
+            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+        return {"_sublayer": sublayer}
+
+    try:
+        evaluate(Alternative("", "", pieces=pieces))
+    except (ValueError, KeyError, IndexError):
+        return []
+    return seen
+
+
+def branch_scale_hypotheses(
+    component: str, evaluate: Callable[[Alternative], np.ndarray], test: np.ndarray
+) -> Iterator[Alternative]:
+    """A residual branch multiplied by a constant c before its add, solved for: the
+    sublayers of each norm (every layer's attention, every layer's FFN) and all of them. A
+    layer scale (CaiT's, DINOv2's ``LayerScale``) that the checkpoint does not hold, left at
+    its initial value (1e-5, 0.1), or one applied where the model has none; c near 1 is the
+    spec and never evidence (``alternatives.fits``)."""
+    from .hypotheses_solved import solve_log
+
+    if not reaches(component, "_sublayer"):
+        return
+    norms = sublayer_norms(evaluate)
+    groups: list[str | None] = [*norms, None] if len(norms) > 1 else [None]
+    for prefix in groups:
+
+        def make(factor: float, prefix: str | None = prefix) -> Alternative:
+            return Alternative("", "", pieces=_branch_scaled(prefix, factor))
+
+        factor = solve_log(make, evaluate, test, BRANCH_SCALE_RANGE)
+        if factor is None or math.isclose(factor, 1.0, rel_tol=1e-6):
+            continue
+        which = "every sublayer" if prefix is None else f"each sublayer normalised by {prefix!r}"
+        yield Alternative(
+            registered("blocks.branch_scaled"),
+            f"the output is the spec's with the output of {which} multiplied by "
+            f"{factor:.6g} (solved for) before its residual add: a layer scale the "
+            "checkpoint does not hold, left at its initial value, or a scale the model does "
+            "not have (SPEC.md §7.1)",
+            pieces=_branch_scaled(prefix, factor),
+        )
+
+
+# The factors a branch scale is solved over: LayerScale's initial values (1e-6 to 0.1) and
+# a residual scaled up, with room either side.
+BRANCH_SCALE_RANGE = (math.log(1e-8), math.log(1e3))
 
 
 def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:

@@ -27,6 +27,7 @@ decoder block, a whole causal LM.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -310,8 +311,9 @@ def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray
 
 
 def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
-    """The cos/sin table laid out for one pairing and applied with the other: the declared
-    pairing with the other table, and the declared table with the other pairing."""
+    """The two pairings mixed in one rotation: the cos/sin table laid out for one and
+    applied with the other (the declared pairing with the other table, and the declared
+    table with the other pairing), and pairs read in one layout and written in the other."""
     if not reaches(component, "rope"):
         return
     declared = getattr(conventions, "rope_layout", "interleaved")
@@ -330,3 +332,89 @@ def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Altern
             "SPEC.md §2.3)",
             pieces={"rope": _rope_table_for(table_layout, pairing)},
         )
+    for (read, write), across in itertools.product(
+        ((declared, other), (other, declared)), (False, True)
+    ):
+        where = " over the heads' concatenated channels" if across else ""
+        yield Alternative(
+            registered("rope.table_layout_mismatch"),
+            f"the output is the spec's with RoPE's pairs read as {words[read].split(':')[0]} "
+            f"and each rotated pair written back as {words[write].split(':')[0]}{where}: "
+            "every pair turns by the right angle, but its two results land on other channels "
+            "(a rotation whose read and write follow two layouts: torch.cat where "
+            "torch.stack belongs, or the reverse; SPEC.md §2.3)",
+            pieces={"rope": _rope_written_as(read, write, across)},
+        )
+
+
+def _pair_channels(layout: str, d: int) -> tuple[np.ndarray, np.ndarray]:
+    channels = np.arange(d)
+    if layout == "interleaved":
+        return channels[0::2], channels[1::2]
+    return channels[: d // 2], channels[d // 2 :]
+
+
+def _rope_written_as(read: str, write: str, across_heads: bool) -> Callable[..., np.ndarray]:
+    """§2.3 rotating the pairs of layout ``read`` and writing each rotated pair to the
+    channels of layout ``write``: within each head, or (``across_heads``) over the (H * d)
+    channels of all heads at once, as a rotation of the whole projection writes them."""
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        rotated = oracle.rope(x, positions, base=base, layout=read, frequencies=frequencies)
+        if across_heads and rotated.ndim < 3:
+            raise ValueError("no head axis (..., H, L, d) to write across")
+        d = rotated.shape[-1]
+        (first, second) = _pair_channels(read, d)
+        if across_heads:  # (..., H, L, d) -> (..., L, H, d): pair j of head h is pair h d/2 + j
+            a, b = (np.moveaxis(rotated[..., c], -3, -2) for c in (first, second))
+            flat = np.concatenate  # each half (..., L, H * d/2), head-major
+            a, b = (flat(list(np.moveaxis(t, -2, 0)), axis=-1) for t in (a, b))
+            heads = rotated.shape[-3]
+            to_first, to_second = _pair_channels(write, heads * d)
+            out = np.empty((*a.shape[:-1], heads * d))
+            out[..., to_first], out[..., to_second] = a, b
+            out = out.reshape(*out.shape[:-1], heads, d)  # (..., L, H, d)
+            return np.moveaxis(out, -2, -3)
+        to_first, to_second = _pair_channels(write, d)
+        out = np.empty_like(rotated)
+        out[..., to_first], out[..., to_second] = rotated[..., first], rotated[..., second]
+        return out
+
+    return rope
+
+
+def _rope_rows_flat_index(x, positions, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+    """§2.3 on (B, H, L, d) with pair i of head h given the frequency of pair h * d/2 + i of
+    the whole projection: base^(-(h d + 2i) / d) = base^(-h) times the spec's."""
+    x = oracle._f64(x)
+    d = x.shape[-1]
+    omega = (
+        base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        if frequencies is None
+        else oracle._f64(frequencies)
+    )
+    if d < 4 or omega[1] <= 0.0:
+        raise ValueError("no second pair to read the base from")
+    per_head = omega[1] ** (d / 2)  # base^(-1), from the frequencies the oracle passes
+    out = np.empty_like(x)
+    for h in range(x.shape[1]):
+        out[:, h] = oracle.rope_rows(
+            x[:, h : h + 1], positions, layout=layout, frequencies=omega * per_head**h
+        )[:, 0]
+    return out
+
+
+def flat_index_hypotheses(component: str) -> Iterator[Alternative]:
+    """RoPE's frequencies indexed over the whole query or key projection instead of within
+    each head (llama2.c's ``head_dim = i % head_size`` written ``i``): head h rotates with
+    the spec's frequencies times base^(-h), so only head 0 is right."""
+    if not reaches(component, "rope_rows"):
+        return
+    yield Alternative(
+        registered("positional.frequency_wrong"),
+        "the output is the spec's with RoPE's frequency of pair i in head h taken from the "
+        "pair's index in the whole projection, base^(-(h d_head + 2i) / d_head), instead of "
+        "its index within the head, base^(-2i / d_head): head 0 is right, head h turns "
+        "base^h times slower (SPEC.md §2.3)",
+        pieces={"rope_rows": _rope_rows_flat_index},
+    )
