@@ -304,6 +304,7 @@ def _hypotheses(
         default_mask_inverted,
         degenerate,
         mask_bias_hypotheses,
+        mask_fill_hypotheses,
         note_degenerate,
         solved_mask_bias,
         whole_rows_only,
@@ -382,6 +383,7 @@ def _hypotheses(
             params_alternatives(),
             mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
             _mask_hypotheses(inputs),
+            mask_fill_hypotheses(component),  # after mask.ignored: zero scores fit both
             batch_flat_causal_hypotheses(component),
             combined_with_or_hypotheses(component),
             _offset_hypotheses(component, inputs),

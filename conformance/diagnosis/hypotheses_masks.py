@@ -12,7 +12,7 @@ weak evidence (a degenerate call).
   second, independent call. A c of a few units is the pads lowered, not removed; as c grows
   the hypothesis tends to the spec (c -> +inf) or to the mask inverted (c -> -inf).
   The masked scores filled with a finite value (``masked_fill(~keep, 0)``) are the same class:
-  masked keys kept with a finite score (``FILL_VALUES``, tried beside the two offsets).
+  masked keys kept with a finite score (``FILL_VALUES``, tried after the mask ignored).
 - ``mask.polarity_inverted`` on a call without ``key_padding``: a subject that builds its own
   keep-mask of all True when none is given and reads it inverted hides every key.
 - Degenerate fits (``degenerate``, ``whole_rows_only``): a hypothesis whose output on a call
@@ -125,13 +125,20 @@ def _filled(value: float) -> Alternative:
 
 def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterator[Alternative]:
     """The keep-mask the attention core receives added as a 0/1 bias, and its complement
-    (``BIAS_OFFSETS``); the masked scores filled with a finite value (``FILL_VALUES``). A
-    call on which the core receives no mask makes each the spec, which the rule of
-    distinguishable evidence rejects (``alternatives.fits``)."""
+    (``BIAS_OFFSETS``). A call on which the core receives no mask makes both the spec, which
+    the rule of distinguishable evidence rejects (``alternatives.fits``)."""
     if not reaches(component, "scaled_dot_product_attention"):
         return
     for offset in BIAS_OFFSETS:
         yield _bias(component, offset)
+
+
+def mask_fill_hypotheses(component: str) -> Iterator[Alternative]:
+    """The masked scores filled with a finite value (``FILL_VALUES``). Tried after the mask
+    ignored: on an input whose masked scores already hold the value (a fixture's zero
+    scores) the two give one output, and the mask ignored is the simpler account."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
     for value in FILL_VALUES:
         yield _filled(value)
 

@@ -161,6 +161,10 @@ def _summaries(s: np.ndarray, v: np.ndarray, tile: int, flaw: str) -> np.ndarray
             factor = np.ones_like(m_t)
         elif flaw.startswith("summaries_rescaled_inverted"):
             factor = np.exp(reference - m_t)
+            if np.isinf(factor[np.isfinite(m_t)]).any():
+                # tiles whose maxima lie so far apart that the inverted factor overflows:
+                # its NaN would match any overflow of the output's (a softmax in 16 bits)
+                raise ValueError("the inverted factor overflows between finite tiles")
         else:
             factor = np.exp(m_t - reference)
         if guarded:
