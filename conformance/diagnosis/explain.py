@@ -383,7 +383,6 @@ def _hypotheses(
             params_alternatives(),
             mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
             _mask_hypotheses(inputs),
-            mask_fill_hypotheses(component),  # after mask.ignored: zero scores fit both
             batch_flat_causal_hypotheses(component),
             combined_with_or_hypotheses(component),
             _offset_hypotheses(component, inputs),
@@ -396,6 +395,9 @@ def _hypotheses(
             pooling_hypotheses(component),
             # after the causal diagonal: on a call of one token both hide every key
             default_mask_inverted(component, inputs),
+            # last of the masks: where the masked scores are already 0 (a hand fixture) a
+            # fill of 0 gives what the mask ignored or the causal part dropped give
+            mask_fill_hypotheses(component),
         )
     )
     if found is not None:

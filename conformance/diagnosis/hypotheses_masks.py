@@ -12,7 +12,7 @@ weak evidence (a degenerate call).
   second, independent call. A c of a few units is the pads lowered, not removed; as c grows
   the hypothesis tends to the spec (c -> +inf) or to the mask inverted (c -> -inf).
   The masked scores filled with a finite value (``masked_fill(~keep, 0)``) are the same class:
-  masked keys kept with a finite score (``FILL_VALUES``, tried after the mask ignored).
+  masked keys kept with a finite score (``FILL_VALUES``, tried after the other mask hypotheses).
 - ``mask.polarity_inverted`` on a call without ``key_padding``: a subject that builds its own
   keep-mask of all True when none is given and reads it inverted hides every key.
 - Degenerate fits (``degenerate``, ``whole_rows_only``): a hypothesis whose output on a call
@@ -107,6 +107,9 @@ def _sdpa_masked_filled(value: float) -> Callable[..., np.ndarray]:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         scores = (q @ np.swapaxes(k, -1, -2)) * scale
         keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
+        if np.allclose(scores[~keep], value, rtol=0.0, atol=1e-12):
+            # every masked score already holds the value: the fill is the mask dropped
+            raise ValueError(f"the masked scores are already {value}")
         return oracle.softmax(np.where(keep, scores, value)) @ v
 
     return sdpa
@@ -134,9 +137,10 @@ def mask_bias_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> It
 
 
 def mask_fill_hypotheses(component: str) -> Iterator[Alternative]:
-    """The masked scores filled with a finite value (``FILL_VALUES``). Tried after the mask
-    ignored: on an input whose masked scores already hold the value (a fixture's zero
-    scores) the two give one output, and the mask ignored is the simpler account."""
+    """The masked scores filled with a finite value (``FILL_VALUES``). Tried after every other
+    mask hypothesis: on an input whose masked scores already hold the value (a fixture's zero
+    scores) a mask ignored, or its causal part dropped, gives the same output and is the
+    simpler account."""
     if not reaches(component, "scaled_dot_product_attention"):
         return
     for value in FILL_VALUES:
