@@ -361,20 +361,21 @@ def _rope_written_as(read: str, write: str, across_heads: bool) -> Callable[...,
 
     def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
         rotated = oracle.rope(x, positions, base=base, layout=read, frequencies=frequencies)
-        if across_heads and rotated.ndim < 3:
-            raise ValueError("no head axis (..., H, L, d) to write across")
         d = rotated.shape[-1]
-        (first, second) = _pair_channels(read, d)
-        if across_heads:  # (..., H, L, d) -> (..., L, H, d): pair j of head h is pair h d/2 + j
-            a, b = (np.moveaxis(rotated[..., c], -3, -2) for c in (first, second))
-            flat = np.concatenate  # each half (..., L, H * d/2), head-major
-            a, b = (flat(list(np.moveaxis(t, -2, 0)), axis=-1) for t in (a, b))
-            heads = rotated.shape[-3]
+        first, second = _pair_channels(read, d)
+        if across_heads:
+            if rotated.ndim < 3:
+                raise ValueError("no head axis (..., H, L, d) to write across")
+            # pair j of head h is pair h d/2 + j of the (..., L, H * d) projection
+            *lead, heads, length, _ = rotated.shape
+            a, b = (
+                np.moveaxis(rotated[..., c], -3, -2).reshape(*lead, length, heads * d // 2)
+                for c in (first, second)
+            )
             to_first, to_second = _pair_channels(write, heads * d)
-            out = np.empty((*a.shape[:-1], heads * d))
+            out = np.empty((*lead, length, heads * d))
             out[..., to_first], out[..., to_second] = a, b
-            out = out.reshape(*out.shape[:-1], heads, d)  # (..., L, H, d)
-            return np.moveaxis(out, -2, -3)
+            return np.moveaxis(out.reshape(*lead, length, heads, d), -2, -3)
         to_first, to_second = _pair_channels(write, d)
         out = np.empty_like(rotated)
         out[..., to_first], out[..., to_second] = rotated[..., first], rotated[..., second]
