@@ -311,10 +311,10 @@ def _hypotheses(
     )
     from .hypotheses_more import (  # heads, bias, residual
         branch_scale_hypotheses,
-        counting_sublayers,
         heads_time_major_hypotheses,
         kv_tiling_hypotheses,
         more_hypotheses,
+        sublayer_calls,
     )
     from .hypotheses_online import online_softmax_hypotheses  # tiles combined wrongly
     from .hypotheses_solved import (
@@ -406,14 +406,8 @@ def _hypotheses(
     if combination:
         h.note({"explained_by": combination})
         return combination_diagnosis(inst.conventions, combination)
-    pieces, sublayers = counting_sublayers()
-    try:
-        evaluate(Alternative("", "", pieces=pieces))
-    except (ValueError, KeyError):
-        sublayers = [0]
-    found = first(
-        more_hypotheses(component, inst.params, sublayers[0], inst.config, inst.conventions)
-    )
+    sublayers = len(sublayer_calls(evaluate))
+    found = first(more_hypotheses(component, inst.params, sublayers, inst.config, inst.conventions))
     if found is None:
         found = first(
             itertools.chain(

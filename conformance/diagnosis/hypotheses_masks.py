@@ -58,8 +58,11 @@ GRID_POINTS = 61
 REFINE_STEPS = 40
 
 
-def _sdpa_mask_as_bias(offset: float) -> Callable[..., np.ndarray]:
-    """§3.1's attention with the keep-mask added to the scores as ``offset * keep``."""
+def _sdpa_masked_by(
+    masked: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> Callable[..., np.ndarray]:
+    """§3.1's attention with the scores given to the softmax ``masked(scores, keep)`` (keep
+    broadcast to the scores) instead of the masked keys removed; the spec's without a mask."""
     original = oracle.scaled_dot_product_attention
 
     def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
@@ -69,9 +72,14 @@ def _sdpa_mask_as_bias(offset: float) -> Callable[..., np.ndarray]:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         scores = (q @ np.swapaxes(k, -1, -2)) * scale
         keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
-        return oracle.softmax(scores + offset * keep.astype(np.float64)) @ v
+        return oracle.softmax(masked(scores, keep)) @ v
 
     return sdpa
+
+
+def _sdpa_mask_as_bias(offset: float) -> Callable[..., np.ndarray]:
+    """§3.1's attention with the keep-mask added to the scores as ``offset * keep``."""
+    return _sdpa_masked_by(lambda scores, keep: scores + offset * keep.astype(np.float64))
 
 
 def _bias(component: str, offset: float) -> Alternative:
@@ -98,21 +106,14 @@ FILL_VALUES = (0.0, -1.0, 1.0)
 
 def _sdpa_masked_filled(value: float) -> Callable[..., np.ndarray]:
     """§3.1's attention with the masked scores set to ``value`` instead of removed."""
-    original = oracle.scaled_dot_product_attention
 
-    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
-        if keep_mask is None:
-            return original(q, k, v, None, scale=scale, fully_masked_rows=fully_masked_rows)
-        q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        scores = (q @ np.swapaxes(k, -1, -2)) * scale
-        keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), scores.shape)
+    def filled(scores: np.ndarray, keep: np.ndarray) -> np.ndarray:
         if np.allclose(scores[~keep], value, rtol=0.0, atol=1e-12):
             # every masked score already holds the value: the fill is the mask dropped
             raise ValueError(f"the masked scores are already {value}")
-        return oracle.softmax(np.where(keep, scores, value)) @ v
+        return np.where(keep, scores, value)
 
-    return sdpa
+    return _sdpa_masked_by(filled)
 
 
 def _filled(value: float) -> Alternative:

@@ -65,6 +65,7 @@ from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
+from .hypotheses_solved import solve_log
 from .hypotheses_strided import RANK_GROUPS
 
 Arrays = Mapping[str, np.ndarray]
@@ -362,15 +363,26 @@ def norm_on_branch_by_name_hypotheses(
         )
 
 
-def counting_sublayers() -> tuple[dict[str, Callable[..., Any]], list[int]]:
-    """Pieces that run the spec's sublayers and count them, and the counter (one element)."""
-    seen = [0]
+def sublayer_calls(evaluate: Callable[[Alternative], np.ndarray]) -> list[str]:
+    """The norm prefix of each sublayer the component's oracle runs, in the order it runs
+    them ("norm1.", "norm2." of every layer): their count, and the norms they use; [] where
+    it runs none or cannot be run."""
+    calls: list[str] = []
 
-    def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
-        seen[0] += 1
-        return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+    def pieces() -> dict[str, Callable[..., Any]]:
+        calls.clear()  # one evaluation's calls
 
-    return {"_sublayer": sublayer}, seen
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            calls.append(norm_prefix)
+            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+
+        return {"_sublayer": sublayer}
+
+    try:
+        evaluate(Alternative("", "", pieces=pieces))
+    except (ValueError, KeyError, IndexError):
+        return []
+    return calls
 
 
 def _leaf(key: str) -> str:
@@ -571,26 +583,6 @@ def _branch_scaled(prefix: str | None, factor: float) -> dict[str, Callable[...,
     return {"_sublayer": sublayer}
 
 
-def sublayer_norms(evaluate: Callable[[Alternative], np.ndarray]) -> list[str]:
-    """The norm prefixes of the sublayers the component's oracle runs, in order of first
-    use ("norm1.", "norm2." of every layer); [] where it runs none or cannot be run."""
-    seen: list[str] = []
-
-    def pieces() -> dict[str, Callable[..., Any]]:
-        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
-            if norm_prefix not in seen:
-                seen.append(norm_prefix)
-            return oracle._sublayer(x, params, norm_prefix, conventions, fn)
-
-        return {"_sublayer": sublayer}
-
-    try:
-        evaluate(Alternative("", "", pieces=pieces))
-    except (ValueError, KeyError, IndexError):
-        return []
-    return seen
-
-
 def branch_scale_hypotheses(
     component: str, evaluate: Callable[[Alternative], np.ndarray], test: np.ndarray
 ) -> Iterator[Alternative]:
@@ -599,11 +591,9 @@ def branch_scale_hypotheses(
     layer scale (CaiT's, DINOv2's ``LayerScale``) that the checkpoint does not hold, left at
     its initial value (1e-5, 0.1), or one applied where the model has none; c near 1 is the
     spec and never evidence (``alternatives.fits``)."""
-    from .hypotheses_solved import solve_log
-
     if not reaches(component, "_sublayer"):
         return
-    norms = sublayer_norms(evaluate)
+    norms = list(dict.fromkeys(sublayer_calls(evaluate)))  # in order of first use
     groups: list[str | None] = [*norms, None] if len(norms) > 1 else [None]
     for prefix in groups:
 

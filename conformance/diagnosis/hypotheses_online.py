@@ -28,7 +28,6 @@ is ``hypotheses_layout.ragged_tile_hypotheses``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -38,7 +37,7 @@ from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
-from .hypotheses_layout import KEY_TILES
+from .hypotheses_layout import KEY_TILES, _scores
 
 CODE = "attention.online_softmax_wrong"
 
@@ -208,8 +207,7 @@ def _sdpa_tiled(tile: int, flaw: str) -> Callable[..., np.ndarray]:
         lk = k.shape[-2]
         if lk <= tile:  # one tile: the spec's softmax
             raise ValueError(f"{lk} keys fill one tile of {tile}")
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        s = (q @ np.swapaxes(k, -1, -2)) * scale
+        s = _scores(q, k, scale)
         keep = np.ones(s.shape, dtype=bool)
         if keep_mask is not None:
             keep = np.broadcast_to(oracle.check_keep_mask(keep_mask, s.shape), s.shape)

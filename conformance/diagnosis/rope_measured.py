@@ -275,6 +275,14 @@ def fitted_frequency_hypotheses(
         )
 
 
+def _frequencies(d: int, base: float, frequencies: Any) -> np.ndarray:
+    """The (d/2,) frequencies a rope piece turns by: ``frequencies`` where the oracle passes
+    them (§2.6's scaled ones), else base^(-2i/d) (§2.3)."""
+    if frequencies is None:
+        return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    return oracle._f64(frequencies)
+
+
 def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray]:
     """§2.3 with the cos/sin table laid out for ``table_layout`` (channel c turned by the
     frequency of the pair c belongs to under that layout) and the rotation pairing the
@@ -286,21 +294,14 @@ def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray
         length, d = x.shape[-2], x.shape[-1]
         half = d // 2
         positions = np.arange(length) if positions is None else np.asarray(positions)
-        omega = (
-            base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-            if frequencies is None
-            else oracle._f64(frequencies)
-        )
+        omega = _frequencies(d, base, frequencies)
         channels = np.arange(d)
         per_channel = (
             omega[channels // 2] if table_layout == "interleaved" else omega[channels % half]
         )
         theta = positions.astype(np.float64)[:, None] * per_channel  # (L, d)
         cos, sin = np.cos(theta), np.sin(theta)
-        if pairing == "interleaved":
-            first, second = channels[0::2], channels[1::2]
-        else:
-            first, second = channels[:half], channels[half:]
+        first, second = _pair_channels(pairing, d)
         out = np.empty_like(x)
         a, b = x[..., first], x[..., second]
         out[..., first] = a * cos[:, first] - b * sin[:, first]
@@ -389,11 +390,7 @@ def _rope_rows_flat_index(x, positions, *, base=10000.0, layout="interleaved", f
     the whole projection: base^(-(h d + 2i) / d) = base^(-h) times the spec's."""
     x = oracle._f64(x)
     d = x.shape[-1]
-    omega = (
-        base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-        if frequencies is None
-        else oracle._f64(frequencies)
-    )
+    omega = _frequencies(d, base, frequencies)
     if d < 4 or omega[1] <= 0.0:
         raise ValueError("no second pair to read the base from")
     per_head = omega[1] ** (d / 2)  # base^(-1), from the frequencies the oracle passes
