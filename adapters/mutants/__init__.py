@@ -299,6 +299,8 @@ NAMES: tuple[str, ...] = (
     "encoder_norm_on_branch",
     # a static cache whose keys alone are written one slot too far
     "cache_keys_slot_late",
+    # a static cache whose keys alone are written at its start by every call
+    "cache_keys_slot_zero",
     # cached steps whose causal edge is numbered within the call while a sliding window's
     # edge stays offset by the cache (the two bands stop meeting)
     "sliding_window_cache_top_left",

@@ -504,6 +504,25 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             "and each weight meets the other tensor of the token before (SPEC.md §11.6)",
             decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
         )
+    # keys, values or both written at the cache's start by every call (``cache[:, 0:n] =``
+    # for ``cache[:, F:F + n] =``): later calls overwrite the first slots, and the slots
+    # read at F..F+n-1 were never written (zeros)
+    for keys_order, values_order, which in (
+        ("start", "append", "keys"),
+        ("append", "start", "values"),
+        ("start", "start", "keys and values"),
+    ):
+        orders = cache_orders(
+            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
+        )
+        yield (
+            "cache.slots_overlap",
+            f"each call's {which} are written at the start of the cache (slots 0..n-1) instead "
+            "of after the cached tokens (slots F..F+n-1 of a cache filled to F): every call "
+            "overwrites the first tokens' entries, and the slots it reads for its own tokens "
+            "hold zeros or an older call's (SPEC.md §11.6)",
+            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+        )
     # the cached keys and values exchanged when read back (``past_value, past_key =
     # layer_past``), then stored as used (swapped at every other call) or left right
     for swapped, stored in (

@@ -273,9 +273,12 @@ def cache_orders(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cache as two rows of slots, the keys' and the values', each extended at its end
     (``"append"``, ``torch.cat([cache, new])``), at its start (``"prepend"``,
-    ``torch.cat([new, cache])``) by every call after the first, or written one slot too far
+    ``torch.cat([new, cache])``) by every call after the first, written one slot too far
     into a preallocated cache (``"late"``: a call of n tokens on a cache filled to F writes
-    slots F+1..F+n; slot 0 is never written and holds zeros). Query i of a call of n tokens
+    slots F+1..F+n; slot 0 is never written and holds zeros), or written at the cache's
+    start by every call (``"start"``: ``cache[:, 0:n] = new`` for ``cache[:, F:F + n]``;
+    each call overwrites the first slots, and slots F..F+n-1, read, hold zeros or an older
+    call's tokens). Query i of a call of n tokens
     on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
     ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
     (§11.7); the score of slot s uses the key held there, the weight multiplies the value
@@ -306,6 +309,9 @@ def cache_orders(
         for name, order in (("keys", keys), ("values", values)):
             if order == "late":  # slot s holds token s - 1 once written, slot 0 never
                 used[name] = [EMPTY_SLOT, *range(stop - 1)]
+            elif order == "start":  # the cache's first n slots overwritten, F..F+n-1 not
+                extended = used[name] + [EMPTY_SLOT] * max(stop - len(used[name]), 0)
+                used[name] = new + extended[len(new) :]
             elif order == "prepend" and call:
                 used[name] = new + used[name]
             else:

@@ -10,7 +10,7 @@ import pytest
 
 from tck.adapters import load_adapter
 from tck.conformance.checks import test_decoder
-from tck.conformance.diagnosis.decoding import cache_orders, cache_slots, schedule
+from tck.conformance.diagnosis.decoding import EMPTY_SLOT, cache_orders, cache_slots, schedule
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import oracle
@@ -53,6 +53,7 @@ def test_the_causal_mask_skipped_in_steps_shows_only_in_chunks() -> None:
         ("cache_slot_late", ((1, 1), (4, 1)), "cache.causal_off_by_one"),
         ("cache_steps_unmasked", ((1, 2), (3, 4)), "mask.causal_leak"),
         ("cache_values_prepended", ((1, 1), (4, 1)), "cache.keys_prepended"),
+        ("cache_keys_slot_zero", ((1, 1), (4, 1)), "cache.slots_overlap"),
     ],
 )
 def test_a_cache_only_bug_is_named_by_its_class(mutant: str, schedules, code: str) -> None:  # type: ignore[no-untyped-def]
@@ -80,6 +81,19 @@ def test_values_prepended_pair_a_key_with_another_token_s_value() -> None:
     key_at, value_at, _ = cache_orders(1, 5, schedule(5, 2, 1), None, values="prepend")
     np.testing.assert_array_equal(key_at[4], [0, 1, 2, 3, 4])
     np.testing.assert_array_equal(value_at[4], [4, 3, 2, 0, 1])
+
+
+def test_keys_written_at_the_start_overwrite_the_first_slots() -> None:
+    """``cache_k[:, 0:n] = k``: each call's keys land in slots 0..n-1; the slots read for its
+    own tokens hold zeros (never written) or an older call's keys; the values stay right."""
+    key_at, value_at, _ = cache_orders(1, 6, schedule(6, 3, 1), None, keys="start")
+    empty = EMPTY_SLOT
+    np.testing.assert_array_equal(key_at[2, :3], [0, 1, 2])  # the prefill is right
+    np.testing.assert_array_equal(key_at[3, :4], [3, 1, 2, empty])
+    np.testing.assert_array_equal(key_at[5, :6], [5, 1, 2, empty, empty, empty])
+    np.testing.assert_array_equal(value_at[5, :6], np.arange(6))
+    chunked, _, _ = cache_orders(1, 6, schedule(6, 2, 2), None, keys="start")
+    np.testing.assert_array_equal(chunked[5, :6], [4, 5, empty, empty, empty, empty])
 
 
 def test_swapped_reads_number_the_other_tensor_past_the_tokens() -> None:
