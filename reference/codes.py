@@ -340,7 +340,8 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "positional.positions_ignored",
         "cause",
         "2.1",
-        "the encoding ignores the positions it is given",
+        "the encoding ignores the positions it is given, or a learned position table has no "
+        "effect (never added, or another tensor added in its place)",
     ),
     (
         "rope.not_relative",
@@ -434,6 +435,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the padding row of the embedding is not zero",
     ),
     ("vit.cls_pos_embed_missing", "cause", "9.2 9.3", "the class token gets no position embedding"),
+    (
+        "vit.pos_embed_transformed",
+        "cause",
+        "9.2 9.3",
+        "the tokens receive a transform of the position table, not its rows (the table "
+        "resampled at its own grid, scaled, or read in another order)",
+    ),
     (
         "vit.pooling_wrong_token",
         "cause",

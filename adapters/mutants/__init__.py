@@ -301,6 +301,9 @@ NAMES: tuple[str, ...] = (
     "cache_keys_slot_late",
     # a static cache whose keys alone are written at its start by every call
     "cache_keys_slot_zero",
+    # a ViT position table resampled at its own grid, or replaced by the tokens
+    "vit_pos_embed_resampled",
+    "vit_pos_embed_replaced_by_tokens",
     # cached steps whose causal edge is numbered within the call while a sliding window's
     # edge stays offset by the cache (the two bands stop meeting)
     "sliding_window_cache_top_left",

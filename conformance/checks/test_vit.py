@@ -103,14 +103,30 @@ def test_cls_position_embedding(tck: Harness) -> None:
         pytest.skip(f"{inst.not_loaded}; this check loads a changed position table")
     images = tck.inputs(inst)["images"]
     base = tck.run(inst, {"images": images})
-    moved = {k: np.array(v, copy=True) for k, v in params.items()}
-    moved["pos_embed"][:, 0] += rng(tck.seed).standard_normal(inst.config.d_model)
-    tck.adapter.load(inst.handle, moved)  # Unsupported -> skip
-    after = tck.run(inst, {"images": images})
-    tck.adapter.load(inst.handle, params)
-    found = delta(base, after)
+    draw = rng(tck.seed)
+
+    def with_rows_moved(rows: slice) -> np.ndarray:
+        moved = {k: np.array(v, copy=True) for k, v in params.items()}
+        moved["pos_embed"][:, rows] += draw.standard_normal(moved["pos_embed"][:, rows].shape)
+        tck.adapter.load(inst.handle, moved)  # Unsupported -> skip
+        try:
+            return tck.run(inst, {"images": images})
+        finally:
+            tck.adapter.load(inst.handle, params)
+
+    found = delta(base, with_rows_moved(slice(0, 1)))
     tck.note(found.metrics())
     if not found.changed:
+        patches = delta(base, with_rows_moved(slice(1, None)))
+        if not patches.changed:
+            raise CheckFailure(
+                "positional.positions_ignored",
+                f"changing any row of pos_embed does not change the logits (the class "
+                f"token's row: {found.describe()}; the patches' rows: {patches.describe()}): "
+                "the position table never reaches the tokens (not added, or another tensor "
+                "added in its place; SPEC.md §9.2, §9.3)",
+                patches.metrics(),
+            )
         raise CheckFailure(
             "vit.cls_pos_embed_missing",
             f"changing pos_embed[:, 0] does not change the logits ({found.describe()}): "

@@ -53,6 +53,7 @@ from .alternatives import (
     within,
 )
 from .decoding import param_hypotheses
+from .position_measured import measure_position_table
 
 # Explanations that change several convention fields at once: at most this many
 # fields, this many oracle evaluations per search, this many searches per check.
@@ -185,6 +186,8 @@ def explain(
         # A 16-bit comparison's bound is loose enough for a wrong hypothesis to fit too: weak
         # evidence, ranked after every failure with float64 or float32 evidence.
         h.note({"fit_only_in": result.dtype})
+    if found is None:  # it loads the parameters again, with the position table zeroed
+        found = measure_position_table(h, inst, inputs, test, result)
     if found is None:  # last: it builds and runs a fresh instance
         found = _state_hypothesis(h, inst, inputs, result)
     gold = h.gold(inst, inputs) if found is None else None
