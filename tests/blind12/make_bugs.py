@@ -717,7 +717,78 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2 (after the phase-1 freeze): bug id -> (expected codes, class without a code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # phi3_hf
+    "p.qkv_values_read_key_rows": (["attention.value_uses_key_projection", "attention.qkv_order_wrong"], ""),
+    "p.gate_up_chunk_swapped": (["ffn.gate_up_swapped"], ""),
+    "p.rotate_half_inverted": (["rope.rotation_inverted"], ""),
+    "p.rope_table_interleaved": (["rope.table_layout_mismatch"], ""),
+    "p.partial_rotary_copied": (["positional.frequency_wrong"], ""),
+    "p.rope_theta_other_release": (["positional.base_wrong", "positional.frequency_wrong"], ""),
+    "p.derived_positions_restart": (["cache.rope_offset_wrong"], ""),
+    "p.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "p.window_one_too_wide": (["mask.sliding_window_wrong"], ""),
+    "p.window_not_applied": (["mask.sliding_window_wrong"], ""),
+    "p.causal_diagonal_hidden": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "p.softmax_float32_literal": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "p.rms_uses_variance": (["layer_norm.rms_wrong_statistics"], ""),
+    "p.rms_eps_other_default": (["layer_norm.eps_wrong"], ""),
+    "p.scale_by_hidden_size": (["attention.scale_wrong"], ""),
+    "p.repeat_kv_tiled": (["attention.kv_heads_tiled"], ""),
+    "p.merge_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "p.resid_dropout_always_on": (["dropout.active_in_eval"], ""),
+    "p.residual_after_norm": (["blocks.residual_after_norm"], ""),
+    "p.final_norm_skipped": (["blocks.final_norm_missing"], ""),
+    "p.head_tied_to_embedding": (["model.head_tied_to_embedding"], ""),
+    "p.embed_dropout_functional": (["dropout.active_in_eval"], ""),
+    # mlx_llama
+    "m.rope_traditional_off": (["rope.layout_half_split"], ""),
+    "m.rope_sine_sign": (["rope.not_norm_preserving", "rope.not_relative"], ""),
+    "m.rope_base_llama3": (["positional.base_wrong", "positional.frequency_wrong"], ""),
+    "m.keys_rotated_at_zero": (["cache.rope_offset_wrong"], ""),
+    "m.derived_offset_zero": (["cache.rope_offset_wrong"], ""),
+    "m.values_cache_gets_keys": (["attention.value_uses_key_projection"], ""),
+    "m.cache_returns_buffer": ([], "a KV cache that returns its whole preallocated buffer, so cached steps also attend the empty (zero) slots after the filled ones: no code names attending unfilled cache slots"),
+    "m.cache_writes_at_start": (["cache.slots_overlap"], ""),
+    "m.causal_string_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "m.array_mask_strict": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "m.where_arguments_swapped": (["mask.polarity_inverted"], ""),
+    "m.padding_dropped_single_token": (["cache.padding_dropped_in_steps"], ""),
+    "m.gqa_keys_tiled": (["attention.kv_heads_tiled"], ""),
+    "m.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "m.merge_without_permute": (["attention.heads_merged_wrong_order"], ""),
+    "m.query_split_without_permute": (["attention.heads_split_wrong_order"], ""),
+    "m.silu_on_up": (["ffn.gate_up_swapped"], ""),
+    "m.rms_eps_outside_root": (["layer_norm.eps_outside_sqrt"], ""),
+    "m.rms_gain_plus_one": (["layer_norm.gain_plus_one"], ""),
+    "m.rms_stats_input_dtype": (["numerics.norm_statistics_low_precision"], ""),
+    "m.residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "m.embedding_scaled": (["embedding.scale_on_embeddings"], ""),
+    "m.final_norm_skipped": (["blocks.final_norm_missing"], ""),
+    # hf_vit
+    "v.patch_reshape_not_transpose": (["vit.patch_order"], ""),
+    "v.patch_grid_column_major": (["vit.patch_order"], ""),
+    "v.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "v.pos_grid_transposed": ([], "the patch position embeddings read with the position grid transposed (patch (r, c) gets the row of (c, r)): no code names a permuted position table"),
+    "v.cls_appended": (["vit.pooling_wrong_token"], ""),
+    "v.cls_token_zeroed": ([], "the learned class token replaced by zeros (a parameter loaded and never used): no code names an unused class token"),
+    "v.scale_by_all_heads": (["attention.scale_wrong"], ""),
+    "v.head_split_strided": (["attention.heads_merged_wrong_order"], ""),
+    "v.merge_by_reshape": (["attention.heads_merged_wrong_order"], ""),
+    "v.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "v.mask_minus_10000": (["mask.added_as_bias", "mask.fully_masked_rows_other"], ""),
+    "v.mask_polarity_inverted": (["mask.polarity_inverted"], ""),
+    "v.causal_future_only": (["mask.causal_leak"], ""),
+    "v.padding_on_queries": (["mask.applied_to_queries"], ""),
+    "v.residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "v.ffn_residual_normed": (["blocks.residual_after_norm"], ""),
+    "v.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "v.layer_norm_eps_timm": (["layer_norm.eps_wrong"], ""),
+    "v.final_layernorm_skipped": (["blocks.final_norm_missing"], ""),
+    "v.pool_mean_all_tokens": (["vit.pooling_mean_with_cls"], ""),
+    "v.embedding_dropout_functional": (["dropout.active_in_eval"], ""),
+    "v.key_from_query_projection": (["params.read_from_other_module"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
@@ -741,6 +812,9 @@ def _row(id_: str, impl: str, original: str, replacement: str, components: list[
 
 
 def bugs() -> list[dict[str, Any]]:
+    unknown = set(PHASE_2) - {row[0] for row in BUGS}
+    if unknown:
+        raise ValueError(f"PHASE_2 names unknown bugs: {sorted(unknown)}")
     out = []
     for id_, impl, original, replacement, components, family, class_, description, report in BUGS:
         codes, without = PHASE_2.get(id_, ([], ""))
