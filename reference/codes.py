@@ -167,6 +167,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "heads are split from d_model by a reshape without the transpose",
     ),
     (
+        "attention.head_count_wrong",
+        "cause",
+        "3.3",
+        "the attention is split into another number of heads than the config's (the head count "
+        "and head width exchanged in a view, one head of the whole width)",
+    ),
+    (
         "params.bias_unused",
         "cause",
         "0.5 3.3 6.1",
@@ -674,6 +681,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("layer_norm.gain_unused", "cause", "5.1 5.3", "the norm's gain (weight) is never applied"),
     (
+        "params.unused",
+        "cause",
+        "0.2",
+        "a parameter the subject loads never reaches the output (a class token replaced by "
+        "zeros, a weight never applied): the output is the spec's with it set to zero",
+    ),
+    (
         "rope.rotation_inverted",
         "cause",
         "2.3",
@@ -741,6 +755,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "11.6",
         "cache slots overlap: later tokens overwrite earlier ones (a page number not "
         "multiplied by the page size)",
+    ),
+    (
+        "cache.unwritten_slots_read",
+        "cause",
+        "11.6",
+        "cached steps attend slots of a preallocated cache that were never written (the whole "
+        "buffer returned where the slots written so far belong): zero keys and values that "
+        "still take a share of the softmax",
     ),
     (
         "cache.layers_share_pool",

@@ -301,9 +301,20 @@ NAMES: tuple[str, ...] = (
     "cache_keys_slot_late",
     # a static cache whose keys alone are written at its start by every call
     "cache_keys_slot_zero",
+    # a value cache written with the keys; a static cache that returns its whole buffer
+    "cache_values_hold_keys",
+    "cache_whole_buffer_read",
+    # RoPE on the first half of each head's channels only (a partial rotary)
+    "rope_partial_rotary",
+    # heads split with the head count and head width exchanged in the view
+    "mha_head_count_swapped",
     # a ViT position table resampled at its own grid, or replaced by the tokens
     "vit_pos_embed_resampled",
     "vit_pos_embed_replaced_by_tokens",
+    # a ViT position table read with its grid transposed (its patch embedding offered alone)
+    "vit_pos_grid_transposed",
+    # a ViT class token replaced by zeros (a loaded parameter never used)
+    "vit_cls_token_zeroed",
     # cached steps whose causal edge is numbered within the call while a sliding window's
     # edge stays offset by the cache (the two bands stop meeting)
     "sliding_window_cache_top_left",

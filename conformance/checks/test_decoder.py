@@ -28,6 +28,7 @@ from tck.conformance.diagnosis.cache_measure import layers_share_cache, measure_
 from tck.conformance.diagnosis.cache_positions import position_cause
 from tck.conformance.diagnosis.cache_seen import measured_cause
 from tck.conformance.diagnosis.decoding import (
+    buffer_slots,
     cache_orders,
     cache_slots,
     decode,
@@ -386,6 +387,19 @@ def constant_offsets(
             yield offset, keep
 
 
+# The largest preallocated buffer a hypothesis tries (slots): past it the zero slots' share
+# of each softmax no longer changes what a float64 comparison resolves about the buffer.
+LARGEST_BUFFER = 8192
+
+
+def buffer_capacities(config: Any, length: int) -> list[int]:
+    """Buffer sizes a static cache allocates for ``length`` tokens: the config's max_len and
+    every power of two from the first that holds them up to LARGEST_BUFFER."""
+    powers = [2**k for k in range(1, 14) if length <= 2**k <= LARGEST_BUFFER]
+    given = [int(config.max_len)] if getattr(config, "max_len", None) else []
+    return sorted({n for n in [*given, *powers] if n >= length})
+
+
 def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):
     """(code, message, gold over the whole sequence) for the bugs of cached decoding, the
     calls having taken the token ranges ``ranges`` (the first one the prefill)."""
@@ -523,6 +537,40 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             "hold zeros or an older call's (SPEC.md §11.6)",
             decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
         )
+    # the value cache written with the keys (values[..., F:F + n] = keys): the full forward,
+    # which reads no cache, is right
+    orders = cache_orders(b, length, ranges, key_padding, values="keys", window=window)
+    yield (
+        "attention.value_uses_key_projection",
+        "each call stores its keys in the value cache (values[..., F:F + n] = keys): the "
+        "cached attention weighs the tokens' keys, as rotated, where their values belong; "
+        "the full forward, which reads no cache, is right (SPEC.md §11.6, §3.1)",
+        decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+    )
+    # the whole preallocated buffer returned (keys for keys[..., :offset]): the unwritten
+    # slots, zeros, take a share of each unmasked softmax; a capacity of the config's
+    # max_len or a power of two (the buffers such caches allocate)
+    if key_padding is None:
+        for capacity in buffer_capacities(c, length):
+            for chunks in ("masked", "bottom_right"):
+                keep, empty = buffer_slots(b, length, ranges, capacity, chunks=chunks)
+                if not empty.any():
+                    continue
+                yield (
+                    "cache.unwritten_slots_read",
+                    f"the cache returns its whole preallocated buffer of {capacity} slots "
+                    "instead of the slots written so far: every unmasked query also attends "
+                    "the unwritten ones, zero keys and values that still take a share of the "
+                    "softmax"
+                    + (
+                        ", and a call of several tokens, masked bottom-right over the whole "
+                        "buffer, sees its own later tokens"
+                        if chunks == "bottom_right"
+                        else ""
+                    )
+                    + " (SPEC.md §11.6)",
+                    decoder_only_seeing(component, unpadded_inputs, p, c, conv, keep, empty),
+                )
     # the cached keys and values exchanged when read back (``past_value, past_key =
     # layer_past``), then stored as used (swapped at every other call) or left right
     for swapped, stored in (

@@ -196,6 +196,37 @@ def cache_slots(
     return keep[:, None], empty[:, None]
 
 
+def buffer_slots(
+    batch: int,
+    length: int,
+    ranges: list[tuple[int, int]],
+    capacity: int,
+    *,
+    chunks: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """What each query sees when the cache returns its whole preallocated buffer of
+    ``capacity`` slots (``keys`` for ``keys[..., :offset]``), the unwritten ones zeros: a
+    call of one token (no mask) sees every slot; a call of several sees its causal triangle
+    over the written slots alone (``chunks="masked"``: a mask built for them) or every slot up
+    to ``capacity - n + i`` (``chunks="bottom_right"``: a causal mask aligned bottom-right
+    over the whole buffer, so that a query also sees its call's later tokens). The first
+    call (an empty cache) is masked like any other. Returns (keep (B, 1, L, L), empty
+    (B, 1, L)) as ``cache_slots`` does."""
+    keep = np.zeros((batch, length, length), bool)
+    empty = np.zeros((batch, length), int)
+    for start, stop in ranges:
+        n = stop - start
+        for i in range(n):
+            row = start + i
+            if n == 1 or chunks == "bottom_right":
+                last = min(capacity - n + i, capacity - 1)
+                keep[:, row, : min(last + 1, stop)] = True
+                empty[:, row] = max(last + 1 - stop, 0)
+            else:
+                keep[:, row, : row + 1] = True
+    return keep[:, None], empty[:, None]
+
+
 def _attention_with_empty_slots(empty: np.ndarray) -> Any:
     """The oracle's attention with ``empty`` (B, 1, L) zero key/value slots appended to the
     keys each query sees (a zero key scores 0; a zero value adds nothing but takes weight)."""
@@ -278,8 +309,9 @@ def cache_orders(
     slots F+1..F+n; slot 0 is never written and holds zeros), or written at the cache's
     start by every call (``"start"``: ``cache[:, 0:n] = new`` for ``cache[:, F:F + n]``;
     each call overwrites the first slots, and slots F..F+n-1, read, hold zeros or an older
-    call's tokens). Query i of a call of n tokens
-    on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
+    call's tokens), or, for the values only, the call's keys stored in the value cache
+    (``"keys"``: ``values[..., F:F + n] = keys``, the prefill's included). Query i of a call
+    of n tokens on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
     ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
     (§11.7); the score of slot s uses the key held there, the weight multiplies the value
     held there. ``swapped``: every call after the first reads the cached keys as values and
@@ -309,6 +341,8 @@ def cache_orders(
         for name, order in (("keys", keys), ("values", values)):
             if order == "late":  # slot s holds token s - 1 once written, slot 0 never
                 used[name] = [EMPTY_SLOT, *range(stop - 1)]
+            elif order == "keys":  # the value slots hold the tokens' keys
+                used[name] = used[name] + [t + length for t in new]
             elif order == "start":  # the cache's first n slots overwritten, F..F+n-1 not
                 extended = used[name] + [EMPTY_SLOT] * max(stop - len(used[name]), 0)
                 used[name] = new + extended[len(new) :]

@@ -53,7 +53,7 @@ from .alternatives import (
     within,
 )
 from .decoding import param_hypotheses
-from .position_measured import measure_position_table
+from .position_measured import measure_position_table, patch_order_or_table
 
 # Explanations that change several convention fields at once: at most this many
 # fields, this many oracle evaluations per search, this many searches per check.
@@ -177,6 +177,8 @@ def explain(
                 found = _hypotheses(h, inst, inputs, test, result)
         if found is not None and hint is not None:
             found = (found[0], f"{found[1]} ({hint})")
+    if found is not None:  # on a whole ViT the table read transposed is the same output
+        found = patch_order_or_table(h, found)
     if found is not None and result.dtype in REPRODUCING_DTYPES:
         # An explanation that reproduces the output (the root-cause ranking prefers it to a
         # property's finding, and one at the comparison's own precision to one at float32's:
@@ -330,10 +332,14 @@ def _hypotheses(
         solved_hypotheses,
         table_dtype_hypotheses,
     )
-    from .hypotheses_strided import strided_head_hypotheses  # heads as (d, H)
+    from .hypotheses_strided import (  # heads as (d, H), another head count
+        head_count_hypotheses,
+        strided_head_hypotheses,
+    )
     from .rope_measured import (
         fitted_frequency_hypotheses,
         flat_index_hypotheses,
+        partial_rotary_hypotheses,
         table_layout_hypotheses,
     )
     from .structural import (
@@ -416,10 +422,12 @@ def _hypotheses(
             itertools.chain(
                 folded_hypotheses(component),
                 strided_head_hypotheses(component),
+                head_count_hypotheses(component, inst.config.kv_heads != inst.config.n_heads),
                 heads_time_major_hypotheses(component),
                 rope_target_hypotheses(component, inst.conventions),
                 rope_direction_hypotheses(component),
                 flat_index_hypotheses(component),
+                partial_rotary_hypotheses(component),
                 norm_axes_hypotheses(component),
                 pe_function_hypotheses(component),
                 activation_place_hypotheses(component),

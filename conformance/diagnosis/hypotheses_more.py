@@ -43,6 +43,11 @@ The codes (SPEC.md Appendix B):
   wherever the oracle runs the gated FFN (§11.3);
 - ``model.returns_log_probabilities`` / ``model.returns_probabilities``: the (log-)softmax
   of the spec's output, wherever the component record calls the output logits (§8.2).
+- ``params.unused``: a parameter the subject loads never reaches the output: the spec's
+  output with one parameter (in every layer, where the stack repeats it) set to zero (a class
+  token replaced by ``zeros_like``, a projection never applied); tried after every other
+  hypothesis here, and not for the biases, norm gains and position tables, which have codes
+  of their own.
 
 The parameter hypotheses are read off the canonical parameter layout (``tck.reference.params``:
 ``q.weight``, ``norm1.weight``, ``layers.<i>.``), not off a list of components, so every
@@ -790,6 +795,34 @@ def gain_unused_hypotheses(component: str, params: Arrays | None) -> Iterator[Al
         )
 
 
+# Leaves with codes of their own when unused (a bias, a norm gain, a position table).
+_OWN_CODE = re.compile(r"(^|\.)bias$|(^|\.)(pos_embed|pos_embedding\.weight)$")
+
+
+def unused_param_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """Each parameter (one name across the layers of a stack) set to zero: loaded, never
+    used. Biases, norm gains and position tables are left to their own hypotheses."""
+    if not params:
+        return
+    gains = set(_norm_weights(component, params))
+    groups: dict[str, list[str]] = {}
+    for key in params:
+        if key in gains or _OWN_CODE.search(key) or not np.any(np.asarray(params[key])):
+            continue
+        match = _LAYER.match(key)
+        name = f"{match.group(1)}<i>.{match.group(3)}" if match else key
+        groups.setdefault(name, []).append(key)
+    for name, keys in groups.items():
+        zeroed = {**params, **{k: np.zeros_like(np.asarray(params[k])) for k in keys}}
+        yield Alternative(
+            "params.unused",
+            f"the output is the spec's with {name} set to zero: the implementation loads "
+            "this parameter but never uses it (a tensor of zeros or a fresh buffer in its "
+            "place, or the step that applies it skipped)",
+            params=zeroed,
+        )
+
+
 _LAYER = re.compile(r"^(.*?layers\.)(\d+)\.(.+)$")
 
 
@@ -981,6 +1014,7 @@ def more_hypotheses(
     yield from normalised_logits_hypotheses(component)
     yield from one_norm_eps_hypotheses(component, params)
     yield from other_module_hypotheses(params)
+    yield from unused_param_hypotheses(component, params)
 
 
 def explained_by_one_other_field(

@@ -123,3 +123,59 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
             "so each head attends with a comb of every head's features (SPEC.md §3.3)",
             pieces=_split_some(targets),
         )
+
+
+def _split_into(rule: str) -> Callable[..., np.ndarray]:
+    """``split_heads`` that splits into another head count than it is given: ``"swapped"``,
+    the head count and head width exchanged (``x.view(B, L, d, H)`` read back as heads of
+    width H: H' = d), or ``"one"``, a single head of the whole width."""
+
+    def split_heads(x: Any, n_heads: int) -> np.ndarray:
+        x = oracle._f64(x)
+        width = x.shape[-1]
+        other = width // n_heads if rule == "swapped" else 1
+        if other == n_heads or width % other:
+            raise ValueError(f"no other head count than {n_heads} by rule {rule!r}")
+        return oracle.split_heads(x, other)
+
+    return split_heads
+
+
+def _scaled_by_heads(q, k, v, keep_mask=None, *, scale=None, **kw):  # type: ignore[no-untyped-def]
+    """§3.1 scaled by 1/sqrt of the head count the split made, which is the declared head
+    width when the two are exchanged (the scale still reads the config's head size)."""
+    q = oracle._f64(q)
+    return oracle.scaled_dot_product_attention(
+        q, k, v, keep_mask, scale=1.0 / np.sqrt(q.shape[-3]), **kw
+    )
+
+
+def head_count_hypotheses(component: str, n_kv_heads_differ: bool) -> Iterator[Alternative]:
+    """The attention split into another number of heads than the config's: the head count
+    and width exchanged in the split's view (scaled by the width each head then has, or by
+    the declared head width), or one head of the whole width. Not where key/value heads are
+    grouped (§11.2): their split needs the declared count to pair the heads."""
+    if not reaches(component, "split_heads") or n_kv_heads_differ:
+        return
+    swapped = (
+        "its head count and head width exchanged (x.view(B, L, d, H) for x.view(B, L, H, d), "
+        "read back as d heads of width H)"
+    )
+    own_scale = "by 1/sqrt of the width each head has"
+    for rule, words, scale_words, scale_piece in (
+        ("swapped", swapped, own_scale, {}),
+        (
+            "swapped",
+            swapped,
+            "by 1/sqrt of the declared head width",
+            {"scaled_dot_product_attention": _scaled_by_heads},
+        ),
+        ("one", "one head of the whole width", own_scale, {}),
+    ):
+        yield Alternative(
+            registered("attention.head_count_wrong"),
+            f"the output is the spec's with the attention split into {words}, scaled "
+            f"{scale_words}: every head attends with another block of channels than the "
+            "config's heads (SPEC.md §3.3)",
+            pieces={"split_heads": _split_into(rule), **scale_piece},
+        )

@@ -17,6 +17,13 @@ zeroed and run the subject again.
 
 Both compare the subject with itself and with the oracle on the same images, whatever
 resampling or replacement the implementation chose.
+
+- **The grid read transposed, told from the patches read transposed**
+  (``patch_order_or_table``): under class-token pooling the encoder cannot tell which of the
+  two is permuted, patch tokens read column-major against a row-major table or the table
+  read transposed against row-major patches (the tokens meet the same rows). Where the
+  adapter offers the patch embedding as a subject of its own and that subject agrees with
+  the spec, its patches are in order, and the table is what is read transposed.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from tck.adapters import Unsupported
+from tck.reference import record, select
 from tck.reference.variants import reaches
 
 from .alternatives import within
@@ -78,3 +86,53 @@ def measure_position_table(
             "read in another order; SPEC.md §9.2, §9.3)",
         )
     return None
+
+
+def _whole(component: str) -> bool:
+    return record(component).level == "model"
+
+
+def patch_embedding_agrees(h: Any) -> bool | None:
+    """Whether the adapter's own patch-embedding subject agrees with the spec on its default
+    images (None: the adapter offers none, or it cannot be built and run)."""
+    from tck.conformance.toolkit.harness import Harness
+
+    subjects = getattr(h.adapter, "subjects", None)
+    if not callable(subjects):
+        return None
+    # the subject that takes the images and is no whole model: the patch embedding (§9.1)
+    patch = next(
+        (s for s in subjects() if s.component in select("images") and not _whole(s.component)),
+        None,
+    )
+    if patch is None:
+        return None
+    adapter = getattr(h.adapter, "unguarded", h.adapter)
+    twin = Harness(adapter, patch, seed=h.seed, device=h.device)
+    try:
+        inst = twin.instance()
+        if inst.params is None:
+            return None
+        inputs = twin.inputs(inst)
+        return twin.compare(inst, twin.run(inst, inputs), twin.gold(inst, inputs)).passed
+    except Exception:  # a subject that cannot be built or run measures nothing
+        return None
+    finally:
+        twin.release()
+
+
+def patch_order_or_table(h: Any, found: tuple[str, str]) -> tuple[str, str]:
+    """``found`` (a ``vit.patch_order`` fit on a whole ViT), or the position table read in
+    another order where the adapter's patch embedding, checked alone, orders its patches as
+    specified."""
+    if found[0] != "vit.patch_order" or not _whole(h.component):
+        return found
+    if not patch_embedding_agrees(h):
+        return found
+    return (
+        "vit.pos_embed_transformed",
+        "the output is what patches read column-major would give, but the patch embedding "
+        "checked alone orders its patches row-major as specified: the tokens meet the "
+        "position table's rows in another order, the table read with its grid transposed "
+        "(SPEC.md §9.1, §9.3)",
+    )

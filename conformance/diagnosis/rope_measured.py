@@ -20,7 +20,13 @@ the subject's own output, and the cos/sin table laid out for the other pairing.
   pair are turned by different angles, which no frequency table gives
   (``rope.table_layout_mismatch``).
 
-Both replace the oracle's ``rope`` piece, so they are tested on every component whose oracle
+- ``partial_rotary_hypotheses``: RoPE applied to the first quarter, half or three quarters
+  of each head's channels only, the rest passed through (a partial rotary, GPT-NeoX's
+  ``rotary_pct``, carried into a model that rotates every channel), with frequencies over
+  the rotated width or the whole head's (``positional.frequency_wrong``: the channels left
+  out turn at frequency 0).
+
+All replace the oracle's ``rope`` piece, so they are tested on every component whose oracle
 runs RoPE (``tck.reference.variants.reaches``): the ``rope`` op, causal self-attention, a
 decoder block, a whole causal LM.
 """
@@ -416,3 +422,54 @@ def flat_index_hypotheses(component: str) -> Iterator[Alternative]:
         "base^h times slower (SPEC.md §2.3)",
         pieces={"rope_rows": _rope_rows_flat_index},
     )
+
+
+# The fractions of a head's channels a partial rotary rotates (GPT-NeoX's rotary_pct,
+# Phi's partial_rotary_factor): one quarter, one half, three quarters.
+ROTARY_FRACTIONS = (0.5, 0.25, 0.75)
+
+
+def _rope_partial(fraction: float, over_rotated: bool) -> Callable[..., np.ndarray]:
+    """§2.3 applied to the first ``fraction`` of the channels only (the rest passed through,
+    as if turned at frequency 0), paired in the caller's layout within that part; the
+    frequencies over the rotated width (``over_rotated``: base^(-2i/r)) or the first r/2 of
+    the whole head's."""
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        x = oracle._f64(x)
+        d = x.shape[-1]
+        r = int(d * fraction) // 2 * 2
+        if r < 2 or r >= d:
+            raise ValueError(f"no partial rotary of {fraction} on {d} channels")
+        omega = _frequencies(d, base, frequencies)[: r // 2]
+        if over_rotated:
+            if frequencies is not None:
+                raise ValueError("scaled frequencies have no rotated-width form")
+            omega = base ** (-np.arange(0, r, 2, dtype=np.float64) / r)
+        out = x.copy()
+        out[..., :r] = oracle.rope(x[..., :r], positions, layout=layout, frequencies=omega)
+        return out
+
+    return rope
+
+
+def partial_rotary_hypotheses(component: str) -> Iterator[Alternative]:
+    """RoPE applied to part of each head's channels only (a partial rotary, rotary_pct or
+    partial_rotary_factor, carried into a model that rotates every channel), its frequencies
+    over the rotated width or taken from the whole head's table."""
+    if not reaches(component, "rope"):
+        return
+    for fraction, over_rotated in itertools.product(ROTARY_FRACTIONS, (True, False)):
+        table = (
+            "with frequencies base^(-2i/r) over the r rotated channels"
+            if over_rotated
+            else "with the first r/2 frequencies of the whole head's table"
+        )
+        yield Alternative(
+            registered("positional.frequency_wrong"),
+            f"the output is the spec's with RoPE applied to the first {fraction:g} of each "
+            f"head's channels only (r of d), {table}, and the other channels passed through "
+            "unrotated (frequency 0): a partial rotary (GPT-NeoX's rotary_pct, Phi's "
+            "partial_rotary_factor) where the model rotates every channel (SPEC.md §2.3)",
+            pieces={"rope": _rope_partial(fraction, over_rotated)},
+        )
