@@ -10,7 +10,13 @@ import pytest
 
 from tck.adapters import load_adapter
 from tck.conformance.checks import test_decoder
-from tck.conformance.diagnosis.decoding import EMPTY_SLOT, cache_orders, cache_slots, schedule
+from tck.conformance.diagnosis.decoding import (
+    EMPTY_SLOT,
+    buffer_slots,
+    cache_orders,
+    cache_slots,
+    schedule,
+)
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import oracle
@@ -54,6 +60,8 @@ def test_the_causal_mask_skipped_in_steps_shows_only_in_chunks() -> None:
         ("cache_steps_unmasked", ((1, 2), (3, 4)), "mask.causal_leak"),
         ("cache_values_prepended", ((1, 1), (4, 1)), "cache.keys_prepended"),
         ("cache_keys_slot_zero", ((1, 1), (4, 1)), "cache.slots_overlap"),
+        ("cache_values_hold_keys", ((1, 1), (4, 1)), "attention.value_uses_key_projection"),
+        ("cache_whole_buffer_read", ((1, 1), (4, 1)), "cache.unwritten_slots_read"),
     ],
 )
 def test_a_cache_only_bug_is_named_by_its_class(mutant: str, schedules, code: str) -> None:  # type: ignore[no-untyped-def]
@@ -94,6 +102,26 @@ def test_keys_written_at_the_start_overwrite_the_first_slots() -> None:
     np.testing.assert_array_equal(value_at[5, :6], np.arange(6))
     chunked, _, _ = cache_orders(1, 6, schedule(6, 2, 2), None, keys="start")
     np.testing.assert_array_equal(chunked[5, :6], [4, 5, empty, empty, empty, empty])
+
+
+def test_values_written_with_keys_number_the_keys_past_the_tokens() -> None:
+    key_at, value_at, _ = cache_orders(1, 4, schedule(4, 2, 1), None, values="keys")
+    np.testing.assert_array_equal(key_at[3], [0, 1, 2, 3])
+    np.testing.assert_array_equal(value_at[3], [4, 5, 6, 7])  # token t's key is t + length
+
+
+def test_a_whole_buffer_shows_its_unwritten_slots_to_unmasked_queries() -> None:
+    """A buffer of 8 slots: one-token calls see every written key and the 8 - filled zeros;
+    a masked chunk sees its triangle; a chunk masked bottom-right over the buffer sees its
+    own later tokens and the zeros before its place."""
+    ranges = [(0, 3), (3, 4), (4, 6)]
+    keep, empty = buffer_slots(1, 6, ranges, 8, chunks="masked")
+    np.testing.assert_array_equal(keep[0, 0, :3], np.tril(np.ones((3, 6), bool)))
+    np.testing.assert_array_equal(empty[0, 0], [0, 0, 0, 4, 0, 0])
+    assert keep[0, 0, 3, :4].all() and not keep[0, 0, 3, 4:].any()
+    keep, empty = buffer_slots(1, 6, ranges, 8, chunks="bottom_right")
+    assert keep[0, 0, 0].sum() == 3  # the prefill's first query sees the later two
+    np.testing.assert_array_equal(empty[0, 0], [3, 4, 5, 4, 1, 2])
 
 
 def test_swapped_reads_number_the_other_tensor_past_the_tokens() -> None:
