@@ -28,6 +28,7 @@ from tck.conformance.diagnosis.cache_measure import layers_share_cache, measure_
 from tck.conformance.diagnosis.cache_positions import position_cause
 from tck.conformance.diagnosis.cache_seen import measured_cause
 from tck.conformance.diagnosis.decoding import (
+    buffer_capacities,
     buffer_slots,
     cache_orders,
     cache_slots,
@@ -385,19 +386,6 @@ def constant_offsets(
                 keep[row] = keys <= min(offset + row - start, stop - 1)
         if not np.array_equal(keep, spec):
             yield offset, keep
-
-
-# The largest preallocated buffer a hypothesis tries (slots): past it the zero slots' share
-# of each softmax no longer changes what a float64 comparison resolves about the buffer.
-LARGEST_BUFFER = 8192
-
-
-def buffer_capacities(config: Any, length: int) -> list[int]:
-    """Buffer sizes a static cache allocates for ``length`` tokens: the config's max_len and
-    every power of two from the first that holds them up to LARGEST_BUFFER."""
-    powers = [2**k for k in range(1, 14) if length <= 2**k <= LARGEST_BUFFER]
-    given = [int(config.max_len)] if getattr(config, "max_len", None) else []
-    return sorted({n for n in [*given, *powers] if n >= length})
 
 
 def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[tuple[int, int]]):

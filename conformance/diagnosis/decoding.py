@@ -196,6 +196,19 @@ def cache_slots(
     return keep[:, None], empty[:, None]
 
 
+# The largest preallocated buffer a hypothesis tries (slots): past it the zero slots' share
+# of each softmax no longer changes what a float64 comparison resolves about the buffer.
+LARGEST_BUFFER = 8192
+
+
+def buffer_capacities(config: Any, length: int) -> list[int]:
+    """Buffer sizes a static cache allocates for ``length`` tokens: the config's max_len and
+    every power of two from the first that holds them up to LARGEST_BUFFER."""
+    powers = [2**k for k in range(1, LARGEST_BUFFER.bit_length()) if 2**k >= length]
+    given = [int(config.max_len)] if getattr(config, "max_len", None) else []
+    return sorted({n for n in [*given, *powers] if n >= length})
+
+
 def buffer_slots(
     batch: int,
     length: int,

@@ -15,15 +15,15 @@ zeroed and run the subject again.
   bug that lives outside the table (a norm, a head) shows with the table zeroed too, so it
   is never named this way.
 
-Both compare the subject with itself and with the oracle on the same images, whatever
-resampling or replacement the implementation chose.
-
 - **The grid read transposed, told from the patches read transposed**
   (``patch_order_or_table``): under class-token pooling the encoder cannot tell which of the
   two is permuted, patch tokens read column-major against a row-major table or the table
   read transposed against row-major patches (the tokens meet the same rows). Where the
   adapter offers the patch embedding as a subject of its own and that subject agrees with
   the spec, its patches are in order, and the table is what is read transposed.
+
+Each compares the subject with itself and with the oracle on the same images, whatever
+resampling, replacement or layout the implementation chose.
 """
 
 from __future__ import annotations
