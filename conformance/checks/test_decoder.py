@@ -448,6 +448,12 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
     key_padding = inputs.get("key_padding")
     unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
     window = conv.sliding_window
+
+    def over_slots(**order: Any) -> np.ndarray:
+        """The oracle over the cache's two rows of slots laid out by ``cache_orders``."""
+        orders = cache_orders(b, length, ranges, key_padding, window=window, **order)
+        return decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders)
+
     spec_keep, _ = cache_slots(b, length, ranges, key_padding, window=window)
     for code, message, layout in (
         (
@@ -479,15 +485,12 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         ("append", "prepend", "values"),
         ("prepend", "append", "keys"),
     ):
-        orders = cache_orders(
-            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
-        )
         yield (
             "cache.keys_prepended",
             f"each call's {which} are put before the cached ones instead of after them (the "
             f"{'keys' if which == 'values' else 'values'} appended as they should be): the "
             "weight of a cached key multiplies another token's value (SPEC.md §11.6)",
-            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+            over_slots(keys=keys_order, values=values_order),
         )
     # only one of the two written one slot too far into a preallocated cache
     # (cache_k[:, :, F + 1:F + n + 1] = k beside cache_v[:, :, F:F + n] = v)
@@ -495,16 +498,13 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         ("late", "append", "keys", "values"),
         ("append", "late", "values", "keys"),
     ):
-        orders = cache_orders(
-            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
-        )
         yield (
             "cache.causal_off_by_one",
             f"each call's {which} are written one cache slot too far (slots F+1..F+n of a "
             f"cache filled to F, where F..F+n-1 are read) while its {other} are written where "
             f"they belong: every token's own {which[:-1]} is never read, slot 0 holds zeros, "
             "and each weight meets the other tensor of the token before (SPEC.md §11.6)",
-            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+            over_slots(keys=keys_order, values=values_order),
         )
     # keys, values or both written at the cache's start by every call (``cache[:, 0:n] =``
     # for ``cache[:, F:F + n] =``): later calls overwrite the first slots, and the slots
@@ -514,26 +514,22 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         ("append", "start", "values"),
         ("start", "start", "keys and values"),
     ):
-        orders = cache_orders(
-            b, length, ranges, key_padding, keys=keys_order, values=values_order, window=window
-        )
         yield (
             "cache.slots_overlap",
             f"each call's {which} are written at the start of the cache (slots 0..n-1) instead "
             "of after the cached tokens (slots F..F+n-1 of a cache filled to F): every call "
             "overwrites the first tokens' entries, and the slots it reads for its own tokens "
             "hold zeros or an older call's (SPEC.md §11.6)",
-            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+            over_slots(keys=keys_order, values=values_order),
         )
     # the value cache written with the keys (values[..., F:F + n] = keys): the full forward,
     # which reads no cache, is right
-    orders = cache_orders(b, length, ranges, key_padding, values="keys", window=window)
     yield (
         "attention.value_uses_key_projection",
         "each call stores its keys in the value cache (values[..., F:F + n] = keys): the "
         "cached attention weighs the tokens' keys, as rotated, where their values belong; "
         "the full forward, which reads no cache, is right (SPEC.md §11.6, §3.1)",
-        decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+        over_slots(values="keys"),
     )
     # the whole preallocated buffer returned (keys for keys[..., :offset]): the unwritten
     # slots, zeros, take a share of each unmasked softmax; a capacity of the config's
@@ -565,13 +561,12 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         ("stored", "stores what it used, so the cached part is swapped at every other call"),
         ("read", "leaves the cache itself right"),
     ):
-        orders = cache_orders(b, length, ranges, key_padding, window=window, swapped=swapped)
         yield (
             "cache.keys_values_swapped",
             "each cached step reads the cached keys as values and the cached values as keys "
             "(a (key, value) pair unpacked in the other order) and " + stored + ": the "
             "scores of the cached tokens use their values (SPEC.md §11.6)",
-            decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders),
+            over_slots(swapped=swapped),
         )
     top_left_message = (
         "each decoded token attends only the first tokens of the sequence: the causal mask of "
