@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -53,7 +52,7 @@ from .alternatives import (
     within,
 )
 from .decoding import param_hypotheses
-from .position_measured import measure_position_table, patch_order_or_table
+from .position_measured import POSITION_TABLE, measure_position_table, patch_order_or_table
 
 # Explanations that change several convention fields at once: at most this many
 # fields, this many oracle evaluations per search, this many searches per check.
@@ -686,17 +685,12 @@ def padding_over_queries() -> dict[str, Any]:
     return dict.fromkeys(PADDING_PIECES, _padding_on_queries)
 
 
-# A learned position table in the canonical layout (§2.2 ``pos_embedding.weight``, §9.3
-# ``pos_embed``).
-_POSITION_TABLE = re.compile(r"(^|\.)(pos_embedding\.weight|pos_embed)$")
-
-
 def _table_not_added(params: Mapping[str, np.ndarray] | None) -> Iterable[Alternative]:
     """The learned position table loaded and never added (``x = wte[ids]`` for
     ``wte[ids] + wpe[positions]``): the oracle with the table zeroed. Tried before the
     convention fields: on a call of one token, RoPE (a rotation by 0) without the table is
     the same output, and the smaller change is the one to name."""
-    tables = [k for k in params or {} if _POSITION_TABLE.search(k)]
+    tables = [k for k in params or {} if POSITION_TABLE.search(k)]
     if not tables or params is None or not any(np.any(params[k]) for k in tables):
         return
     yield Alternative(
@@ -746,7 +740,7 @@ def _table_offset_hypotheses(
     gives position ids (without them the spec's are 0 .. L-1). Components whose record has
     a positional encoding of their own get ``_offset_hypotheses``."""
     if record(component).has("positional") or not any(
-        _POSITION_TABLE.search(k) for k in params or {}
+        POSITION_TABLE.search(k) for k in params or {}
     ):
         return
     tokens = next(iter(inputs.values()), None)

@@ -72,6 +72,7 @@ from tck.reference.variants import reaches
 from .alternatives import Alternative
 from .hypotheses_solved import solve_log
 from .hypotheses_strided import RANK_GROUPS
+from .position_measured import POSITION_TABLE
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -795,8 +796,7 @@ def gain_unused_hypotheses(component: str, params: Arrays | None) -> Iterator[Al
         )
 
 
-# Leaves with codes of their own when unused (a bias, a norm gain, a position table).
-_OWN_CODE = re.compile(r"(^|\.)bias$|(^|\.)(pos_embed|pos_embedding\.weight)$")
+_BIAS = re.compile(r"(^|\.)bias$")
 
 
 def unused_param_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
@@ -807,7 +807,9 @@ def unused_param_hypotheses(component: str, params: Arrays | None) -> Iterator[A
     gains = set(_norm_weights(component, params))
     groups: dict[str, list[str]] = {}
     for key in params:
-        if key in gains or _OWN_CODE.search(key) or not np.any(np.asarray(params[key])):
+        # biases, norm gains and position tables have codes of their own when unused
+        own_code = key in gains or _BIAS.search(key) or POSITION_TABLE.search(key)
+        if own_code or not np.any(np.asarray(params[key])):
             continue
         match = _LAYER.match(key)
         name = f"{match.group(1)}<i>.{match.group(3)}" if match else key

@@ -29,6 +29,7 @@ resampling, replacement or layout the implementation chose.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,9 @@ from tck.reference.variants import reaches
 from .alternatives import within
 
 TABLE = "pos_embed"
+# A learned position table under its canonical names: a ViT's pos_embed, a decoder's
+# pos_embedding.weight (SPEC.md §2.2, §9.3)
+POSITION_TABLE = re.compile(r"(^|\.)(pos_embedding\.weight|pos_embed)$")
 
 
 def measure_position_table(
