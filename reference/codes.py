@@ -787,6 +787,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "rows see pads or lose real keys",
     ),
     (
+        "cache.read_order_wrong",
+        "cause",
+        "11.6 4.5",
+        "the cache's keys are read back in another order than the step's mask numbers them (a "
+        "ring buffer read in slot order once it has wrapped): a decoded token sees keys outside "
+        "its window and misses keys inside it",
+    ),
+    (
         "attention.cross_keys_from_decoder",
         "cause",
         "3.5 7.2",

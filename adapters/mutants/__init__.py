@@ -237,11 +237,18 @@ NAMES: tuple[str, ...] = (
     # caches of another design, measured from outside (which keys each cached query attends):
     # a fixed-size ring cache under a sliding window, one slot too small, its step mask
     # numbered top-left, its padding mask read by place or dropped in steps (SPEC.md §11.6,
-    # §11.7, §4.5); a GPT whose past length is read as the number of layers
+    # §11.7, §4.5), its keys numbered by place or read in slot order; with Mistral's finite
+    # fill (a query that keeps no key weighs all it read equally, §4.4) numbered top-left,
+    # or the new tokens' padding read from the mask's first columns; a GPT whose past length
+    # is read as the number of layers
     "ring_cache_too_small",
     "ring_cache_top_left",
     "ring_cache_padding_by_place",
     "ring_cache_padding_dropped",
+    "ring_cache_keys_by_place",
+    "ring_cache_read_in_slot_order",
+    "ring_cache_min_fill_top_left",
+    "ring_cache_min_fill_padding_from_start",
     "lm_past_length_from_layers",
     # the cached steps' causal mask offset by the cache's head count, not its length
     "cache_causal_offset_from_heads",

@@ -26,10 +26,19 @@ WINDOW = 4  # each query sees its last 4 keys, its own included (SPEC.md §4.5)
 
 class RingAttention(gpt_tutorial.Attention):
     window = WINDOW
+    # the score of a hidden key: -inf (a row that keeps no key is NaN, then 0), or a finite
+    # value such as torch.finfo(dtype).min (such a row weighs every key it read equally)
+    fill: float | None = float("-inf")
 
     def ring_size(self) -> int:
         """Slots kept between calls: the window minus the query's own key."""
         return self.window - 1
+
+    def read_slots(self, token: Tensor) -> Tensor:
+        """The ring's live slots (``token`` (size,): the token each holds, -1 if none) in
+        token order, oldest first."""
+        live = torch.nonzero(token >= 0).flatten()
+        return live[token[live].argsort()]
 
     def hidden(self, query_token: Tensor, key_token: Tensor) -> Tensor:
         """(n, T) True where a query must not look: a later key, or one out of the window."""
@@ -64,16 +73,18 @@ class RingAttention(gpt_tutorial.Attention):
         v = self.wv(x).view(b, n, self.n_kv_heads, hd).transpose(1, 2)
         if self.rope:
             q, k = self.rotate(q, positions), self.rotate(k, positions)
-        live = torch.nonzero(cache["token"] >= 0).flatten()
-        live = live[cache["token"][live].argsort()]  # the ring's slots in token order
+        live = self.read_slots(cache["token"])
         new_tokens = torch.arange(seen, seen + n)
-        key_token = torch.cat([cache["token"][live], new_tokens])  # (T,)
+        # the mask numbers the ring's keys oldest first: the order read_slots must give
+        held = cache["token"][cache["token"] >= 0].sort().values
+        key_token = torch.cat([held, new_tokens])  # (T,)
         keys = torch.cat([cache["k"][:, :, live], k], dim=2)  # (B, H_kv, T, hd)
         values = torch.cat([cache["v"][:, :, live], v], dim=2)
         att = (q @ self.repeat_kv(keys).transpose(-2, -1)) * self.scale()  # (B, H, n, T)
-        att = att.masked_fill(self.hidden(new_tokens, key_token), float("-inf"))
+        fill = torch.finfo(att.dtype).min if self.fill is None else self.fill
+        att = att.masked_fill(self.hidden(new_tokens, key_token), fill)
         if pad_mask is not None:
-            att = att.masked_fill(self.key_padding(pad_mask, key_token), float("-inf"))
+            att = att.masked_fill(self.key_padding(pad_mask, key_token), fill)
         att = torch.softmax(att, dim=-1).nan_to_num(0.0)  # a left pad sees nothing: zeros
         y = (att @ self.repeat_kv(values)).transpose(1, 2).reshape(b, n, -1)
         ring_k, ring_v, token = cache["k"].clone(), cache["v"].clone(), cache["token"].clone()
@@ -85,8 +96,17 @@ class RingAttention(gpt_tutorial.Attention):
 
 
 def ring_entry(cls: type[RingAttention]) -> Any:
-    """causal_self_attention with the ring cache, the window declared as a convention."""
+    """causal_self_attention with the ring cache, the window declared as a convention (and
+    a finite fill as uniform fully-masked rows, SPEC.md §4.4)."""
     entry = attention_entry(cls)
-    return dataclasses.replace(
-        entry, conventions=dataclasses.replace(entry.conventions, sliding_window=cls.window)
+    rows = "zero" if cls.fill == float("-inf") else "uniform"
+    conventions = dataclasses.replace(
+        entry.conventions, sliding_window=cls.window, fully_masked_rows=rows
     )
+    return dataclasses.replace(entry, conventions=conventions)
+
+
+class MinFillRingAttention(RingAttention):
+    """The ring with Mistral's fill: hidden scores set to ``torch.finfo(dtype).min``."""
+
+    fill = None

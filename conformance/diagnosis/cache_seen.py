@@ -2,18 +2,20 @@
 
 A cache of the subject's own design (a rolling sliding-window buffer, a static preallocated
 cache, a ring indexed ``position % size``, transformers' ``past_key_values`` tuples) is not
-rebuilt here. Its effect is measured instead: each earlier token t is changed in turn (every
+rebuilt here. Its effect is measured instead: each token t is changed in turn (every
 row at once), the sequence is decoded again with the subject's own cache, and the queries
 whose cached output moves are the ones that attend token t's key. That gives, for each
-decoded query, the set of keys it sees (``seen[b, p, t]``, t < p). A query's own key cannot
-be measured this way (changing token p changes its query too), so both readings are tried,
-row by row.
+decoded query, the set of keys it sees (``seen[b, p, t]``; a t > p is a later token of its
+own call, a leak). A query's own key cannot be measured this way (changing token p changes
+its query too), so both readings are tried, row by row.
 
 The measured set is evidence only when the oracle, attending exactly those keys
 (``decoder_only(..., causal_keep=seen)``), reproduces the subject's cached output on every
-decoded query. It is then compared with the keys the spec's mask keeps (causal,
-bottom-right, cut to the declared sliding window, without padded keys), and the difference
-names the class:
+decoded query; or, for a query whose mask kept no key at all, not even its own, filled with
+one finite score (``masked_fill(~keep, finfo.min)``, §4.4), when the keys it reads weighed
+equally do. Such a row sees no key for the classes below. The measured set is then compared
+with the keys the spec's mask keeps (causal, bottom-right, cut to the declared sliding
+window, without padded keys), and the difference names the class:
 
 - **the padding mask in steps** (the differences are in the rows with padding only, rows
   without padding in the same batch decode right): every padded key in reach is seen and no
@@ -24,7 +26,15 @@ names the class:
 - **the window in steps**: the keys hidden are the oldest of the spec's window, or the keys
   added are the ones just before it: the cached steps see a window of another width (a
   rolling buffer that keeps fewer or more keys than ``window - 1``):
-  ``mask.sliding_window_wrong``;
+  ``mask.sliding_window_wrong``; unless the queries at one place within their calls lose
+  more of the oldest keys the further decoding goes, or see none at all: the step's mask
+  compares the queries' places with key indices offset by another count (the keys
+  numbered from the first slot of a buffer that drops its oldest tokens):
+  ``cache.causal_offset_wrong``;
+- **keys read in another order**: every query that differs sees as many keys as the spec
+  keeps, some exchanged for others (a key older than its window for one inside it): the
+  cache's keys are read back in another order than the step's mask numbers them (a ring
+  read in slot order once it has wrapped): ``cache.read_order_wrong``;
 - **the causal mask aligned top-left in steps**: a query misses the newest keys it should see
   while it sees older ones (query i of a call numbered from the cache's first slot, not from
   its own place after the cached keys): ``cache.causal_top_left``.
@@ -41,10 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from tck.reference.expected import decoder_only
 from tck.reference.tolerance import compare
 
-from .decoding import cache_slots, decode, token_input
+from .decoding import cache_slots, decode, decoder_only_seeing, token_input
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -82,9 +91,9 @@ def keys_seen(
     *,
     give_positions: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(seen (B, L, L): whether query p's cached output depends on token t < p; the cached
-    outputs (B, L, ...)) of decoding ``inputs`` with a prefill of ``prefill`` tokens and then
-    ``chunk`` tokens per call."""
+    """(seen (B, L, L): whether query p's cached output depends on token t != p, a later
+    token of its own call included (a leak); the cached outputs (B, L, ...)) of decoding
+    ``inputs`` with a prefill of ``prefill`` tokens and then ``chunk`` tokens per call."""
     name = token_input(tck.component)
     vocab = int(getattr(inst.config, "vocab_size", 2) or 2)
 
@@ -103,9 +112,9 @@ def keys_seen(
     base = cached(inputs)
     batch, length = base.shape[:2]
     seen = np.zeros((batch, length, length), bool)
-    for t in range(length - 1):
-        moved = _moved(inst.dtype, cached(_changed_at(inputs, name, t, vocab)), base)
-        seen[:, t + 1 :, t] = moved[:, t + 1 :]
+    for t in range(length):
+        seen[:, :, t] = _moved(inst.dtype, cached(_changed_at(inputs, name, t, vocab)), base)
+        seen[:, t, t] = False  # changing token t changes its query too: not measured
     return seen, base
 
 
@@ -118,15 +127,22 @@ def classify(
     spec: np.ndarray,
     judged: np.ndarray,
     key_padding: np.ndarray | None,
+    flat: np.ndarray | None = None,
+    ranges: list[tuple[int, int]] | None = None,
+    own: np.ndarray | None = None,
 ) -> tuple[str, str] | None:
     """(code, message) for the difference between the keys the cached queries see (``seen``,
     (B, L, L), own keys excluded) and the keys the spec's mask keeps (``spec``, the same
-    layout), on the queries ``judged`` (B, L); None when it is none of the classes of this
-    module (or no difference)."""
+    layout), on the queries ``judged`` (B, L), the queries ``flat`` (B, L) having had no key
+    kept by their mask, not even their own, the calls having taken the token ranges
+    ``ranges``, each query's own key seen where ``own`` (B, L) says so (None: every one);
+    None when it is none of the classes of this module (or no difference)."""
     length = judged.shape[1]
     below = np.tril(np.ones((length, length), bool), -1)  # keys before each query
     extra = seen & ~spec & below & judged[..., None]
     missing = spec & ~seen & below & judged[..., None]
+    if own is not None:  # a query's own key, kept by the spec, not seen
+        missing |= np.eye(length, dtype=bool) & spec & ~own[..., None] & judged[..., None]
     differs = (extra | missing).any(axis=-1)  # (B, L)
     if not differs.any():
         return None
@@ -152,7 +168,7 @@ def classify(
                 "from slot 0 where the cache's first kept key is a later token, or indexed by "
                 "slot in a cache that reorders its tokens; SPEC.md §11.6, §11.7)",
             )
-    narrower = wider = top_left = True
+    narrower = wider = top_left = exchanged = True
     slid = 0  # queries that see an older key and miss a newer one
     widths: set[int] = set()
     for row, p in zip(*np.nonzero(differs), strict=True):
@@ -167,6 +183,21 @@ def classify(
         top_left &= bool(lost.size) and (not sees.size or lost.max() > sees.max())
         slid += bool(lost.size) and bool(sees.size) and lost.max() > sees.max()
         widths.add(int(p - sees.min() + 1) if sees.size else 1)
+        # as many keys seen as kept, some exchanged for others: the mask on other tokens
+        exchanged &= bool(added.size) and added.size == lost.size
+    if narrower and (
+        _lost_grows(missing, differs, ranges) or (flat is not None and (flat & differs).any())
+    ):
+        return (
+            "cache.causal_offset_wrong",
+            "the decoded tokens lose more of their window's oldest keys the further decoding "
+            "goes, or see none, not even their own (their mask kept nothing; measured: each "
+            "earlier token changed in turn moves the cached queries that see it): the cached "
+            "step's mask compares the queries' places with key indices offset by a count "
+            "other than the cache's length (keys numbered from the first slot of a buffer "
+            "that drops its oldest tokens; SPEC.md §11.6, §4.5). A cache that keeps too few "
+            "keys loses the same number at every call",
+        )
     if narrower or wider:
         most = max(widths)
         return (
@@ -179,6 +210,21 @@ def classify(
             f"{'too few' if narrower else 'too many'} keys between calls (a rolling buffer "
             "that keeps another number than window - 1; SPEC.md §4.5, §11.6)",
         )
+    if exchanged and not top_left:
+        row, p = (int(i[0]) for i in np.nonzero(differs))
+        shown = (
+            f"row {row}, query {p} sees key {np.nonzero(extra[row, p])[0][0]} and misses "
+            f"key {np.nonzero(missing[row, p])[0][0]}"
+        )
+        return (
+            "cache.read_order_wrong",
+            "the decoded tokens see as many earlier keys as the spec's mask keeps, but not "
+            f"the same ones ({shown}; measured: "
+            "each earlier token changed in turn moves the cached queries that see it): the "
+            "cache's keys are read back in another order than the step's mask numbers them (a "
+            "ring buffer read in slot order once it has wrapped, where the oldest token is no "
+            "longer in slot 0; SPEC.md §11.6, §4.5)",
+        )
     if top_left and slid:
         return (
             "cache.causal_top_left",
@@ -189,6 +235,23 @@ def classify(
             "query's own place after the cached keys (SPEC.md §11.6, §4.3)",
         )
     return None
+
+
+def _lost_grows(
+    missing: np.ndarray, differs: np.ndarray, ranges: list[tuple[int, int]] | None
+) -> bool:
+    """Whether queries at the same place within their calls lose different numbers of keys
+    (``missing``, (B, L, L)) from one call to another: an offset that grows with the tokens
+    decoded, where a window or cache too narrow loses the same number at every call."""
+    if not ranges:
+        return False
+    place = np.zeros(differs.shape[1], int)  # each query's index within its call
+    for start, stop in ranges:
+        place[start:stop] = np.arange(stop - start)
+    lost: dict[int, set[int]] = {}
+    for row, p in zip(*np.nonzero(differs), strict=True):
+        lost.setdefault(int(place[p]), set()).add(int(missing[row, p].sum()))
+    return any(len(counts) > 1 for counts in lost.values())
 
 
 def _example(extra: np.ndarray, missing: np.ndarray) -> str:
@@ -219,17 +282,41 @@ def measured_cause(
     key_padding = inputs.get("key_padding")
     window = inst.conventions.sliding_window
     spec = cache_slots(batch, length, ranges, key_padding, window=window)[0][:, 0]
-    unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
-    golds = []
-    for own in (True, False):
-        keep = seen | (np.eye(length, dtype=bool)[None] if own else False)
-        golds.append(
-            decoder_only(
-                tck.component, unpadded, inst.params, inst.config, inst.conventions, keep[:, None]
-            )
+    eye = np.eye(length, dtype=bool)[None]
+
+    def gold(own: np.ndarray, flat: np.ndarray | None) -> np.ndarray:
+        keep = seen | (eye & own[:, :, None])
+        return decoder_only_seeing(
+            tck.component,
+            inputs,
+            inst.params,
+            inst.config,
+            inst.conventions,
+            keep[:, None],
+            flat=None if flat is None else flat[:, None],
         )
-    # each judged query reproduced with its own key seen, or without it
+
+    none, every = np.zeros((batch, length), bool), np.ones((batch, length), bool)
+    # each judged query reproduced with its own key seen, or without it; failing that, as a
+    # row its mask left empty and filled with one finite score (uniform over the keys it
+    # read, SPEC.md §4.4: every key it read moves it, so ``seen`` holds them)
+    choices = [(own, None) for own in (every, none)] + [(own, every) for own in (every, none)]
+    golds = [gold(own, flat) for own, flat in choices[:2]]
+    own, flat = none.copy(), none.copy()
     for row, p in zip(*np.nonzero(judged), strict=True):
-        if not any(compare(cached[row, p], g[row, p], dtype=inst.dtype).passed for g in golds):
+        for index, (own_choice, flat_choice) in enumerate(choices):
+            if index == len(golds):
+                golds.append(gold(own_choice, flat_choice))
+            if compare(cached[row, p], golds[index][row, p], dtype=inst.dtype).passed:
+                own[row, p] = own_choice[row, p]
+                flat[row, p] = flat_choice is not None
+                break
+        else:
             return None
-    return classify(seen, spec, judged, key_padding)
+    if flat.any():  # the rows of each kind together, as the subject computed them
+        both = gold(own, flat)
+        for row, p in zip(*np.nonzero(judged), strict=True):
+            if not compare(cached[row, p], both[row, p], dtype=inst.dtype).passed:
+                return None
+    # a row filled because its mask kept nothing sees no key
+    return classify(seen & ~flat[..., None], spec, judged, key_padding, flat, ranges, own & ~flat)

@@ -240,15 +240,21 @@ def buffer_slots(
     return keep[:, None], empty[:, None]
 
 
-def _attention_with_empty_slots(empty: np.ndarray) -> Any:
+def _attention_with_empty_slots(empty: np.ndarray, flat: np.ndarray | None = None) -> Any:
     """The oracle's attention with ``empty`` (B, 1, L) zero key/value slots appended to the
-    keys each query sees (a zero key scores 0; a zero value adds nothing but takes weight)."""
+    keys each query sees (a zero key scores 0; a zero value adds nothing but takes weight).
+    The queries ``flat`` (B, 1, L) weigh the keys they see equally: a mask that kept no key
+    and filled every score with one finite value (``masked_fill(..., finfo.min)``), whose
+    softmax is uniform over every key the call read (SPEC.md §4.4); here as a zero query,
+    whose scores are all 0."""
     from tck.reference import oracle
 
     most = int(empty.max()) if empty.size else 0
 
     def scaled_dot_product_attention(q, k, v, keep_mask=None, **kw):  # type: ignore[no-untyped-def]
         q, k, v = oracle._f64(q), oracle._f64(k), oracle._f64(v)
+        if flat is not None:
+            q = np.where(flat[..., None], 0.0, q)
         lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
         zeros_k = np.zeros((*lead, most, k.shape[-1]))
         zeros_v = np.zeros((*lead, most, v.shape[-1]))
@@ -274,14 +280,20 @@ def decoder_only_seeing(
     config: Config,
     conventions: Any,
     keep: np.ndarray,
-    empty: np.ndarray,
+    empty: np.ndarray | None = None,
+    flat: np.ndarray | None = None,
 ) -> np.ndarray:
     """The decoder-only component's oracle (SPEC.md §11) where each query sees the tokens'
     keys ``keep`` (B, 1, L, L; in place of the causal and padding masks) and ``empty``
-    (B, 1, L) zero slots besides (``cache_slots``)."""
+    (B, 1, L) zero slots besides (``cache_slots``; None: none), the queries ``flat``
+    (B, 1, L) weighing what they see equally (a row its mask left empty, filled with a
+    finite value; None: none)."""
     from tck.reference.variants import oracle_variant
 
-    variant = oracle_variant({"scaled_dot_product_attention": _attention_with_empty_slots(empty)})
+    if empty is None:
+        empty = np.zeros(keep.shape[:-1], int)
+    attention = _attention_with_empty_slots(empty, flat)
+    variant = oracle_variant({"scaled_dot_product_attention": attention})
     unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
     return _decoder_only_in(variant, component, unpadded, params, config, conventions, keep)
 

@@ -85,6 +85,46 @@ def test_the_same_loss_in_every_row_is_not_a_padding_class() -> None:
     assert classify(seen, spec, _judged(2, key_padding), key_padding) is None
 
 
+def test_a_window_that_narrows_as_decoding_goes_on_is_an_offset() -> None:
+    """Keys numbered from the first slot of a buffer that drops its oldest tokens: each call
+    loses one more of the window's oldest keys, where a cache too small loses the same
+    number at every call."""
+    spec = _spec(4)
+    seen = _without_own(spec).copy()
+    for p in range(4, L):
+        seen[0, p, : 2 * p - 6] = False  # the oldest 1, 2, 3 and 3 keys of each window lost
+    found = classify(seen, spec, _judged(), None, ranges=schedule(L, 1, 1))
+    assert found is not None and found[0] == "cache.causal_offset_wrong", found
+    narrower = _without_own(_spec(3))  # one key fewer at every call
+    found = classify(narrower, spec, _judged(), None, ranges=schedule(L, 1, 1))
+    assert found is not None and found[0] == "mask.sliding_window_wrong", found
+
+
+def test_a_query_whose_mask_kept_nothing_sees_no_key() -> None:
+    """A row filled because its mask kept no key, not even its own: it lost every key,
+    the newest included (top-left), and its own key counts as lost."""
+    spec = _spec(None)
+    flat = np.zeros((1, L), bool)
+    flat[0, 4:] = True  # the top-left mask of a full cache: nothing left
+    seen = np.zeros_like(spec)
+    for p in range(1, 4):
+        seen[0, p, 0] = True  # query p (numbered 0 in its call) sees key 0 only
+    own = ~flat
+    own[0, 1:4] = False
+    found = classify(seen, spec, _judged(), None, flat, schedule(L, 1, 1), own)
+    assert found is not None and found[0] == "cache.causal_top_left", found
+
+
+def test_an_own_key_lost_in_padded_rows_only_is_padding_misaligned() -> None:
+    key_padding = np.ones((2, L), bool)
+    key_padding[1, :3] = False
+    spec = _spec(None, key_padding, batch=2)
+    own = np.ones((2, L), bool)
+    own[1, 3:] = False  # row 1's decoded tokens flagged as padding: their own keys hidden
+    found = classify(_without_own(spec), spec, _judged(2, key_padding), key_padding, own=own)
+    assert found is not None and found[0] == "cache.padding_misaligned", found
+
+
 def test_solved_positions_in_words() -> None:
     spec = np.arange(6)[None]
     ranges = schedule(6, 2, 1)
@@ -114,6 +154,14 @@ def _fails_with(mutant: str, component: str, check: str) -> str:
             "ring_cache_padding_dropped",
             "test_kv_cache_left_padded",
             "cache.padding_dropped_in_steps",
+        ),
+        ("ring_cache_keys_by_place", "test_kv_cache", "cache.causal_offset_wrong"),
+        # a finite fill: a query that keeps no key weighs every key it read equally (§4.4)
+        ("ring_cache_min_fill_top_left", "test_kv_cache", "cache.causal_top_left"),
+        (
+            "ring_cache_min_fill_padding_from_start",
+            "test_kv_cache_left_padded",
+            "cache.padding_misaligned",
         ),
     ],
 )
