@@ -42,14 +42,16 @@ def _agrees(inst: Any, test: np.ndarray, truth: np.ndarray) -> bool:
     return compare(test, truth, dtype=inst.dtype).passed
 
 
-def layers_share_cache(tck: Any, inst: Any, inputs: Arrays) -> tuple[str, str] | None:
-    """``cache.layers_share_pool`` when a one-layer build of the subject decodes ``inputs``
-    right and this one (several layers) does not."""
-    if inst.params is None or not any(k.startswith("layers.1.") for k in inst.params):
-        return None
-    layers = len({k.split(".")[1] for k in inst.params if k.startswith("layers.")})
-    # every layer-count field of the config set to 1: an implementation may read either
-    # (a decoder-only model built from n_decoder_layers, as a seq2seq decoder is)
+def stacked(inst: Any) -> bool:
+    """Whether the instance has several layers (parameters under ``layers.1.``)."""
+    return inst.params is not None and any(k.startswith("layers.1.") for k in inst.params)
+
+
+def one_layer(tck: Any, inst: Any) -> Any | None:
+    """The subject built again with one layer (every layer-count field of the config set to
+    1: an implementation may read either, a decoder-only model built from
+    n_decoder_layers as a seq2seq decoder is), or None where the subject ignores the layer
+    count or refuses the build."""
     counts = {
         f.name: 1
         for f in dataclasses.fields(inst.config)
@@ -57,11 +59,24 @@ def layers_share_cache(tck: Any, inst: Any, inputs: Arrays) -> tuple[str, str] |
     }
     try:
         one = tck.instance(dataclasses.replace(inst.config, **counts), dtype=inst.dtype)
-        if one.params is not None and any(k.startswith("layers.1.") for k in one.params):
-            return None  # the subject ignores the layer count: no one-layer build to compare
+    except Exception:  # a build the subject refuses measures nothing
+        return None
+    return None if stacked(one) else one
+
+
+def layers_share_cache(tck: Any, inst: Any, inputs: Arrays) -> tuple[str, str] | None:
+    """``cache.layers_share_pool`` when a one-layer build of the subject decodes ``inputs``
+    right and this one (several layers) does not."""
+    if not stacked(inst):
+        return None
+    layers = len({k.split(".")[1] for k in inst.params if k.startswith("layers.")})
+    one = one_layer(tck, inst)
+    if one is None:
+        return None
+    try:
         if not _agrees(one, _cached(tck, one, inputs), tck.run(one, inputs)):
             return None
-    except Exception:  # a build or call the subject refuses measures nothing
+    except Exception:  # a call the subject refuses measures nothing
         return None
     try:
         if _agrees(inst, _cached(tck, inst, inputs), tck.run(inst, inputs)):

@@ -53,6 +53,7 @@ import numpy as np
 
 from tck.reference.tolerance import compare
 
+from .cache_measure import one_layer, stacked
 from .decoding import cache_slots, decode, decoder_only_seeing, token_input
 
 Arrays = Mapping[str, np.ndarray]
@@ -272,9 +273,16 @@ def measured_cause(
 ) -> tuple[str, str] | None:
     """The class of a failing cached decode of ``inputs`` (taken in the token ranges
     ``ranges``), judged on the queries ``judged`` (B, L), when the oracle attending the keys
-    measured reproduces the subject's cached output there; else None."""
+    measured reproduces the subject's cached output there; else None. A stack of layers is
+    measured built with one layer: through several, a key also reaches a query by way of
+    the earlier layers' cached keys, so the keys a query's output depends on are more than
+    the keys it attends."""
     if inst.params is None or len(ranges) < 2:
         return None
+    if stacked(inst):
+        inst = one_layer(tck, inst)
+        if inst is None:
+            return None
     prefill = ranges[0][1]
     chunk = ranges[1][1] - ranges[1][0]
     seen, cached = keys_seen(tck, inst, inputs, prefill, chunk, give_positions=give_positions)
