@@ -631,6 +631,75 @@ BUGS: list[tuple[str, str, str, str, list[str], str, str, str, str]] = [
     ),
 ]
 
+# Phase 2 (after the phase-1 commit): the codes whose one-line meaning (SPEC.md Appendix C)
+# names each bug's frozen class; a bug no code names gets its class described instead.
+# bug id -> (expected_codes, class_without_code)
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "t.rms_eps_outside_root": (["layer_norm.eps_outside_sqrt"], ""),
+    "t.rms_centred_variance": (["layer_norm.rms_wrong_statistics"], ""),
+    "t.rms_statistics_input_dtype": (["numerics.norm_statistics_low_precision"], ""),
+    "t.rope_cos_sin_swapped": (["rope.not_identity_at_zero", "rope.rotation_inverted"], ""),
+    "t.rope_base_llama2": (["positional.base_wrong", "positional.frequency_wrong"], ""),
+    "t.rope_scaling_dropped": (["rope.scaling_none", "positional.frequency_wrong"], ""),
+    "t.rope_scaling_blend_swapped": (["positional.frequency_wrong"], ""),
+    "t.rope_angles_float32": (["numerics.float32_island", "numerics.float64_precision_lost", "numerics.rope_angles_low_precision"], ""),
+    "t.cache_advances_one_slot": (["cache.slots_overlap", "cache.unwritten_slots_read"], ""),
+    "t.value_cache_gets_keys": (["attention.value_uses_key_projection"], ""),
+    "t.cached_mask_rows_from_zero": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "t.keys_rotated_at_call_index": (["cache.rope_offset_wrong", "rope.positions_ignored"], ""),
+    "t.gqa_values_tiled": (["attention.kv_heads_tiled"], ""),
+    "t.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "t.sdpa_not_causal": (["mask.causal_leak"], ""),
+    "t.padding_on_query_axis": (["mask.applied_to_queries"], ""),
+    "t.scale_by_head_dim": (["attention.scale_wrong"], ""),
+    "t.ffn_activation_on_up": (["ffn.gate_up_swapped"], ""),
+    "t.attn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "t.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "t.head_reads_embedding": (["model.head_tied_to_embedding"], ""),
+    "t.logits_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "b.fused_split_key_value_first": (["attention.qkv_order_wrong"], ""),
+    "b.key_value_swapped": (["attention.qkv_order_wrong", "cache.keys_values_swapped"], ""),
+    "b.new_keys_before_past": (["cache.keys_prepended"], ""),
+    "b.present_keeps_only_new": ([], "a KV cache that keeps only the latest call's keys and values: at every call the tokens of the earlier calls are dropped from the cache (neither unused, nor overlapping, nor unwritten slots)"),
+    "b.positions_restart_each_call": (["cache.position_offset_wrong"], ""),
+    "b.mask_value_zero": (["mask.added_as_bias", "mask.causal_leak"], ""),
+    "b.mask_where_inverted": (["mask.polarity_inverted"], ""),
+    "b.causal_rows_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "b.masks_combined_by_or": (["mask.combined_with_or", "mask.causal_leak"], ""),
+    "b.layer_scale_not_restored": (["attention.scale_wrong"], ""),
+    "b.scale_by_head_dim": (["attention.scale_wrong"], ""),
+    "b.softmax_over_heads": (["attention.softmax_axis_wrong"], ""),
+    "b.softmax_float32_always": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "b.ln_2_uses_ln_1": (["params.read_from_other_module"], ""),
+    "b.attn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "b.gelu_exact": (["ffn.activation_gelu"], ""),
+    "b.embedding_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "b.attention_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "b.positions_offset_by_one": (["positional.position_offset"], ""),
+    "b.head_untied_copy": (["model.head_not_tied"], ""),
+    "b.layer_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "f.patch_pixels_channel_last": (["vit.patch_flatten_order"], ""),
+    "f.patches_by_plain_reshape": (["vit.patch_extraction_wrong"], ""),
+    "f.patch_weight_reshaped": ([], "the patch projection's weight [D, C, p, p] reinterpreted by a reshape as [C p p, D] instead of flattened to [D, C p p] and transposed: every patch pixel meets a scrambled weight (not a flatten order of the patch, not a transposed kernel within the patch)"),
+    "f.cls_token_appended": (["vit.pooling_wrong_token"], ""),
+    "f.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "f.pool_mean_with_cls": (["vit.pooling_mean_with_cls"], ""),
+    "f.qkv_rows_per_head": (["attention.qkv_order_wrong"], ""),
+    "f.merge_axes_of_batched_code": (["attention.heads_merged_wrong_order"], ""),
+    "f.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "f.keep_mask_inverted": (["mask.polarity_inverted"], ""),
+    "f.padding_on_queries": (["mask.applied_to_queries"], ""),
+    "f.causal_upper_triangle": (["mask.causal_leak"], ""),
+    "f.vmap_output_axis": (["shape.wrong_output_shape"], ""),
+    "f.layer_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "f.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "f.attn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "f.mlp_norm_reads_norm1": (["params.read_from_other_module"], ""),
+    "f.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "f.dropout_training_true": (["dropout.active_in_eval"], ""),
+    "f.qkv_bias_dropped": (["params.bias_unused"], ""),
+}
+
 # (id, impl, original (stripped), replacement (stripped), components, why_correct)
 CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
     (
@@ -703,9 +772,13 @@ def _locate(impl: str, stripped: str, replacement: str) -> tuple[int, str, str]:
 
 
 def bug_rows() -> list[dict[str, Any]]:
+    unknown = sorted(set(PHASE_2) - {b[0] for b in BUGS})
+    if unknown:
+        raise ValueError(f"PHASE_2 names unknown bugs: {unknown}")
     rows = []
     for bug_id, impl, original, replacement, components, family, klass, description, report in BUGS:
         line, orig, repl = _locate(impl, original, replacement)
+        codes, without = PHASE_2.get(bug_id, ([], ""))
         rows.append(
             {
                 "id": bug_id,
@@ -719,8 +792,8 @@ def bug_rows() -> list[dict[str, Any]]:
                 "class": klass,
                 "description": description,
                 "public_report": report,
-                "expected_codes": [],
-                "class_without_code": "",
+                "expected_codes": list(codes),
+                "class_without_code": without,
             }
         )
     return rows
