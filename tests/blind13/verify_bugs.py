@@ -1,0 +1,32 @@
+"""Each bug of the thirteenth blind set changes some output of its implementation and each
+control changes none (tests/blind/setkit.py's probes: float64 forwards, cached decoding, 16-bit
+forwards; no tck check is run).
+
+    PYTHONPATH=tests/blind13 python tests/blind13/verify_bugs.py [bug or control id ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "blind"))
+import setkit  # noqa: E402  (the shared verifier)
+
+from tck.reference import Config  # noqa: E402
+
+CONFIGS = {
+    # max_len 8192: the rope probe's positions 8179 .. 8191 lie inside the RoPE table
+    "torchtune_llama": Config(n_kv_heads=2, bias=False, tie_weights=False, max_len=8192),
+    "bigcode_gpt": Config(n_kv_heads=1, bias=True, tie_weights=True),
+    "func_vit": Config(),
+}  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    return setkit.verify(HERE, CONFIGS, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
