@@ -230,6 +230,11 @@ NAMES: tuple[str, ...] = (
     "value_cache_holds_keys",
     "rope_frequency_flat_index",
     "softmax_float32_fill_overflow",
+    # a model-wide float32_steps declaration (its norms' statistics) beside an undeclared
+    # float32 step: RoPE angles in the attention, which holds no norm; the logits themselves
+    # cast to float32 (SPEC.md §10.12)
+    "rope_float32_beside_declared_norms",
+    "lm_logits_float32",
     # a residual branch scaled by a layer scale the checkpoint does not hold (SPEC.md §7.1)
     "layer_scale_left_at_init",
     # RoPE's pairs read as neighbours and written back as halves (SPEC.md §2.3)

@@ -13,8 +13,10 @@ one), compared with the oracle at float64's floor and at the island bound
 (``tolerance.ISLAND_FLOOR``, 16 float32 unit roundoffs at the output's scale). A subject
 that fails the first and meets the second has an island. Then:
 
-- declared (``Conventions.float32_steps``): ``numerics.float32_islands`` is a convention row
-  that gives the measurement;
+- declared (``Conventions.float32_steps``, a step the component holds: a model's
+  conventions, shared by its subjects, may declare its norms' statistics for a RoPE subject
+  that has none, which is then measured as undeclared): ``numerics.float32_islands`` is a
+  convention row that gives the measurement;
 - undeclared: that check fails, once, with ``numerics.float32_island``, naming the steps the
   component may keep in float32, the measurement and the declaration that would accept it;
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from tck.adapters import Unsupported
 from tck.conformance.toolkit.harness import Harness
@@ -70,6 +74,9 @@ class Island:
     # float64's floor (a small bug such as eps outside the square root, not float32)
     status: str = "island"
     explained_by: str | None = None  # that hypothesis's code
+    # every output value exactly a float32 number (``rounded_output``): the result itself
+    # cast to float32, a step no declaration covers
+    output_in_float32: bool = False
 
     @property
     def roundoffs(self) -> float:
@@ -118,6 +125,13 @@ def candidate_steps(component: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(steps)) or ("constants",)
 
 
+def held_steps(component: str, conventions: Any) -> tuple[str, ...]:
+    """The declared float32 steps (``conventions.float32_steps``) that ``component`` holds
+    (``candidate_steps``): the ones that may widen its float64 checks."""
+    holds = candidate_steps(component)
+    return tuple(s for s in conventions.float32_steps if s in holds)
+
+
 # (adapter id, subject name, seed, device) -> (the adapter, what measure found): a subject is
 # measured once per process, and every check of it reads the answer. The adapter is held so
 # that its id is not reused by another adapter while the answer is kept.
@@ -143,13 +157,13 @@ def _measure(h: Harness) -> Island | str:
     if callable(getattr(h.adapter, "precision_hint", None)):  # an exported graph: its own
         return "an exported graph accounts for its float32 constants itself (precision_hint)"
     # a subject that declares its float32 steps is taken at its word (test_islands)
-    declared = bool(h.subject.conventions.float32_steps)
+    declared = bool(held_steps(h.component, h.subject.conventions))
     probe = Harness(h.adapter, h.subject, seed=h.seed, device=h.device, record=Recorder())
     try:
         inst = probe.instance()
         if inst.params is None and _needs_params(probe):
             return "the adapter gives no canonical parameters to compare with the oracle"
-        worst, scale, measured = 0.0, 1.0, False
+        worst, scale, measured, rounded = 0.0, 1.0, False, True
         exact, within, explained_by = True, True, None
         for index, shape in enumerate(CALLS):
             try:
@@ -166,6 +180,7 @@ def _measure(h: Harness) -> Island | str:
                 exact &= strict.passed
                 if not strict.passed and explained_by is None and not declared:
                     explained_by = _reproduced_in_float64(probe, inst, inputs, test, strict)
+            rounded = rounded and rounded_output(test, ignore)
             with float64_floor(ISLAND_FLOOR):
                 loose = compare(test, gold, ignore=ignore)
             within &= loose.passed
@@ -183,7 +198,29 @@ def _measure(h: Harness) -> Island | str:
     status = "exact" if exact else "island" if within and math.isfinite(worst) else "beyond"
     if status == "island" and explained_by is not None:
         status = "explained"
-    return Island(worst, scale, ISLAND_FLOOR * scale, status, explained_by)
+    rounded = rounded and status != "exact"
+    return Island(worst, scale, ISLAND_FLOOR * scale, status, explained_by, rounded)
+
+
+# Values a float64 output holds exactly as float32 numbers by chance: about one in 2^29 each;
+# at least this many, all exact, is a cast, not chance.
+ROUNDED_VALUES = 16
+
+
+def rounded_output(test: Any, ignore: Any = None) -> bool:
+    """Whether every judged value of a float64 output (``ignore``: values not judged) is
+    exactly a float32 number, and at least ``ROUNDED_VALUES`` of them are not 0: the
+    output itself was cast to float32. No float32 step a subject may declare (norm
+    statistics, softmax, RoPE angles, tables, constants) ends a float64 computation."""
+    values = np.asarray(test)
+    if values.dtype != np.float64:
+        return False
+    if ignore is not None:
+        values = values[~np.broadcast_to(np.asarray(ignore, bool), values.shape)]
+    values = values[np.isfinite(values)]
+    with np.errstate(over="ignore"):
+        exact = values.astype(np.float32).astype(np.float64) == values
+    return bool(exact.all()) and int(np.count_nonzero(values)) >= ROUNDED_VALUES
 
 
 def _reproduced_in_float64(
@@ -201,8 +238,8 @@ def _reproduced_in_float64(
 
 def subject_floor(h: Harness) -> float | None:
     """The float64 floor for every check of ``h``'s subject: ``ISLAND_FLOOR`` when it
-    declares float32 steps or has an island, else None (float64's own)."""
-    if h.subject.conventions.float32_steps:
+    declares float32 steps it holds or has an island, else None (float64's own)."""
+    if held_steps(h.component, h.subject.conventions):
         return ISLAND_FLOOR
     found = measure(h)
     return ISLAND_FLOOR if isinstance(found, Island) and found.status == "island" else None

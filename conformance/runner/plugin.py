@@ -409,7 +409,7 @@ def tck(request: pytest.FixtureRequest, subject: Subject) -> Iterator[Harness]:
     # has every float64 comparison of its checks held to the island bound.
     # A real-size checkpoint is not measured (a float64 build of the whole stack): its
     # declared steps alone set the bound.
-    declared = harness.subject.conventions.float32_steps
+    declared = islands.held_steps(harness.component, harness.subject.conventions)
     floor = (
         (ISLAND_FLOOR if declared else None) if callable(plan) else islands.subject_floor(harness)
     )

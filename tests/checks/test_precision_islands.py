@@ -26,6 +26,8 @@ import pytest
 from support import island_models
 from support.forked_run import tck_run
 
+from tck.adapters import load_adapter
+from tck.conformance.checks import test_islands
 from tck.conformance.diagnosis import islands
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.recorder import Recorder
@@ -229,3 +231,47 @@ def test_a_small_float64_bug_is_not_taken_for_an_island() -> None:
     with pytest.raises(CheckFailure) as failure:
         test_equality.test_oracle(tck)
     assert failure.value.code == "layer_norm.eps_outside_sqrt"
+
+
+def test_a_declared_step_widens_only_the_subjects_that_hold_it() -> None:
+    """A model's conventions are shared by its subjects: float32 norm statistics declared
+    for the model say nothing about a RoPE subject, which holds no norm. Its checks keep
+    float64's floor, and a float32 step it does have is measured as undeclared."""
+    norms = Conventions(float32_steps=("norm_statistics",))
+    assert islands.held_steps("rope", norms) == ()
+    assert islands.held_steps("causal_self_attention", norms) == ()
+    assert islands.held_steps("decoder_block", norms) == ("norm_statistics",)
+    assert islands.held_steps("causal_lm", norms) == ("norm_statistics",)
+    adapter = load_adapter("mutants.rope_float32_beside_declared_norms")
+    subject = next(iter(adapter.subjects()))
+    tck = Harness(adapter, subject, seed=0, record=Recorder())
+    assert islands.subject_floor(tck) == ISLAND_FLOOR  # measured: an undeclared island
+    with pytest.raises(CheckFailure) as failure:
+        test_islands.test_float32_islands(tck)
+    assert failure.value.code == islands.FINDING
+    assert "rope_angles" in failure.value.message
+
+
+def test_an_output_cast_to_float32_is_a_finding_whatever_is_declared() -> None:
+    """Every value of a float64 output exactly a float32 number: the result was cast, a step
+    no declaration covers (the logits of huggingface/transformers#29285's ``.float()``)."""
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((2, 5, 8))
+    assert not islands.rounded_output(values)
+    rounded = values.astype(np.float32).astype(np.float64)
+    assert islands.rounded_output(rounded)
+    assert not islands.rounded_output(np.zeros((2, 5, 8)))  # nothing to tell by
+    assert not islands.rounded_output(rounded[0, 0, :4])  # too few values to tell by
+    ignore = np.zeros(values.shape, bool)
+    ignore[0] = True
+    mixed = np.concatenate([values[:1], rounded[1:]])
+    assert islands.rounded_output(mixed, ignore)  # only judged values count
+    adapter = load_adapter("mutants.lm_logits_float32")
+    subject = next(iter(adapter.subjects()))
+    tck = Harness(adapter, subject, seed=0, record=Recorder())
+    found = islands.measure(tck)
+    assert isinstance(found, islands.Island) and found.output_in_float32, found
+    with pytest.raises(CheckFailure) as failure:
+        test_islands.test_float32_islands(tck)
+    assert failure.value.code == islands.FINDING
+    assert "rounded to float32" in failure.value.message
