@@ -490,7 +490,9 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "cache.ignored",
         "cause",
         "11.6",
-        "each decoded token attends only itself: the cache is not used",
+        "each decoded token attends only its own call's tokens, or those and the previous "
+        "call's: the cache is not used, or is replaced by each call's keys and values instead "
+        "of extended",
     ),
     (
         "cache.rope_offset_wrong",

@@ -311,8 +311,12 @@ NAMES: tuple[str, ...] = (
     "encoder_norm_on_branch",
     # a static cache whose keys alone are written one slot too far
     "cache_keys_slot_late",
-    # a static cache whose keys alone are written at its start by every call
+    # a static cache whose keys alone are written at its start by every call; one whose
+    # write position advances by one per call, not by the tokens written
     "cache_keys_slot_zero",
+    "cache_write_position_per_call",
+    # a cache replaced by each call's own keys and values instead of extended
+    "cache_replaced_by_call",
     # a value cache written with the keys; a static cache that returns its whole buffer
     "cache_values_hold_keys",
     "cache_whole_buffer_read",

@@ -522,6 +522,16 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             "hold zeros or an older call's (SPEC.md §11.6)",
             over_slots(keys=keys_order, values=values_order),
         )
+    # the write position advanced by one per call instead of by the call's tokens
+    # (``cache_pos.add_(1)`` for ``add_(n)``): right for one token per call
+    yield (
+        "cache.slots_overlap",
+        "the cache's write position advances by one slot per call instead of by the number "
+        "of tokens written (call k writes at slots k..k+n-1): a call of several tokens is "
+        "overwritten by the next calls, and the slots read after it hold zeros or other "
+        "tokens' entries (SPEC.md §11.6, §11.9)",
+        over_slots(keys="calls", values="calls"),
+    )
     # the value cache written with the keys (values[..., F:F + n] = keys): the full forward,
     # which reads no cache, is right
     yield (
@@ -626,6 +636,18 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "each decoded token attends only the tokens of its own call: the cache is not used "
         "(SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=diagonal),
+    )
+    # the cache each call returns holds its own keys and values only (``present = (k, v)``
+    # of the call, not of the concatenation): a call sees the previous call and itself
+    previous = diagonal.copy()
+    for (before, last), (start, stop) in itertools.pairwise(ranges):
+        previous[start:stop, before:last] = True
+    yield (
+        "cache.ignored",
+        "each decoded token attends only the tokens of its own call and of the call before: "
+        "the cache each call returns holds that call's keys and values alone, replaced "
+        "instead of extended, so every earlier call is forgotten (SPEC.md §11.6)",
+        decoder_only(component, inputs, p, c, conv, causal_keep=previous),
     )
 
 

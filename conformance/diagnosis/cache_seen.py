@@ -26,8 +26,8 @@ window, without padded keys), and the difference names the class:
 - **the window in steps**: the keys hidden are the oldest of the spec's window, or the keys
   added are the ones just before it: the cached steps see a window of another width (a
   rolling buffer that keeps fewer or more keys than ``window - 1``):
-  ``mask.sliding_window_wrong``; unless the queries at one place within their calls lose
-  more of the oldest keys the further decoding goes, or see none at all: the step's mask
+  ``mask.sliding_window_wrong``; unless the queries at one place within their calls see
+  fewer keys the further decoding goes, or none at all: the step's mask
   compares the queries' places with key indices offset by another count (the keys
   numbered from the first slot of a buffer that drops its oldest tokens):
   ``cache.causal_offset_wrong``;
@@ -187,17 +187,17 @@ def classify(
         # as many keys seen as kept, some exchanged for others: the mask on other tokens
         exchanged &= bool(added.size) and added.size == lost.size
     if narrower and (
-        _lost_grows(missing, differs, ranges) or (flat is not None and (flat & differs).any())
+        _seen_shrinks(seen, differs, ranges) or (flat is not None and (flat & differs).any())
     ):
         return (
             "cache.causal_offset_wrong",
-            "the decoded tokens lose more of their window's oldest keys the further decoding "
-            "goes, or see none, not even their own (their mask kept nothing; measured: each "
+            "the decoded tokens see fewer of their window's keys the further decoding goes, "
+            "or none, not even their own (their mask kept nothing; measured: each "
             "earlier token changed in turn moves the cached queries that see it): the cached "
             "step's mask compares the queries' places with key indices offset by a count "
             "other than the cache's length (keys numbered from the first slot of a buffer "
             "that drops its oldest tokens; SPEC.md §11.6, §4.5). A cache that keeps too few "
-            "keys loses the same number at every call",
+            "keys sees the same number at every call",
         )
     if narrower or wider:
         most = max(widths)
@@ -238,21 +238,28 @@ def classify(
     return None
 
 
-def _lost_grows(
-    missing: np.ndarray, differs: np.ndarray, ranges: list[tuple[int, int]] | None
+def _seen_shrinks(
+    seen: np.ndarray, differs: np.ndarray, ranges: list[tuple[int, int]] | None
 ) -> bool:
-    """Whether queries at the same place within their calls lose different numbers of keys
-    (``missing``, (B, L, L)) from one call to another: an offset that grows with the tokens
-    decoded, where a window or cache too narrow loses the same number at every call."""
+    """Whether a query sees fewer earlier keys (``seen``, (B, L, L)) than a query at the same
+    place within an earlier call, among the queries that differ from the spec (``differs``,
+    (B, L)): a window that closes in as decoding goes on (an offset that grows with the
+    tokens decoded), where a window or cache too narrow keeps the same number at every call."""
     if not ranges:
         return False
-    place = np.zeros(differs.shape[1], int)  # each query's index within its call
+    length = differs.shape[1]
+    below = np.tril(np.ones((length, length), bool), -1)
+    place = np.zeros(length, int)  # each query's index within its call
     for start, stop in ranges:
         place[start:stop] = np.arange(stop - start)
-    lost: dict[int, set[int]] = {}
-    for row, p in zip(*np.nonzero(differs), strict=True):
-        lost.setdefault(int(place[p]), set()).add(int(missing[row, p].sum()))
-    return any(len(counts) > 1 for counts in lost.values())
+    for row in range(differs.shape[0]):
+        fewest: dict[int, int] = {}  # place -> the fewest keys seen there so far
+        for p in np.nonzero(differs[row])[0]:
+            count, at = int((seen[row, p] & below[p]).sum()), int(place[p])
+            if at in fewest and count < fewest[at]:
+                return True
+            fewest[at] = min(count, fewest.get(at, count))
+    return False
 
 
 def _example(extra: np.ndarray, missing: np.ndarray) -> str:

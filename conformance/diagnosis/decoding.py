@@ -334,10 +334,13 @@ def cache_orders(
     slots F+1..F+n; slot 0 is never written and holds zeros), or written at the cache's
     start by every call (``"start"``: ``cache[:, 0:n] = new`` for ``cache[:, F:F + n]``;
     each call overwrites the first slots, and slots F..F+n-1, read, hold zeros or an older
-    call's tokens), or, for the values only, the call's keys stored in the value cache
-    (``"keys"``: ``values[..., F:F + n] = keys``, the prefill's included). Query i of a call
-    of n tokens on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
-    ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's index
+    call's tokens), or written at the slot of the call's own index (``"calls"``: a write
+    position advanced by one per call, not by the call's n tokens: right for one token per
+    call, a call of several overwrites its predecessors'), or, for the values only, the
+    call's keys stored in the value cache (``"keys"``: ``values[..., F:F + n] = keys``, the
+    prefill's included). Query i of a call of n tokens on T slots sees slots 0..T-n+i
+    (bottom-right by index, SPEC.md §11.6; a sliding ``window`` over slot indices, §4.5),
+    each masked by the padding entry at the slot's index
     (§11.7); the score of slot s uses the key held there, the weight multiplies the value
     held there. ``swapped``: every call after the first reads the cached keys as values and
     the cached values as keys (a ``(key, value)`` pair unpacked in the other order), and
@@ -368,9 +371,11 @@ def cache_orders(
                 used[name] = [EMPTY_SLOT, *range(stop - 1)]
             elif order == "keys":  # the value slots hold the tokens' keys
                 used[name] = used[name] + [t + length for t in new]
-            elif order == "start":  # the cache's first n slots overwritten, F..F+n-1 not
+            elif order in ("start", "calls"):  # written at slot 0, or at the call's index
+                at = 0 if order == "start" else call
                 extended = used[name] + [EMPTY_SLOT] * max(stop - len(used[name]), 0)
-                used[name] = new + extended[len(new) :]
+                extended[at : at + len(new)] = new
+                used[name] = extended
             elif order == "prepend" and call:
                 used[name] = new + used[name]
             else:

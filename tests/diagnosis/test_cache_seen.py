@@ -87,8 +87,8 @@ def test_the_same_loss_in_every_row_is_not_a_padding_class() -> None:
 
 def test_a_window_that_narrows_as_decoding_goes_on_is_an_offset() -> None:
     """Keys numbered from the first slot of a buffer that drops its oldest tokens: each call
-    loses one more of the window's oldest keys, where a cache too small loses the same
-    number at every call."""
+    sees fewer of the window's keys, where a cache too small sees the same number at every
+    call, and so does one that keeps the previous call only (no window declared)."""
     spec = _spec(4)
     seen = _without_own(spec).copy()
     for p in range(4, L):
@@ -98,6 +98,9 @@ def test_a_window_that_narrows_as_decoding_goes_on_is_an_offset() -> None:
     narrower = _without_own(_spec(3))  # one key fewer at every call
     found = classify(narrower, spec, _judged(), None, ranges=schedule(L, 1, 1))
     assert found is not None and found[0] == "mask.sliding_window_wrong", found
+    last_call = _without_own(_spec(2))  # the previous token only, whatever the window
+    found = classify(last_call, _spec(None), _judged(), None, ranges=schedule(L, 1, 1))
+    assert found is None or found[0] != "cache.causal_offset_wrong", found
 
 
 def test_a_query_whose_mask_kept_nothing_sees_no_key() -> None:
