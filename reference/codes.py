@@ -708,6 +708,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the layers of a stack read another layer's parameters (all the first's, or the last's)",
     ),
     (
+        "params.weight_reshaped",
+        "cause",
+        "0.2",
+        "a weight is read by a reshape where its axes should be exchanged: an (out, in) kernel "
+        "viewed as (in, out) by .reshape or .view instead of flattened and transposed (a "
+        "square weight used transposed), as ports between (in, out) and (out, in) layouts do",
+    ),
+    (
         "params.read_from_other_module",
         "cause",
         "0.2",

@@ -294,6 +294,9 @@ NAMES: tuple[str, ...] = (
     # heads left [B, L, H, d] for a kernel that reads [B, H, L, d]: raises on masked calls,
     # attends over the heads on unmasked ones
     "mha_heads_left_time_major",
+    "mha_heads_merged_axes_swapped",
+    # a projection's weight reshaped where it should be transposed (a kernel layout port)
+    "ffn_weight_reshaped",
     # classes read off the oracle's pieces, in components other than the op: a norm with
     # the other norm's statistics, RoPE's angles in 16 bits, a sinusoidal table's exponent
     # per feature or its rows offset, keys alone tiled over the query heads, patches cut
@@ -304,6 +307,7 @@ NAMES: tuple[str, ...] = (
     "seq2seq_pe_exponent_per_feature",
     "seq2seq_pe_offset_two",
     "gqa_keys_tiled",
+    "gqa_fused_split_kv_first",
     "vit_patch_strips",
     "vit_image_channels_last_reshaped",
     # a head of its own where the config ties it; a sublayer's norm moved onto its branch

@@ -47,7 +47,10 @@ The codes (SPEC.md Appendix B):
   output with one parameter (in every layer, where the stack repeats it) set to zero (a class
   token replaced by ``zeros_like``, a projection never applied); tried after every other
   hypothesis here, and not for the biases, norm gains and position tables, which have codes
-  of their own.
+  of their own;
+- ``params.weight_reshaped``: a weight of two or more axes read by a reshape where its axes
+  should be exchanged (a ``(out, in)`` kernel viewed as ``(in, out)``; a square one used
+  transposed), one name across a stack's layers at a time; tried last.
 
 The parameter hypotheses are read off the canonical parameter layout (``tck.reference.params``:
 ``q.weight``, ``norm1.weight``, ``layers.<i>.``), not off a list of components, so every
@@ -482,10 +485,24 @@ def _merge_heads_no_transpose(x: Any) -> np.ndarray:
     return oracle._f64(x).reshape(b, length, h * d)
 
 
+def _merge_heads_read_as(order: str) -> Callable[[Any], np.ndarray]:
+    """``merge_heads`` that lays the (B, H, L, d) context out with its last three axes in
+    ``order`` (a permutation of "HLd") before the reshape to (B, L, H*d)."""
+    axes = (0, *(1 + "HLd".index(a) for a in order))
+
+    def merge_heads(x: Any) -> np.ndarray:
+        b, h, length, d = x.shape
+        return np.transpose(oracle._f64(x), axes).reshape(b, length, h * d)
+
+    return merge_heads
+
+
 def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
-    """Heads merged by a reshape without the transpose, in any head-bearing component (mha
-    has its own check, test_attention.test_heads_merge_order; inside a layer, a stack or a
-    ViT only the oracle comparison sees it)."""
+    """Heads merged by a reshape without the transpose, or with the context's axes in another
+    order (a per-example ``(H, L, d)`` tensor, batched by vmap, transposed on the wrong pair
+    of axes), in any head-bearing component (mha has its own check,
+    test_attention.test_heads_merge_order; inside a layer, a stack or a ViT only the oracle
+    comparison sees it). Feature-major (L, d, H) is ``hypotheses_strided``'s."""
     if not reaches(component, "merge_heads"):
         return
     yield Alternative(
@@ -496,6 +513,17 @@ def head_merge_hypotheses(component: str) -> Iterator[Alternative]:
         "the output projection (SPEC.md §3.3)",
         pieces={"merge_heads": _merge_heads_no_transpose},
     )
+    for order in ("HdL", "dHL", "dLH"):
+        shown = ", ".join(order).replace("d", "d_k")
+        yield Alternative(
+            "attention.heads_merged_wrong_order",
+            f"the output is the spec's with the heads merged from the context laid out as "
+            f"(B, {shown}) before the reshape to (B, L, H*d_k) instead of (B, L, H, d_k): the "
+            "transpose is taken on another pair of axes (a per-example (H, L, d_k) tensor "
+            "transposed as the batched one would be), so positions, heads and features are "
+            "scrambled before the output projection (SPEC.md §3.3)",
+            pieces={"merge_heads": _merge_heads_read_as(order)},
+        )
 
 
 def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternative]:
@@ -714,6 +742,21 @@ def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
             "weights loaded into each other's places; SPEC.md §3.4, §0.2)",
             params=out,
         )
+    # with grouped-query heads a fused [q | k | v] projection cut in another order, each
+    # part at its own width (``key_value, query = qkv.split((2 * kv, d))``, GPTBigCode's
+    # multi-query split written the other way round): the parts straddle the boundaries
+    if not all(_same_shapes(params, p, iter((("q", "k"), ("q", "v")))) for p in prefixes):
+        for order in itertools.permutations("qkv"):
+            if order == ("q", "k", "v"):
+                continue
+            yield Alternative(
+                "attention.qkv_order_wrong",
+                f"the output is the spec's with the fused [q | k | v] projection cut as "
+                f"{', '.join(order)}, each part at its own width: a fused projection split "
+                "in the wrong order, so with narrower key/value heads the parts straddle "
+                "the boundaries of q, k and v (SPEC.md §3.4, §11.2, §0.2)",
+                params=_fused_cut(params, prefixes, order),
+            )
     n_heads = getattr(config, "n_heads", 0)
     if not all(_same_shapes(params, p, iter((("q", "k"), ("q", "v")))) for p in prefixes):
         return  # a fused [3, H, d] weight needs as many key/value heads as query heads
@@ -738,6 +781,22 @@ def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
                 "the wrong slices of the fused weight (SPEC.md §3.4, §0.2)",
                 params=out,
             )
+
+
+def _fused_cut(params: Arrays, prefixes: list[str], order: tuple[str, ...]) -> Arrays:
+    """``params`` with q, k and v fused in that order (rows stacked) and cut back in
+    ``order``, each part as many rows as its own projection has."""
+    out = dict(params)
+    for prefix in prefixes:
+        for leaf in _leaves(params, prefix):
+            pieces = {x: np.asarray(params[f"{prefix}{x}.{leaf}"], dtype=np.float64) for x in "qkv"}
+            fused = np.concatenate([pieces[x] for x in "qkv"], axis=0)
+            at = 0
+            for name in order:
+                rows = pieces[name].shape[0]
+                out[f"{prefix}{name}.{leaf}"] = fused[at : at + rows]
+                at += rows
+    return out
 
 
 def _fused_relaid(
@@ -826,6 +885,41 @@ def unused_param_hypotheses(component: str, params: Arrays | None) -> Iterator[A
 
 
 _LAYER = re.compile(r"^(.*?layers\.)(\d+)\.(.+)$")
+
+
+def reshaped_weight_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
+    """Each weight of two or more axes (one name across a stack's layers) reinterpreted by a
+    reshape where its axes should be exchanged: a ``(out, in...)`` kernel read as
+    ``(in, out)`` by ``.reshape``/``.view`` instead of flattened and transposed (for a square
+    weight: the weight used transposed). Then every such weight at once (a port that does it
+    for every layer of one kind)."""
+    if not params:
+        return
+    groups: dict[str, list[str]] = {}
+    for key in params:
+        value = np.asarray(params[key])
+        if not key.endswith("weight") or value.ndim < 2 or POSITION_TABLE.search(key):
+            continue
+        if key.rsplit(".", 2)[-2].startswith("embedding"):
+            continue  # a table read by row, not a kernel
+        match = _LAYER.match(key)
+        name = f"{match.group(1)}<i>.{match.group(3)}" if match else key
+        groups.setdefault(name, []).append(key)
+
+    def reshaped(key: str) -> np.ndarray:
+        weight = np.asarray(params[key], dtype=np.float64)
+        rows = weight.shape[0]
+        return weight.reshape(-1, rows).T.reshape(weight.shape)
+
+    for name, keys in groups.items():
+        yield Alternative(
+            "params.weight_reshaped",
+            f"the output is the spec's with {name} read by a reshape where its axes should "
+            "be exchanged: the (out, in) kernel viewed as (in, out) (`.reshape`/`.view` for "
+            "a flatten and a transpose; a square weight used transposed), as a port between "
+            "a (in, out) and an (out, in) layout does",
+            params={**params, **{k: reshaped(k) for k in keys}},
+        )
 
 
 def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
@@ -1017,6 +1111,7 @@ def more_hypotheses(
     yield from one_norm_eps_hypotheses(component, params)
     yield from other_module_hypotheses(params)
     yield from unused_param_hypotheses(component, params)
+    yield from reshaped_weight_hypotheses(params)
 
 
 def explained_by_one_other_field(

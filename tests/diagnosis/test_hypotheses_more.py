@@ -327,3 +327,45 @@ def test_one_norm_at_another_eps_is_named(component: str) -> None:
     )
     assert found == "layer_norm.eps_wrong", message
     assert "norm1 norms" in message
+
+
+def _cut_in_order(params, order: str):  # type: ignore[no-untyped-def]
+    """q, k, v stacked [q | k | v] and cut back in ``order``, each part its own width."""
+    out = dict(params)
+    for key in params:
+        for leaf in ("weight", "bias"):
+            if not key.endswith(f"q.{leaf}"):
+                continue
+            stem = key[: -len(f"q.{leaf}")]
+            parts = {x: np.asarray(params[f"{stem}{x}.{leaf}"]) for x in "qkv"}
+            rows = np.cumsum([0, *(len(parts[x]) for x in order)])
+            fused = np.concatenate([parts[x] for x in "qkv"])
+            for x, start, stop in zip(order, rows[:-1], rows[1:], strict=True):
+                out[f"{stem}{x}.{leaf}"] = fused[start:stop]
+    return out
+
+
+def test_a_fused_projection_cut_in_another_order_is_named_with_grouped_heads() -> None:
+    """With narrower key/value heads a fused [q | k | v] projection cut as k, v, q (each part
+    at its own width: GPTBigCode's multi-query split written the other way round) is no
+    exchange of whole projections: the parts straddle q, k and v. Named by the class."""
+    import dataclasses
+
+    from tck.conformance.diagnosis.explain import explain
+
+    adapter = load_adapter("reference")
+    subject = next(s for s in adapter.subjects() if s.component == "causal_self_attention")
+    tck = Harness(adapter, subject, seed=0)
+    inst = tck.instance(dataclasses.replace(tck.instance().config, n_kv_heads=2))
+    assert inst.config.kv_heads < inst.config.n_heads
+    wrong = _cut_in_order(inst.params, "kvq")
+    tck.run = lambda inst, given: expected(  # type: ignore[method-assign]
+        "causal_self_attention", given, wrong, inst.config, inst.conventions
+    )
+    inputs = tck.inputs(inst, Shape())
+    test = tck.run(inst, inputs)
+    code, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs))
+    )
+    assert code == "attention.qkv_order_wrong", message
+    assert "k, v, q" in message
