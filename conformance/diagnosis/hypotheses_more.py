@@ -757,9 +757,8 @@ def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
                 "the boundaries of q, k and v (SPEC.md §3.4, §11.2, §0.2)",
                 params=_fused_cut(params, prefixes, order),
             )
-    n_heads = getattr(config, "n_heads", 0)
-    if not all(_same_shapes(params, p, iter((("q", "k"), ("q", "v")))) for p in prefixes):
         return  # a fused [3, H, d] weight needs as many key/value heads as query heads
+    n_heads = getattr(config, "n_heads", 0)
     layouts = (("part_major", "head-major [H, 3, d]"), ("head_major", "part-major"))
     for ranks in (1, *RANK_GROUPS):
         if not n_heads or n_heads % ranks or (ranks > 1 and n_heads // ranks < 2):
@@ -891,8 +890,7 @@ def reshaped_weight_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
     """Each weight of two or more axes (one name across a stack's layers) reinterpreted by a
     reshape where its axes should be exchanged: a ``(out, in...)`` kernel read as
     ``(in, out)`` by ``.reshape``/``.view`` instead of flattened and transposed (for a square
-    weight: the weight used transposed). Then every such weight at once (a port that does it
-    for every layer of one kind)."""
+    weight: the weight used transposed). Embedding tables, read by row, are not kernels."""
     if not params:
         return
     groups: dict[str, list[str]] = {}
@@ -917,7 +915,7 @@ def reshaped_weight_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
             f"the output is the spec's with {name} read by a reshape where its axes should "
             "be exchanged: the (out, in) kernel viewed as (in, out) (`.reshape`/`.view` for "
             "a flatten and a transpose; a square weight used transposed), as a port between "
-            "a (in, out) and an (out, in) layout does",
+            "an (in, out) and an (out, in) layout does",
             params={**params, **{k: reshaped(k) for k in keys}},
         )
 
