@@ -426,8 +426,65 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      V_PATCH, "permute(0, 2, 1) of a 3-D tensor is transpose(1, 2)."),
 ]
 
-# Phase 2: bug id -> (expected_codes, class_without_code); empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected_codes, class_without_code), assigned after the phase-1 commit
+# from each bug's frozen class and SPEC.md Appendix C's one-line meanings (PROTOCOL.md).
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "n.causal_diagonal_masked": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "n.causal_mask_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "n.attn_mask_keep_polarity": (["mask.polarity_inverted", "mask.causal_leak"], ""),
+    "n.key_padding_keep_mask": (["mask.polarity_inverted"], ""),
+    "n.no_key_rows_any": ([], "real query rows zeroed after attention whenever any of their keys is masked (a future key or a pad), not only the rows with no key left: with a padding mask every row but those that see all keys outputs zero"),
+    "n.cache_not_used": (["cache.ignored"], ""),
+    "n.cache_prepended": (["cache.keys_prepended"], ""),
+    "n.is_causal_hint": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "n.one_head": (["attention.head_count_wrong", "attention.scale_wrong"], ""),
+    "n.attn_input_unnormed": ([], "a pre-LN sublayer's norm skipped entirely: every input of the attention (queries, keys and values) is the un-normalised residual stream, and that norm's gain and bias never act"),
+    "n.mlp_residual_dropped": (["blocks.residual_missing"], ""),
+    "n.mlp_reads_ln_1": (["params.read_from_other_module"], ""),
+    "n.gelu_exact": (["ffn.activation_gelu"], ""),
+    "n.mlp_dropout_always": (["dropout.active_in_eval"], ""),
+    "n.lm_head_untied": (["model.head_not_tied"], ""),
+    "n.positions_from_ids": (["positional.positions_ignored"], ""),
+    "n.positions_restart": (["cache.position_offset_wrong"], ""),
+    "n.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "n.logits_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "n.ln_eps_bert": (["layer_norm.eps_wrong"], ""),
+    "d.pe_cos_on_even": ([], "the sinusoidal table holds the cosine in both members of each pair (cos, cos), no sine at all"),
+    "d.pe_frequency_per_column": (["positional.frequency_wrong"], ""),
+    "d.pe_float32_table": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "d.pe_positions_from_one": (["positional.position_offset"], ""),
+    "d.scale_model_width": (["attention.scale_wrong"], ""),
+    "d.scale_twice": (["attention.scale_wrong"], ""),
+    "d.mask_polarity": (["mask.polarity_inverted"], ""),
+    "d.mask_fill_float32_tensor": (["numerics.fill_value_overflow", "mask.fully_masked_rows_nan"], ""),
+    "d.mask_fill_zero": (["mask.added_as_bias"], ""),
+    "d.mask_not_assigned": (["mask.ignored"], ""),
+    "d.softmax_query_axis": (["attention.softmax_axis_wrong"], ""),
+    "d.split_heads_no_transpose": (["attention.heads_split_wrong_order"], ""),
+    "d.merge_heads_no_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "d.value_from_key_proj": (["attention.value_uses_key_projection"], ""),
+    "d.sa_residual_dropped": (["blocks.residual_missing"], ""),
+    "d.ffn_residual_from_input": (["blocks.residual_from_layer_input"], ""),
+    "d.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "d.ln_eps_default": (["layer_norm.eps_wrong"], ""),
+    "d.ffn_dropout_always": (["dropout.active_in_eval"], ""),
+    "d.layers_read_stack_input": ([], "every layer of a stack computes from the stack's input instead of the previous layer's output, so the stack's output is its last layer applied to the input alone"),
+    "v.patches_reshaped": (["vit.patch_extraction_wrong", "vit.patch_order"], ""),
+    "v.patches_overlap": (["vit.patch_extraction_wrong", "shape.wrong_output_shape"], ""),
+    "v.image_transposed": (["vit.patch_order", "vit.patch_kernel_transposed"], ""),
+    "v.pos_embed_dropped": (["positional.positions_ignored", "params.unused"], ""),
+    "v.cls_no_position": (["vit.cls_pos_embed_missing"], ""),
+    "v.cls_appended": (["vit.pooling_wrong_token"], ""),
+    "v.mean_pool": (["vit.pooling_mean_with_cls"], ""),
+    "v.pos_dropout_always": (["dropout.active_in_eval"], ""),
+    "v.post_ln": (["blocks.norm_placement_post"], ""),
+    "v.batch_first_false": (["batch.rows_interact"], ""),
+    "v.activation_relu": (["ffn.activation_relu"], ""),
+    "v.key_padding_unnegated": (["mask.polarity_inverted"], ""),
+    "v.causal_mask_inverted": (["mask.polarity_inverted", "mask.causal_leak"], ""),
+    "v.final_norm_eps": (["layer_norm.eps_wrong"], ""),
+    "v.cls_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
@@ -440,6 +497,9 @@ def _locate(impl: str, stripped: str) -> tuple[int, str]:
 
 
 def main() -> None:
+    unknown = set(PHASE_2) - {row[0] for row in BUGS}
+    if unknown:
+        raise ValueError(f"PHASE_2 names unknown bugs: {sorted(unknown)}")
     bugs: list[dict[str, Any]] = []
     for bid, impl, original, replacement, comps, family, klass, desc, report in BUGS:
         number, indent = _locate(impl, original)
