@@ -395,7 +395,8 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "cause",
         "7.1",
         "a pre-LN sublayer's norm reaches only some of the attention's inputs (the queries "
-        "alone, or the keys and values alone, taken from the stream before the norm)",
+        "alone, or the keys and values alone, taken from the stream before the norm) or none "
+        "(the norm skipped, the residual add kept)",
     ),
     (
         "blocks.not_permutation_equivariant",

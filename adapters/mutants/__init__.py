@@ -343,6 +343,9 @@ NAMES: tuple[str, ...] = (
     # a pre-LN norm that reaches the queries alone; a later sublayer's branch read from the
     # layer's input
     "encoder_norm_keys_values_bypassed",
+    "block_attention_norm_skipped",
+    # a learned position table indexed by the token ids
+    "gpt_positions_from_ids",
     "encoder_ffn_reads_layer_input",
     # one stack of an encoder-decoder without its final norm
     "seq2seq_encoder_final_norm_missing",

@@ -737,8 +737,9 @@ def _table_offset_hypotheses(
 ) -> Iterable[Alternative]:
     """A learned position table read at p + offset inside a component that holds the table
     and numbers its tokens (a causal LM: ``wpe[positions + 1]``), whether or not the call
-    gives position ids (without them the spec's are 0 .. L-1). Components whose record has
-    a positional encoding of their own get ``_offset_hypotheses``."""
+    gives position ids (without them the spec's are 0 .. L-1), or read at the token ids.
+    Components whose record has a positional encoding of their own get
+    ``_offset_hypotheses``."""
     if record(component).has("positional") or not any(
         POSITION_TABLE.search(k) for k in params or {}
     ):
@@ -751,6 +752,15 @@ def _table_offset_hypotheses(
     positions = (
         np.broadcast_to(np.arange(length), (b, length)) if given is None else np.asarray(given)
     )
+    if np.issubdtype(np.asarray(tokens).dtype, np.integer):
+        # the table indexed by the token ids (``wpe(input_ids)`` for ``wpe(position_ids)``)
+        yield Alternative(
+            "positional.positions_ignored",
+            "the output is the spec's with the learned position table indexed by the token "
+            "ids instead of the positions (wpe(input_ids) for wpe(position_ids)): the "
+            "positions never reach it (SPEC.md §2.5)",
+            inputs={**inputs, "positions": np.asarray(tokens)},
+        )
     for offset in POSITION_OFFSETS:
         if positions.size and int(positions.min()) + offset < 0:
             continue

@@ -250,6 +250,12 @@ def residual_from_layer_input_hypotheses(
 _NORM_BYPASSES = (
     ("self", "kv", "the keys and values projected from the un-normalised sublayer input"),
     ("self", "q", "the queries projected from the un-normalised sublayer input"),
+    (
+        "self",
+        "qkv",
+        "the queries, keys and values all projected from the un-normalised sublayer input "
+        "(the sublayer's norm skipped, its residual add kept)",
+    ),
     ("cross", "q", "the cross-attention's queries taken from the un-normalised stream"),
 )
 
@@ -258,8 +264,8 @@ def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..
     """Pieces (built anew for each evaluation) under which every pre-LN attention sublayer
     of kind ``call`` (``self``: query, key and value the same tensor; ``cross``: keys from
     the memory) feeds its attention the sublayer's input before the norm for ``inputs``
-    (``q`` or ``kv``) and the normalised input for the rest (SPEC.md §7.1: the branch is
-    f(Norm(x)), every input of f normalised)."""
+    (``q``, ``kv`` or all three, ``qkv``) and the normalised input for the rest (SPEC.md
+    §7.1: the branch is f(Norm(x)), every input of f normalised)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         raw: list[Any] = [None]  # the input of the sublayer being run, before its norm
@@ -274,13 +280,23 @@ def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..
         def attention(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
             kind = "self" if key is query else "cross"
             if raw[0] is not None and kind == call and np.shape(raw[0]) == np.shape(query):
-                if inputs == "q":
+                if "q" in inputs:
                     query = raw[0]
-                else:
+                if "kv" in inputs:
                     key = value = raw[0]
             return oracle.multi_head_attention(query, key, value, *args, **kwargs)
 
-        return {"_sublayer": sublayer, "multi_head_attention": attention}
+        def causal_attention(x: Any, *args: Any, **kwargs: Any) -> Any:
+            # one input for queries, keys and values: only all three can bypass the norm
+            if raw[0] is not None and inputs == "qkv" and np.shape(raw[0]) == np.shape(x):
+                x = raw[0]
+            return oracle.causal_self_attention(x, *args, **kwargs)
+
+        return {
+            "_sublayer": sublayer,
+            "multi_head_attention": attention,
+            "causal_self_attention": causal_attention,
+        }
 
     return pieces
 
@@ -288,19 +304,26 @@ def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..
 def norm_bypass_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
     """A pre-LN attention sublayer whose norm output reaches only some of the attention's
     inputs (the queries alone, or the keys and values alone; a cross-attention's queries
-    taken from the stream before the norm)."""
+    taken from the stream before the norm) or none of them (the norm call skipped)."""
     if getattr(conventions, "norm_placement", None) != "pre":
         return
-    if not (reaches(component, "_sublayer") and reaches(component, "multi_head_attention")):
+    if not reaches(component, "_sublayer"):
+        return
+    decoder_only = reaches(component, "causal_self_attention")
+    if not (decoder_only or reaches(component, "multi_head_attention")):
         return
     for call, inputs, words in _NORM_BYPASSES:
         if call == "cross" and not reaches(component, "decoder_layer"):
             continue  # no cross-attention here
+        if decoder_only and inputs != "qkv":
+            continue  # one input for queries, keys and values (SPEC.md §11.1)
         yield Alternative(
             "blocks.norm_bypassed",
-            f"the output is the spec's with {words}, the other inputs of the attention "
-            "normalised: the pre-LN branch is f(Norm(x)) with every input of f normalised, "
-            "here the norm reaches part of it (SPEC.md §7.1)",
+            f"the output is the spec's with {words}"
+            + ("" if inputs == "qkv" else ", the other inputs of the attention normalised")
+            + ": the pre-LN branch is f(Norm(x)) with every input of f normalised, here the "
+            + ("norm reaches none of it" if inputs == "qkv" else "norm reaches part of it")
+            + " (SPEC.md §7.1)",
             pieces=_norm_bypassed(call, inputs),
         )
 
