@@ -703,6 +703,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a gated FFN activates the product gate(x) * up(x) instead of gate(x) alone",
     ),
     (
+        "blocks.layers_not_chained",
+        "cause",
+        "7.3",
+        "every layer of a stack computes from the stack's input instead of the previous "
+        "layer's output (out = layer(x) in the loop for x = layer(x)): only the last layer "
+        "reaches the output",
+    ),
+    (
         "blocks.layer_params_wrong",
         "cause",
         "7.3 0.2",

@@ -346,6 +346,8 @@ NAMES: tuple[str, ...] = (
     "block_attention_norm_skipped",
     # a learned position table indexed by the token ids
     "gpt_positions_from_ids",
+    # a stack whose layers all compute from the stack's input
+    "encoder_layers_not_chained",
     "encoder_ffn_reads_layer_input",
     # one stack of an encoder-decoder without its final norm
     "seq2seq_encoder_final_norm_missing",

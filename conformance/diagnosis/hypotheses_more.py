@@ -36,6 +36,8 @@ The codes (SPEC.md Appendix B):
   canonical parameters hold q, k and v projections of one shape;
 - ``layer_norm.gain_unused``: the norm's gain is loaded but never multiplied (every norm, or
   every norm of one name: ``norm1`` of each layer), wherever a norm weight is not all ones;
+- ``blocks.layers_not_chained``: every layer of a stack computes from the stack's input
+  instead of the layer before it (only the last layer reaches the output; §7.3);
 - ``blocks.layer_params_wrong``: every layer of a stack reads the first layer's parameters,
   or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
   layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3);
@@ -943,6 +945,42 @@ def reshaped_weight_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
         )
 
 
+def _layers_unchained(piece: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation) under which every call of the layer function
+    ``piece`` after the first takes the first call's input: each layer of the stack
+    computes from the stack's input, not from the layer before it."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        first: list[Any] = [None]
+
+        def layer(x: Any, *args: Any, **kwargs: Any) -> Any:
+            if first[0] is None:
+                first[0] = oracle._f64(x)
+            elif np.shape(first[0]) == np.shape(x):
+                x = first[0]
+            return getattr(oracle, piece)(x, *args, **kwargs)
+
+        return {piece: layer}
+
+    return pieces
+
+
+def unchained_layer_hypotheses(component: str) -> Iterator[Alternative]:
+    """Every layer of a stack computing from the stack's input instead of the previous
+    layer's output (``out = layer(x)`` in the loop for ``x = layer(x)``): only the last
+    layer's computation reaches the output (SPEC.md §7.3)."""
+    for piece in ("encoder_layer", "decoder_layer", "decoder_block"):
+        if reaches(component, piece):
+            yield Alternative(
+                "blocks.layers_not_chained",
+                "the output is the spec's with every layer of the stack computing from the "
+                "stack's input instead of the previous layer's output (out = layer(x) in the "
+                "loop for x = layer(x)): only the last layer reaches the output (SPEC.md "
+                "§7.3)",
+                pieces=_layers_unchained(piece),
+            )
+
+
 def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
     """Every layer of a stack reading the first layer's parameters, or the last layer's."""
     stacks: dict[str, dict[int, dict[str, str]]] = {}  # stack prefix -> layer -> rest -> key
@@ -1127,6 +1165,7 @@ def more_hypotheses(
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)
     yield from layer_params_hypotheses(params)
+    yield from unchained_layer_hypotheses(component)
     yield from gating_hypotheses(component)
     yield from normalised_logits_hypotheses(component)
     yield from one_norm_eps_hypotheses(component, params)
