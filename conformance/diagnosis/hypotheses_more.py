@@ -72,6 +72,7 @@ import numpy as np
 
 from tck.reference import oracle, record
 from tck.reference.codes import code as registered
+from tck.reference.components import select
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
@@ -969,7 +970,7 @@ def unchained_layer_hypotheses(component: str) -> Iterator[Alternative]:
     """Every layer of a stack computing from the stack's input instead of the previous
     layer's output (``out = layer(x)`` in the loop for ``x = layer(x)``): only the last
     layer's computation reaches the output (SPEC.md §7.3)."""
-    for piece in ("encoder_layer", "decoder_layer", "decoder_block"):
+    for piece in select(level="layer"):  # the oracle runs each layer by its own name
         if reaches(component, piece):
             yield Alternative(
                 "blocks.layers_not_chained",
