@@ -924,7 +924,8 @@ def reshaped_weight_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
         value = np.asarray(params[key])
         if not key.endswith("weight") or value.ndim < 2 or POSITION_TABLE.search(key):
             continue
-        if key.rsplit(".", 2)[-2].startswith("embedding"):
+        module = key.rsplit(".", 2)[-2] if "." in key else ""
+        if module.startswith("embedding"):
             continue  # a table read by row, not a kernel
         match = _LAYER.match(key)
         name = f"{match.group(1)}<i>.{match.group(3)}" if match else key
