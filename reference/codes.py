@@ -828,6 +828,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "the sinusoidal table holds cos on the first member of each pair and sin on the second",
     ),
     (
+        "positional.pair_function_repeated",
+        "cause",
+        "2.1 2.2",
+        "the sinusoidal table holds the same function on both members of each pair (sin on "
+        "both, or cos on both), so a pair is no rotation of one angle",
+    ),
+    (
         "ffn.activation_wrong",
         "cause",
         "6.1 11.3",

@@ -14,8 +14,8 @@ components:
   solved base equal to the declared one squared or square-rooted is the exponent ``i/d``
   for ``2i/d`` (``arange(0, d // 2) / d``) or ``4i/d``, not another base.
 - **A sinusoidal table with the wrong function on a member of each pair**: sine on both
-  members (``positional.not_relative``: the encoding of p + k is then no fixed linear map of
-  p's), cosine on both (the same), or cosine on the even members and sine on the odd
+  members or cosine on both (``positional.pair_function_repeated``: the encoding of p + k is
+  then no fixed linear map of p's), or cosine on the even members and sine on the odd
   (``positional.sin_cos_swapped``); its exponent taken per feature (``j/d``,
   ``positional.frequency_wrong``); its rows read at ``p + k``
   (``positional.position_offset``), where no ``positions`` input can be shifted.
@@ -186,8 +186,8 @@ def positional_base_hypotheses(
 
 # (function of the even member, function of the odd member) of each pair, besides (sin, cos)
 _PAIR_FUNCTIONS = {
-    ("sin", "sin"): "positional.not_relative",
-    ("cos", "cos"): "positional.not_relative",
+    ("sin", "sin"): "positional.pair_function_repeated",
+    ("cos", "cos"): "positional.pair_function_repeated",
     ("cos", "sin"): "positional.sin_cos_swapped",
 }
 

@@ -28,6 +28,7 @@ from tck.reference import DECODER_CANONICAL
     [
         ("seq2seq_pe_linspace_exponent", "positional.frequency_wrong"),
         ("seq2seq_pe_cos_sin_swapped", "positional.sin_cos_swapped"),
+        ("pe_cos_on_both", "positional.pair_function_repeated"),
         ("rope_exponent_doubled", "positional.frequency_wrong"),
         ("ffn_squared_relu", "ffn.activation_wrong"),
         ("swiglu_gate_quick_gelu", "ffn.activation_wrong"),
@@ -106,7 +107,10 @@ def test_a_table_spaced_over_half_d_minus_one_is_a_frequency_bug(component: str)
 
 @pytest.mark.parametrize(
     ("even", "odd", "code"),
-    [("sin", "sin", "positional.not_relative"), ("cos", "cos", "positional.not_relative")],
+    [
+        ("sin", "sin", "positional.pair_function_repeated"),
+        ("cos", "cos", "positional.pair_function_repeated"),
+    ],
 )
 def test_the_table_functions_are_named_in_a_whole_model(even: str, odd: str, code: str) -> None:
     table = Alternative("", "", pieces={"sinusoidal_pe": fitted._sinusoidal_pe_with(even, odd)})
