@@ -306,6 +306,8 @@ NAMES: tuple[str, ...] = (
     "rope_angles_half",
     "seq2seq_pe_exponent_per_feature",
     "seq2seq_pe_offset_two",
+    # a decoder's key-padding keep-mask read as a pad mask (True = hidden)
+    "lm_key_padding_inverted",
     # a sinusoidal table with the same function on both members of each pair
     "pe_cos_on_both",
     "gqa_keys_tiled",

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tck.reference import param_shapes
+from tck.reference import oracle, param_shapes
 from tck.reference.tolerance import Comparison, compare
 from tck.reference.variants import expected_under, oracle_variant
 
@@ -58,6 +58,12 @@ class Alternative:
     nan: str = "compare"
     # applied to the oracle's output (a model that normalises its logits), None: nothing
     after: Callable[[np.ndarray], np.ndarray] | None = None
+    # True: the query rows the alternative leaves with no key (in any attention whose rows
+    # are the output's rows) come out NaN, for the ``nan`` rule to judge. What a row with no
+    # key outputs is §4.4's own question (a module may zero it after its output projection,
+    # where the oracle zeroes the attention's row): a mask hypothesis that empties rows the
+    # spec does not is judged on the rows that still see keys.
+    keyless_nan: bool = False
 
     def __post_init__(self) -> None:
         if self.nan not in NAN_RULES:
@@ -96,10 +102,34 @@ def output_of(
     if alternative.conventions and alternative.params is None:
         chosen = completed_params(component, chosen, config, conv)
     pieces = alternative.pieces() if callable(alternative.pieces) else alternative.pieces
+    keyless: list[np.ndarray] = []
+    if alternative.keyless_nan:
+        pieces = {**pieces, "scaled_dot_product_attention": _recording_keyless(pieces, keyless)}
     variant = oracle_variant(pieces) if pieces else None
     call_inputs = inputs if alternative.inputs is None else alternative.inputs
     out = expected_under(variant, component, call_inputs, chosen, config, conv)
+    for rows in keyless:
+        if np.ndim(out) > 2 and rows.shape == np.shape(out)[:2] and rows.any():
+            out = np.where(rows[(...,) + (None,) * (np.ndim(out) - 2)], np.nan, out)
     return out if alternative.after is None else alternative.after(out)
+
+
+def _recording_keyless(pieces: Pieces, rows: list[np.ndarray]) -> Callable[..., np.ndarray]:
+    """The attention core ``pieces`` use (the oracle's unless they replace it), recording in
+    ``rows`` each batched call's query rows with no key kept, as (B, Lq)."""
+    attend = pieces.get("scaled_dot_product_attention", oracle.scaled_dot_product_attention)
+
+    def attention(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
+        if keep_mask is not None:
+            lq, lk = np.shape(q)[-2], np.shape(k)[-2]
+            lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
+            if lead:
+                keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), (*lead, lq, lk))
+                empty = ~keep.any(axis=-1)  # (B, ..., Lq)
+                rows.append(empty.reshape(lead[0], -1, lq).any(axis=1))
+        return attend(q, k, v, keep_mask, **kwargs)
+
+    return attention
 
 
 def within(

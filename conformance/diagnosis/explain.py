@@ -638,13 +638,16 @@ def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
         k for k in ("keep_mask", "key_padding", "attn_mask", "memory_key_padding") if k in inputs
     ]
     if masks:
-        yield Alternative(
+        inverted = Alternative(
             "mask.polarity_inverted",
             "the output is what the spec gives with every keep-mask inverted: the "
             "implementation attends to the padded keys and ignores the real ones",
             inputs={**inputs, **{k: ~np.asarray(inputs[k]) for k in masks}},
             nan="ignore",
         )
+        yield inverted
+        # the rows the inversion leaves without a key, whatever the subject outputs there
+        yield dataclasses.replace(inverted, keyless_nan=True)
         yield Alternative(
             "mask.ignored",
             "the output is what the spec gives with no mask at all: the mask has no "

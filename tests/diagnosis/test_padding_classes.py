@@ -68,6 +68,27 @@ def test_an_inverted_mask_is_named_on_a_causal_subject_whatever_its_pad_rows() -
     assert code == "mask.polarity_inverted", message
 
 
+def test_an_inverted_mask_is_named_whatever_the_rows_it_empties_output() -> None:
+    """A module that zeroes the rows left without a key after its output projection (where
+    the oracle zeroes the attention's row, §4.4), reading the padding mask inverted: the real
+    rows the inversion empties are not judged, the rows that still see keys name it."""
+    tck = _harness("reference", "causal_self_attention")
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape(batch=2, lq=9, lk=9, lengths=(9, 5)))
+    keep = np.asarray(inputs["key_padding"]).copy()
+    keep[0, :3] = False  # row 0 left-padded: its real rows still see keys once inverted
+    inputs["key_padding"] = keep
+    test = tck.gold(inst, {**inputs, "key_padding": ~keep}).copy()
+    keyless = ~np.cumsum(~keep, axis=1).astype(bool)  # no earlier-or-own pad to attend
+    assert keyless[1, :5].all() and not keyless[0].any()
+    test[keyless] = 0.0
+    tck.run = lambda inst, given: test  # type: ignore[method-assign]
+    code, message = explain(
+        tck, inst, inputs, test, tck.compare(inst, test, tck.gold(inst, inputs), inputs=inputs)
+    )
+    assert code == "mask.polarity_inverted", message
+
+
 def test_a_hypothesis_that_differs_only_where_nothing_is_promised_is_no_evidence() -> None:
     spec = np.zeros((1, 3, 2))
     gold = spec.copy()
