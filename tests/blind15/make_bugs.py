@@ -522,8 +522,73 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "np.var defaults to ddof=0: the biased variance, the same statistic"),
 ]
 
-# Phase 2: bug id -> (expected codes, class without a code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected codes, class without a code), from each bug's frozen class and
+# the one-line meanings of SPEC.md Appendix C (PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # ---- litgpt_llama
+    "l.rope_rotated_interleaved": (["rope.table_layout_mismatch"], ""),
+    "l.rope_frequency_exponent": ([], "RoPE's inverse frequencies formed with the exponent i/d instead of 2i/d (every pair but the first rotates at a wrong frequency); no code names a wrong RoPE frequency (positional.frequency_wrong is the sinusoidal table's, §2.1)"),
+    "l.rope_table_interleaved": (["rope.table_layout_mismatch"], ""),
+    "l.rope_positions_bfloat16": (["numerics.rope_angles_low_precision"], ""),
+    "l.rope_table_bfloat16": (["numerics.table_low_precision"], ""),
+    "l.cache_write_not_offset": (["cache.slots_overlap", "cache.causal_top_left", "cache.rope_offset_wrong"], ""),
+    "l.derived_positions_not_offset": (["cache.rope_offset_wrong"], ""),
+    "l.value_cache_holds_keys": ([], "the KV cache's value buffer is written with the (rotated) keys, so cached steps attend over keys as values; cache.keys_values_swapped names the two tensors exchanged on read, and attention.value_uses_key_projection values that go through the key projection in the forward, neither a cache that stores the keys twice"),
+    "l.mask_cache_upper": (["mask.causal_leak"], ""),
+    "l.padding_at_buffer_end": (["cache.padding_misaligned"], ""),
+    "l.padding_inverted": (["mask.polarity_inverted"], ""),
+    "l.gqa_keys_tiled": (["attention.kv_heads_tiled"], ""),
+    "l.fused_split_kv_swapped": (["attention.qkv_order_wrong", "attention.value_uses_key_projection"], ""),
+    "l.fused_read_part_major": (["attention.qkv_order_wrong"], ""),
+    "l.scale_by_width": (["attention.scale_wrong"], ""),
+    "l.rms_norm_centred": (["layer_norm.rms_wrong_statistics"], ""),
+    "l.rms_norm_input_dtype": (["numerics.norm_statistics_low_precision"], ""),
+    "l.swiglu_gate_on_up": (["ffn.gate_up_swapped"], ""),
+    "l.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "l.head_tied_to_embedding": (["model.head_tied_to_embedding"], ""),
+    "l.embedding_scaled": (["embedding.scale_on_embeddings"], ""),
+    # ---- chunked_encoder
+    "c.running_sum_not_rescaled": (["attention.online_softmax_wrong"], ""),
+    "c.accumulator_not_rescaled": (["attention.online_softmax_wrong"], ""),
+    "c.correction_inverted": (["attention.online_softmax_wrong"], ""),
+    "c.denominator_epsilon": (["attention.weights_not_normalized"], ""),
+    "c.key_chunk_mask_not_offset": ([], "a tiled attention applies the first key tile's mask columns to every key tile (the mask slice not offset by the tile's start), so padding and causality land on the wrong keys after the first tile; no code names a mask misaligned with the key tiles"),
+    "c.masked_scores_zero": (["mask.added_as_bias"], ""),
+    "c.mask_polarity": (["mask.polarity_inverted"], ""),
+    "c.scale_by_dim": (["attention.scale_wrong"], ""),
+    "c.last_key_chunk_dropped": (["attention.ragged_key_tile_dropped"], ""),
+    "c.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "c.heads_split_without_transpose": (["attention.heads_split_wrong_order"], ""),
+    "c.value_from_key_input": ([], "the value projection is applied to the key input instead of the value input (the right weights on the wrong input); attention.value_uses_key_projection names the value input through the key weights"),
+    "c.ffn_sublayer_pre_ln": (["blocks.norm_placement_pre"], ""),
+    "c.attention_residual_dropped": (["blocks.residual_missing"], ""),
+    "c.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "c.dropout_always_on": (["dropout.active_in_eval"], ""),
+    "c.first_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "c.pe_frequency_doubled": (["positional.frequency_wrong", "positional.base_wrong"], ""),
+    "c.pe_odd_columns_sine": ([], "the sinusoidal table holds sines in both members of each pair (no cosines); positional.sin_cos_swapped names cos and sin exchanged, not a table without cosines"),
+    "c.padding_row_not_zeroed": (["embedding.padding_row_not_zero"], ""),
+    # ---- numpy_vit
+    "v.patch_channel_last": (["vit.patch_flatten_order"], ""),
+    "v.patch_grid_column_major": (["vit.patch_order"], ""),
+    "v.patch_axes_not_moved": (["vit.patch_extraction_wrong"], ""),
+    "v.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "v.cls_appended": (["vit.pooling_wrong_token"], ""),
+    "v.pool_mean_with_cls": (["vit.pooling_mean_with_cls"], ""),
+    "v.ln_unbiased_variance": (["layer_norm.unbiased_variance"], ""),
+    "v.ln_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "v.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "v.gelu_erf_argument": (["ffn.activation_wrong"], ""),
+    "v.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "v.heads_strided": ([], "each head takes every n_heads-th feature (a strided split) while the heads are merged back as contiguous blocks; attention.heads_split_wrong_order names a split by a reshape without the transpose (positions mixed), attention.head_count_wrong another number of heads, neither a strided split"),
+    "v.scale_by_width": (["attention.scale_wrong"], ""),
+    "v.mask_polarity": (["mask.polarity_inverted"], ""),
+    "v.attention_residual_normed": (["blocks.residual_after_norm"], ""),
+    "v.mlp_uses_first_norm": (["params.read_from_other_module"], ""),
+    "v.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "v.query_weight_transposed": (["params.weight_reshaped"], ""),
+    "v.key_from_query_weights": (["params.read_from_other_module"], ""),
+}
 
 
 def locate(impl: str, original: str) -> tuple[int, str]:
