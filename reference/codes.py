@@ -242,6 +242,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "4.4",
         "a fully-masked row is none of the policies (zero, NaN, the mean of V)",
     ),
+    (
+        "mask.partial_rows_zeroed",
+        "cause",
+        "4.4 4.1",
+        "query rows with some key hidden (a key after them, a pad) output zero, not only the "
+        "rows left with no key (a guard for fully-masked rows that tests any() for all())",
+    ),
     ("mask.applied_to_queries", "cause", "4.2", "the padding mask masks queries instead of keys"),
     ("mask.causal_leak", "cause", "4.3", "a query sees keys after it"),
     (

@@ -308,6 +308,8 @@ NAMES: tuple[str, ...] = (
     "seq2seq_pe_offset_two",
     # a decoder's key-padding keep-mask read as a pad mask (True = hidden)
     "lm_key_padding_inverted",
+    # rows with some key hidden zeroed by a guard meant for rows with none
+    "lm_partial_rows_zeroed",
     # a sinusoidal table with the same function on both members of each pair
     "pe_cos_on_both",
     "gqa_keys_tiled",

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tck.adapters import TorchEntry, Unsupported
+from tck.adapters import Chunk, TorchEntry, Unsupported
 from tck.adapters.config_space import parts_without_bias
 from tck.reference import DECODER_CANONICAL, Config, Conventions
 
@@ -490,8 +490,62 @@ def llama_entry(cls: type[Llama] = Llama, **kw: Any) -> TorchEntry:
     )
 
 
+class ModuleAttention(nn.Module):
+    """Causal self-attention on ``nn.MultiheadAttention`` (learned positions, no RoPE), as
+    code built on torch.nn writes it: the causal mask and the key padding in PyTorch's
+    polarity (True = may NOT attend), and the rows left with no key (where the module
+    returns NaN) zeroed after its output projection."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def padding(self, keep: Tensor) -> Tensor:
+        """The key_padding_mask (True = pad) from a keep-mask (True = token)."""
+        return ~keep
+
+    def keyless(self, hidden: Tensor) -> Tensor:
+        """The query rows with no key left, (B, L), from the hidden keys (B, L, L)."""
+        return hidden.all(dim=-1)
+
+    def forward(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        length = x.shape[1]
+        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+        pad = None if keep is None else self.padding(keep)
+        y, _ = self.attn(x, x, x, key_padding_mask=pad, attn_mask=future, need_weights=False)
+        if pad is None:
+            return y
+        return y.masked_fill(self.keyless(future[None] | pad[:, None, :])[..., None], 0.0)
+
+
+def module_attention_entry(cls: type[ModuleAttention] = ModuleAttention) -> TorchEntry:
+    """causal_self_attention[nn.MultiheadAttention]: q, k, v the thirds of in_proj."""
+
+    def make(c: Config) -> nn.Module:
+        if c.kv_heads != c.n_heads or not (c.has_attention_bias and c.has_attention_out_bias):
+            raise Unsupported("nn.MultiheadAttention has equal heads and every projection's bias")
+        return cls(c.d_model, c.n_heads)
+
+    def param_map(c: Config) -> dict[str, Any]:
+        mapping: dict[str, Any] = {}
+        for index, name in enumerate("qkv"):
+            mapping[f"{name}.weight"] = Chunk("attn.in_proj_weight", index, 3)
+            mapping[f"{name}.bias"] = Chunk("attn.in_proj_bias", index, 3)
+        return mapping | _linear("o.", "attn.out_proj.")
+
+    return TorchEntry(
+        "causal_self_attention",
+        name="causal_self_attention[nn.MultiheadAttention]",
+        make=make,
+        forward=lambda m, x, key_padding=None: m(x, key_padding),
+        param_map=param_map,
+        conventions=dataclasses.replace(DECODER_CANONICAL, fully_masked_rows="zero"),
+    )
+
+
 ENTRIES: list[TorchEntry] = [
     attention_entry(),
+    module_attention_entry(),
     gated_ffn_entry(),
     gpt_entry(),
     rms_norm_entry(),

@@ -310,6 +310,7 @@ def _hypotheses(
         mask_bias_hypotheses,
         mask_fill_hypotheses,
         note_degenerate,
+        partial_rows_zeroed_hypotheses,
         solved_mask_bias,
         whole_rows_only,
     )
@@ -393,6 +394,7 @@ def _hypotheses(
             _mask_hypotheses(inputs),
             batch_flat_causal_hypotheses(component),
             combined_with_or_hypotheses(component),
+            partial_rows_zeroed_hypotheses(component),
             _offset_hypotheses(component, inputs),
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),

@@ -42,9 +42,10 @@ from typing import Any
 import numpy as np
 
 from tck.reference import oracle
+from tck.reference.codes import code as registered
 from tck.reference.components import record
 from tck.reference.tolerance import Comparison
-from tck.reference.variants import reaches
+from tck.reference.variants import oracle_variant, reaches
 
 from .alternatives import Alternative, within
 
@@ -294,6 +295,74 @@ def combined_with_or_hypotheses(component: str) -> Iterator[Alternative]:
         "mask_a & mask_b, or torch.maximum of two additive masks; SPEC.md §4.1)",
         pieces={"combine_keep_masks": _combine_or},
     )
+
+
+def _partly_hidden(q, k, keep_mask) -> np.ndarray | None:  # type: ignore[no-untyped-def]
+    """The query rows of one attention call with some key hidden, (..., Lq); None: none."""
+    if keep_mask is None:
+        return None
+    lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
+    shape = (*lead, np.shape(q)[-2], np.shape(k)[-2])
+    return ~np.broadcast_to(np.asarray(keep_mask, dtype=bool), shape).all(axis=-1)
+
+
+def _sdpa_partial_rows_zeroed(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
+    out = oracle.scaled_dot_product_attention(q, k, v, keep_mask, **kwargs)
+    partial = _partly_hidden(q, k, keep_mask)
+    return out if partial is None else np.where(partial[..., None], 0.0, out)
+
+
+def _sublayer_partial_rows_zeroed(name: str) -> Callable[..., np.ndarray]:
+    """The attention sublayer ``name`` of the oracle (projections included) with its output
+    rows zeroed wherever its attention hid some key from the query."""
+
+    def sublayer(*args, **kwargs):  # type: ignore[no-untyped-def]
+        rows: list[np.ndarray] = []
+
+        def recording(q, k, v, keep_mask=None, **kw):  # type: ignore[no-untyped-def]
+            partial = _partly_hidden(q, k, keep_mask)
+            if partial is not None and partial.ndim >= 2:
+                rows.append(partial.reshape(partial.shape[0], -1, partial.shape[-1]).any(axis=1))
+            return oracle.scaled_dot_product_attention(q, k, v, keep_mask, **kw)
+
+        out = getattr(oracle_variant({"scaled_dot_product_attention": recording}), name)(
+            *args, **kwargs
+        )
+        for partial in rows:
+            if partial.shape == np.shape(out)[:2]:
+                out = np.where(partial[..., None], 0.0, out)
+        return out
+
+    return sublayer
+
+
+ATTENTION_SUBLAYERS = ("causal_self_attention", "multi_head_attention")
+
+
+def partial_rows_zeroed_hypotheses(component: str) -> Iterator[Alternative]:
+    """Query rows that have any key hidden (a future key, a pad) output zero, not only the
+    rows with no key left: a guard for fully-masked rows (§4.4) written with ``any`` for
+    ``all``. Zeroed in the attention's core (before the output projection), or in the
+    sublayer's output (after it, as code around ``nn.MultiheadAttention`` does)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    words = (
+        "the output is the spec's with every query row that has some key hidden (a key after "
+        "it, or a pad) set to zero {where}, not only the rows left with no key: the guard for "
+        "fully-masked rows tests any() where it should test all() (SPEC.md §4.4, §4.1)"
+    )
+    yield Alternative(
+        registered("mask.partial_rows_zeroed"),
+        words.format(where="in the attention's output, before the output projection"),
+        pieces={"scaled_dot_product_attention": _sdpa_partial_rows_zeroed},
+    )
+    for name in ATTENTION_SUBLAYERS:
+        if reaches(component, name):
+            yield Alternative(
+                registered("mask.partial_rows_zeroed"),
+                words.format(where="after the attention's output projection"),
+                pieces={name: _sublayer_partial_rows_zeroed(name)},
+            )
 
 
 def _length_of(inputs: Mapping[str, np.ndarray], dim: str) -> int | None:

@@ -252,3 +252,40 @@ def test_a_causal_mask_dropped_is_not_read_as_masks_combined_with_or(component: 
     tck = _harness(component, {"combine_keep_masks": _causal_dropped})
     code, message = _explained(tck, Shape(batch=2, lq=6, lk=6, lengths=(6, 4), causal=True))
     assert code == "mask.causal_leak", message
+
+
+def _partial_rows_zeroed(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
+    """The spec's attention with every row that has some key hidden set to 0 (written here)."""
+    out = oracle.scaled_dot_product_attention(q, k, v, keep_mask, **kwargs)
+    if keep_mask is None:
+        return out
+    keep = np.broadcast_to(keep_mask, (*out.shape[:-1], np.shape(k)[-2]))
+    return np.where(keep.all(axis=-1)[..., None], out, 0.0)
+
+
+@pytest.mark.parametrize("component", ["mha", "encoder_layer", "causal_self_attention"])
+def test_rows_with_some_key_hidden_zeroed_in_the_core_are_named(component: str) -> None:
+    tck = _harness(component, {"scaled_dot_product_attention": _partial_rows_zeroed})
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape(batch=2, lq=6, lk=6, lengths=(6, 4)))
+    test = tck.run(inst, inputs)
+    result = tck.compare(inst, test, tck.gold(inst, inputs), inputs=inputs)
+    code, message = explain(tck, inst, inputs, test, result)
+    assert code == "mask.partial_rows_zeroed", message
+    assert "before the output projection" in message
+
+
+def test_rows_with_some_key_hidden_zeroed_after_the_projection_are_named() -> None:
+    """An mha module that zeroes its output rows where a key is hidden (a guard after the
+    output projection, as code around nn.MultiheadAttention writes it)."""
+    tck = _harness("mha", {})
+    inst = tck.instance()
+    inputs = tck.inputs(inst, Shape(batch=2, lq=5, lk=6, lengths=(6, 4)))
+    keep = np.asarray(inputs["key_padding"])  # (B, Lk): a row with a pad hides it from all
+    test = tck.gold(inst, inputs).copy()
+    test[~keep.all(axis=-1)] = 0.0
+    tck.run = lambda inst, given: test  # type: ignore[method-assign]
+    result = tck.compare(inst, test, tck.gold(inst, inputs), inputs=inputs)
+    code, message = explain(tck, inst, inputs, test, result)
+    assert code == "mask.partial_rows_zeroed", message
+    assert "after the attention's output projection" in message
