@@ -164,7 +164,8 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "attention.heads_split_wrong_order",
         "cause",
         "3.3",
-        "heads are split from d_model by a reshape without the transpose",
+        "heads are split from d_model in another order than §3.3's contiguous blocks (a "
+        "reshape without the transpose, or a strided split: head h takes features h, h + H, ...)",
     ),
     (
         "attention.head_count_wrong",
@@ -340,7 +341,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "ScaleNorm rows with a norm near or below eps are not g x / max(||x||, eps)",
     ),
     # --- positions
-    ("positional.frequency_wrong", "symptom", "2.1 2.2", "the positional frequencies are wrong"),
+    (
+        "positional.frequency_wrong",
+        "symptom",
+        "2.1 2.2 2.3",
+        "the positional frequencies are wrong (a sinusoidal table's or RoPE's inverse "
+        "frequencies with another exponent step)",
+    ),
     (
         "positional.not_relative",
         "symptom",

@@ -367,6 +367,8 @@ NAMES: tuple[str, ...] = (
     "qkv_per_head_read_as_blocks",
     # the tanh GELU's sqrt(2/pi) written as an eight-digit literal (1e-10 off)
     "gelu_constant_truncated",
+    # exact GELU's erf argument x / 2 for x / sqrt(2)
+    "gelu_erf_half",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

@@ -19,10 +19,11 @@ components:
   (``positional.sin_cos_swapped``); its exponent taken per feature (``j/d``,
   ``positional.frequency_wrong``); its rows read at ``p + k``
   (``positional.position_offset``), where no ``positions`` input can be shifted.
-- **An FFN activation that is none of the declared ones** (``ffn.activation_wrong``): three
+- **An FFN activation that is none of the declared ones** (``ffn.activation_wrong``):
   parameterised families are solved for, x * sigmoid(a x) (SiLU at a = 1, QuickGELU at a =
-  1.702), the tanh GELU with a cubic coefficient c (0.044715 in gelu_new), and ReLU(x)^p
-  (squared ReLU at p = 2); the message names the fitted function. In a plain FFN (§6.1) and in
+  1.702), the tanh GELU with a cubic coefficient c (0.044715 in gelu_new) or a factor k,
+  ReLU(x)^p (squared ReLU at p = 2), and the erf GELU 0.5 x (1 + erf(a x)) (exact at a =
+  1/sqrt(2), ``erf(x / 2)`` at a = 0.5); the message names the fitted function. In a plain FFN (§6.1) and in
   a gated one's gate (§11.3).
 - **The activation after the output projection** (``ffn.activation_misplaced``):
   ``act(fc2(fc1(x)))`` for ``fc2(act(fc1(x)))``.
@@ -346,6 +347,28 @@ def _relu_power(p: float) -> Callable[[np.ndarray], np.ndarray]:
     return act
 
 
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu_erf_scaled(a: float) -> Callable[[np.ndarray], np.ndarray]:
+    def act(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return 0.5 * x * (1.0 + _ERF(a * x))
+
+    return act
+
+
+def _named_erf(a: float) -> str:
+    known = {0.5: "erf(x / 2)", 1.0: "erf(x)", 1.0 / math.sqrt(math.pi): "erf(x / sqrt(pi))"}
+    name = next((n for v, n in known.items() if math.isclose(a, v, rel_tol=2e-3)), "")
+    return (
+        f"0.5 x (1 + erf({a:.4g} x))"
+        + (f" ({name})" if name else "")
+        + f", the erf GELU with its argument scaled by {a:.4g} where exact GELU's is "
+        f"1/sqrt(2) = {1 / math.sqrt(2):.4g}"
+    )
+
+
 def _named_sigmoid(a: float) -> str:
     known = {1.0: "SiLU / swish", 1.702: "QuickGELU, CLIP's approximation of GELU"}
     name = next((n for v, n in known.items() if math.isclose(a, v, rel_tol=2e-3)), "")
@@ -380,6 +403,7 @@ ACTIVATION_FAMILIES: tuple[tuple[Callable[[float], Any], tuple[float, float], An
     (_gelu_tanh_with, (math.log(1e-4), math.log(20.0)), _named_tanh),
     (_gelu_tanh_factor, (math.log(0.1), math.log(10.0)), _named_factor),
     (_relu_power, (math.log(0.2), math.log(5.0)), _named_power),
+    (_gelu_erf_scaled, (math.log(0.1), math.log(10.0)), _named_erf),
 )
 # The constants of the tanh GELU, which a float64 subject may hold as float32 numbers (an
 # exported graph's float attribute): a solved value that is one, within float32's rounding
@@ -506,7 +530,8 @@ def activation_family_hypotheses(
                     registered("ffn.activation_wrong"),
                     f"the output is the spec's with {where} replaced by {named(value)} (solved "
                     "for among parameterised families: x * sigmoid(a x), the tanh GELU with a "
-                    "fitted cubic coefficient or factor, max(x, 0)^p): the activation is none "
+                    "fitted cubic coefficient or factor, max(x, 0)^p, 0.5 x (1 + erf(a x))): "
+                    "the activation is none "
                     "of the declared ones",
                     pieces=pieces,
                 )

@@ -125,6 +125,8 @@ def test_the_table_functions_are_named_in_a_whole_model(even: str, odd: str, cod
         ("encoder_layer", fitted._gelu_tanh_with, 0.3, "cubic coefficient 0.3"),
         ("decoder_layer", fitted._relu_power, 1.5, "max(x, 0)^1.5"),
         ("vit", fitted._sigmoid_scaled, 1.0, "SiLU"),
+        ("vit", fitted._gelu_erf_scaled, 0.5, "erf(x / 2)"),
+        ("encoder_layer", fitted._gelu_erf_scaled, 1.0, "erf(x)"),
     ],
 )
 def test_an_activation_off_the_catalogue_is_fitted(component, family, value, named) -> None:  # type: ignore[no-untyped-def]
