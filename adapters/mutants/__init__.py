@@ -369,6 +369,8 @@ NAMES: tuple[str, ...] = (
     "gelu_constant_truncated",
     # exact GELU's erf argument x / 2 for x / sqrt(2)
     "gelu_erf_half",
+    # a hand-written softmax whose maximum and sum run over different axes
+    "softmax_written_sum_over_queries",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

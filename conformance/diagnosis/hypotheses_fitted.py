@@ -23,8 +23,8 @@ components:
   parameterised families are solved for, x * sigmoid(a x) (SiLU at a = 1, QuickGELU at a =
   1.702), the tanh GELU with a cubic coefficient c (0.044715 in gelu_new) or a factor k,
   ReLU(x)^p (squared ReLU at p = 2), and the erf GELU 0.5 x (1 + erf(a x)) (exact at a =
-  1/sqrt(2), ``erf(x / 2)`` at a = 0.5); the message names the fitted function. In a plain FFN (§6.1) and in
-  a gated one's gate (§11.3).
+  1/sqrt(2), ``erf(x / 2)`` at a = 0.5); the message names the fitted function. In a plain
+  FFN (§6.1) and in a gated one's gate (§11.3).
 - **The activation after the output projection** (``ffn.activation_misplaced``):
   ``act(fc2(fc1(x)))`` for ``fc2(act(fc1(x)))``.
 - **The patch kernel transposed within each patch** (``vit.patch_kernel_transposed``): the

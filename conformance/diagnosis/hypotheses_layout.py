@@ -16,7 +16,9 @@ lives and also in every subject that contains it.
 The codes (registered in ``tck.reference.codes``):
 
 - ``attention.softmax_axis_wrong``: ``softmax(scores, dim=a)`` for an axis ``a`` of the
-  (B, H, Lq, Lk) scores other than the keys (the batch, the heads or the queries);
+  (B, H, Lq, Lk) scores other than the keys (the batch, the heads or the queries), or a
+  softmax written out by hand with its maximum and its sum over the keys and the queries
+  in either order;
 - ``mask.causal_diagonal_hidden``: the causal triangle keeps j < i instead of j <= i
   (``triu(diagonal=0)``): query 0 has no key, its row follows a fully-masked-row policy;
 - ``attention.ragged_key_tile_dropped``: a tiled kernel that visits whole key tiles only,
@@ -75,6 +77,26 @@ def _sdpa_softmax_over(axis: int, fill: float) -> Callable[..., np.ndarray]:
     return sdpa
 
 
+def _sdpa_softmax_split(max_axis: int, sum_axis: int) -> Callable[..., np.ndarray]:
+    """Scaled dot-product attention with a softmax written out by hand whose maximum and
+    sum run over different axes of the (..., Lq, Lk) scores: ``e = exp(s - s.max(max_axis));
+    e / e.sum(sum_axis)``, masked scores -inf. Not a softmax over either axis (the shift no
+    longer cancels); a slice whose every score is masked divides 0 by 0 (NaN, not judged)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):
+        scores = _scores(q, k, scale)
+        if max(-max_axis, -sum_axis) > scores.ndim:
+            raise ValueError("no such axis")
+        if keep_mask is not None:
+            keep = np.broadcast_to(np.asarray(keep_mask), scores.shape)
+            scores = np.where(keep, scores, -np.inf)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            e = np.exp(scores - scores.max(axis=max_axis, keepdims=True))
+            return (e / e.sum(axis=sum_axis, keepdims=True)) @ oracle._f64(v)
+
+    return sdpa
+
+
 def _axis_words(axis: int, ndim: int) -> str:
     if axis == ndim - 2:
         return "the query axis"
@@ -95,6 +117,19 @@ def softmax_axis_hypotheses(component: str, ndim: int = 4) -> Iterator[Alternati
             f"(softmax(scores, dim={axis}) on (B, H, Lq, Lk) scores) instead of over the keys "
             "(dim=-1): each weight is normalised across the wrong positions (SPEC.md §3.1)",
             pieces={"scaled_dot_product_attention": _sdpa_softmax_over(axis, fill)},
+        )
+    # a softmax written out by hand, its maximum over one axis and its sum over the other
+    for (max_axis, over_max), (sum_axis, over_sum) in itertools.permutations(
+        ((-1, "the keys"), (-2, "the queries"))
+    ):
+        yield Alternative(
+            "attention.softmax_axis_wrong",
+            f"the output is the spec's with a softmax written out by hand whose maximum runs "
+            f"over {over_max} and whose sum over {over_sum} (e = exp(s - s.max({max_axis})); "
+            f"e / e.sum({sum_axis})), where both run over the keys: the weights are no softmax "
+            "over the keys (SPEC.md §3.1)",
+            pieces={"scaled_dot_product_attention": _sdpa_softmax_split(max_axis, sum_axis)},
+            nan="ignore",
         )
 
 
