@@ -828,6 +828,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "its window and misses keys inside it",
     ),
     (
+        "attention.input_read_wrong",
+        "cause",
+        "3.4 3.5",
+        "a projection reads another attention input than its own (the values projected from "
+        "the key input, the keys from the value input, or the two inputs exchanged): the "
+        "right weights on the wrong tensor",
+    ),
+    (
         "attention.cross_keys_from_decoder",
         "cause",
         "3.5 7.2",

@@ -371,6 +371,8 @@ NAMES: tuple[str, ...] = (
     "gelu_erf_half",
     # a hand-written softmax whose maximum and sum run over different axes
     "softmax_written_sum_over_queries",
+    # the value projection given the key input
+    "mha_value_from_key_input",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

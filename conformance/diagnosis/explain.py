@@ -300,7 +300,10 @@ def _hypotheses(
         sibling_leaf_hypotheses,
     )
     from .hypotheses_folded import folded_hypotheses  # heads folded into the batch
-    from .hypotheses_layout import layout_hypotheses  # softmax axis, patch grid
+    from .hypotheses_layout import (  # softmax axis, patch grid, inputs read
+        input_swap_hypotheses,
+        layout_hypotheses,
+    )
     from .hypotheses_mask_axes import mask_axes_hypotheses
     from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
         batch_flat_causal_hypotheses,
@@ -400,6 +403,7 @@ def _hypotheses(
             layout_hypotheses(component),
             mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
             cross_attention_hypotheses(component),  # cross-attention's mask and memory
+            input_swap_hypotheses(component, inputs),
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
             pooling_hypotheses(component),

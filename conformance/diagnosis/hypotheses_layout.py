@@ -25,6 +25,8 @@ The codes (registered in ``tck.reference.codes``):
   the keys past (Lk // tile) * tile never attended;
 - ``attention.value_uses_key_projection``: the core's values replaced by its keys (a value
   cache written with the keys);
+- ``attention.input_read_wrong``: a projection given another attention input than its own
+  (``W_v(key)``, ``W_k(value)``, the key and value inputs exchanged);
 - ``vit.patch_order``: the patch embedding's (B, D, gh, gw) output turned into (B, N, D) in
   another axis order than (gh, gw, D) (a reshape without the transpose, a column-major grid);
 - ``vit.cls_pos_embed_missing``: the position table is added to the patch tokens before the
@@ -35,12 +37,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from tck.reference import oracle
+from tck.reference import oracle, record
+from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
 from .alternatives import Alternative
@@ -227,6 +230,35 @@ def values_from_keys_hypotheses(component: str) -> Iterator[Alternative]:
         "§3.1, §3.4)",
         pieces={"scaled_dot_product_attention": _sdpa_values_from_keys},
     )
+
+
+# (input read, input it should read) of an attention that takes its query, key and value
+# inputs apart (§3.4, §3.5): one projection given a sibling's input, or two exchanged
+INPUT_SWAPS = (
+    ({"value": "key"}, "the value projection applied to the key input (v = W_v(key))"),
+    ({"key": "value"}, "the key projection applied to the value input (k = W_k(value))"),
+    ({"key": "value", "value": "key"}, "the key and value inputs exchanged"),
+)
+
+
+def input_swap_hypotheses(component: str, inputs: Mapping[str, Any]) -> Iterator[Alternative]:
+    """A projection that reads another attention input than its own: the right weights on
+    the wrong tensor. Told apart only on a call whose inputs differ (cross-attention, a
+    module called with distinct key and value), so tried wherever the call passes them."""
+    names = {spec.name for spec in record(component).inputs}
+    for swap, words in INPUT_SWAPS:
+        if not set(swap) | set(swap.values()) <= names & set(inputs):
+            continue
+        given = {target: inputs[source] for target, source in swap.items()}
+        if any(np.shape(given[t]) != np.shape(inputs[t]) for t in given):
+            continue
+        yield Alternative(
+            registered("attention.input_read_wrong"),
+            f"the output is the spec's with {words}: a projection reads another attention "
+            "input than its own, so the output follows the wrong tensor wherever the inputs "
+            "differ (SPEC.md §3.4, §3.5)",
+            inputs={**inputs, **given},
+        )
 
 
 _GRID_AXES = {1: "grid rows", 2: "grid columns", 3: "embedding channels"}
