@@ -361,8 +361,9 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "positional.positions_ignored",
         "cause",
         "2.1",
-        "the encoding ignores the positions it is given, or a learned position table has no "
-        "effect (never added, or another tensor added in its place)",
+        "the encoding ignores the positions it is given, or a position table has no effect "
+        "on a stream it should reach (a learned table never added or another tensor added in "
+        "its place; a sinusoidal table added to the source tokens but not the target's)",
     ),
     (
         "rope.not_relative",

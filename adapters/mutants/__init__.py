@@ -373,6 +373,8 @@ NAMES: tuple[str, ...] = (
     "softmax_written_sum_over_queries",
     # the value projection given the key input
     "mha_value_from_key_input",
+    # the sinusoidal table added to the source tokens only
+    "seq2seq_target_without_positions",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

@@ -18,7 +18,9 @@ components:
   then no fixed linear map of p's), or cosine on the even members and sine on the odd
   (``positional.sin_cos_swapped``); its exponent taken per feature (``j/d``,
   ``positional.frequency_wrong``); its rows read at ``p + k``
-  (``positional.position_offset``), where no ``positions`` input can be shifted.
+  (``positional.position_offset``), where no ``positions`` input can be shifted; the table
+  added to one stream of an encoder-decoder and not the other
+  (``positional.positions_ignored``).
 - **An FFN activation that is none of the declared ones** (``ffn.activation_wrong``):
   parameterised families are solved for, x * sigmoid(a x) (SiLU at a = 1, QuickGELU at a =
   1.702), the tanh GELU with a cubic coefficient c (0.044715 in gelu_new) or a factor k,
@@ -290,12 +292,48 @@ def pe_rule_hypotheses(component: str) -> Iterator[Alternative]:
         )
 
 
+def _embedded_without_table(stream: int) -> Callable[[], dict[str, Callable[..., np.ndarray]]]:
+    """§8.1's ``embed_tokens`` with no sinusoidal table on its ``stream``-th call (0: the
+    source tokens, 1: the target's), built anew for each evaluation (it counts its calls)."""
+
+    def pieces() -> dict[str, Callable[..., np.ndarray]]:
+        calls = [0]
+
+        def embed_tokens(ids: Any, weight: Any, config: Any, conventions: Any) -> np.ndarray:
+            calls[0] += 1
+            if calls[0] - 1 != stream:
+                return oracle.embed_tokens(ids, weight, config, conventions)
+            scale, _ = oracle.embedding_scale(config.d_model, conventions)
+            return oracle.embedding(ids, weight, scale=scale)
+
+        return {"embed_tokens": embed_tokens}
+
+    return pieces
+
+
+def pe_stream_hypotheses(component: str) -> Iterator[Alternative]:
+    """The sinusoidal table added to one stream of an encoder-decoder and not the other
+    (the target's positional encoding forgotten in ``decode``, or the source's in
+    ``encode``), wherever the oracle embeds tokens with the table (§8.1)."""
+    if not reaches(component, "embed_tokens"):
+        return
+    for stream, tokens in enumerate(("source", "target")):
+        yield Alternative(
+            registered("positional.positions_ignored"),
+            f"the output is the spec's with no positional encoding on the {tokens} tokens (the "
+            f"other stream has it): the {tokens} embeddings carry no position, so that stream "
+            "is a bag of tokens to attention (SPEC.md §8.1, §2.1)",
+            pieces=_embedded_without_table(stream),
+        )
+
+
 def pe_function_hypotheses(component: str) -> Iterator[Alternative]:
     """The sinusoidal table with sine on both members of a pair, cosine on both, or the two
     swapped, in every component whose oracle builds the table; then its exponent rule and
     position offset (``pe_rule_hypotheses``)."""
     if not reaches(component, "sinusoidal_pe"):
         return
+    yield from pe_stream_hypotheses(component)
     yield from pe_rule_hypotheses(component)
     for (even, odd), code in _PAIR_FUNCTIONS.items():
         consequence = (
