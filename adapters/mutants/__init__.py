@@ -375,6 +375,9 @@ NAMES: tuple[str, ...] = (
     "mha_value_from_key_input",
     # the sinusoidal table added to the source tokens only
     "seq2seq_target_without_positions",
+    # an eps in the softmax's denominator; RoPE's position ids made in bfloat16
+    "softmax_denominator_eps",
+    "rope_positions_bfloat16",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

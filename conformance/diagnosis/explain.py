@@ -332,6 +332,7 @@ def _hypotheses(
         rope_direction_hypotheses,
         rope_target_hypotheses,
         searches_left,
+        softmax_epsilon_hypotheses,
         solved_hypotheses,
         table_dtype_hypotheses,
     )
@@ -465,6 +466,7 @@ def _hypotheses(
             once("sibling_leaf", sibling_leaf_hypotheses(inst.params)),
             solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
             logits_scale_hypotheses(component, inst.config, evaluate, test),
+            once("softmax_epsilon", softmax_epsilon_hypotheses(component, evaluate, test)),
             solved_mask_bias(component, inputs, evaluate, test),
             fitted_frequency_hypotheses(component, inst.conventions, evaluate, test, unpromised),
             once(

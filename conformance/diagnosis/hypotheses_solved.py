@@ -27,8 +27,11 @@ parameterised families that no list of candidate values covers, solved numerical
 - A norm with the other norm's statistics: LayerNorm without its mean subtraction
   (``layer_norm.not_centred``), RMSNorm with one (``layer_norm.rms_wrong_statistics``), in
   every component whose oracle runs that norm.
-- RoPE's angles rounded to float16 or bfloat16 before their cosine or sine is taken
-  (``numerics.rope_angles_low_precision``), in any subject.
+- RoPE's angles rounded to float16 or bfloat16 before their cosine or sine is taken, or its
+  position ids rounded before the angles are formed (``numerics.rope_angles_low_precision``),
+  in any subject.
+- An eps added to the softmax's denominator (``attention.weights_not_normalized``), solved
+  for, in every component whose oracle runs the attention core.
 - The dtype of a table (``numerics.table_low_precision``): the sinusoidal table (§2.1) or
   RoPE's cos/sin tables (§2.3) computed in float64 and stored in float16 or bfloat16, in a
   subject compared in float32 or float64 (float32 tables in a float64 subject are the
@@ -82,6 +85,7 @@ LOG_RANGES: dict[str, tuple[float, float]] = {
     "eps": (math.log(1e-14), 0.0),
     "pe_base": (math.log(10.0), math.log(1e9)),
     "scale": (math.log(1e-3), math.log(1e3)),
+    "denominator_eps": (math.log(1e-12), math.log(1.0)),
 }
 GRID_POINTS = 31  # coarse grid, then a golden-section refinement around its best point
 # 0.618 ** 60 of a bracket two grid steps wide (1.2 in log for a base): ~4e-13 relative, so
@@ -218,6 +222,57 @@ def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
         )
 
     return sdpa
+
+
+def _sdpa_denominator_plus(eps: float) -> Callable[..., np.ndarray]:
+    """§3.1 with ``eps`` added to the softmax's denominator: ``e / (e.sum() + eps)`` for
+    ``e = exp(s - max s)`` (masked scores -inf; a row with no key is the declared policy's)."""
+
+    def sdpa(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+        spec = oracle.scaled_dot_product_attention(
+            q, k, v, keep_mask, scale=scale, fully_masked_rows=fully_masked_rows
+        )
+        q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)
+        scores = (q64 @ np.swapaxes(k64, -1, -2)) * (
+            1.0 / math.sqrt(q64.shape[-1]) if scale is None else scale
+        )
+        if keep_mask is not None:
+            scores = np.where(np.broadcast_to(keep_mask, scores.shape), scores, -np.inf)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            total = e.sum(axis=-1, keepdims=True)
+        keyless = ~(total > 0)  # every key hidden: the spec's row stands
+        weights = np.where(keyless, 0.0, e / np.where(keyless, 1.0, total + eps))
+        return np.where(keyless[..., :1], spec, weights @ np.asarray(v, np.float64))
+
+    return sdpa
+
+
+def softmax_epsilon_hypotheses(
+    component: str, evaluate: Evaluate, test: np.ndarray
+) -> Iterator[Alternative]:
+    """The eps added to the softmax's denominator (``l + eps`` in a tiled kernel, ``sum + 1e-6``
+    written as a guard against rows with no key) solved for, wherever the oracle runs the
+    attention core: the weight rows then sum to slightly less than 1 (§3.1)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+
+    def make(value: float) -> Alternative:
+        return Alternative(
+            "", "", pieces={"scaled_dot_product_attention": _sdpa_denominator_plus(value)}
+        )
+
+    value = solve_log(make, evaluate, test, LOG_RANGES["denominator_eps"])
+    if value is None:
+        return
+    yield Alternative(
+        registered("attention.weights_not_normalized"),
+        f"the output is the spec's with {value:.4g} added to the softmax's denominator "
+        f"(solved for: e / (sum(e) + {value:.3g}) for e / sum(e)): every weight row sums to "
+        "less than 1, by more where the row's largest score stands out least (an eps guard "
+        "against rows with no key, written where a where() was meant; SPEC.md §3.1)",
+        pieces={"scaled_dot_product_attention": _sdpa_denominator_plus(value)},
+    )
 
 
 def max_distance(test: np.ndarray, gold: np.ndarray) -> float:
@@ -525,6 +580,20 @@ def _rope_frequencies_in(dtype: str, stepwise: bool) -> Callable[..., np.ndarray
     return rope
 
 
+def _rope_positions_in(dtype: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the position ids rounded to ``dtype`` before the angles are formed
+    (``torch.arange(L, dtype=torch.bfloat16)``): past 256 (bfloat16) or 2048 (float16) a
+    position is rounded to its neighbour, which then shares its rotation."""
+    exact = _rope_with(lambda theta: (np.cos(theta), np.sin(theta)))
+
+    def rope(x, positions=None, **kw):  # type: ignore[no-untyped-def]
+        length = np.shape(x)[-2]
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        return exact(x, rounded_to(positions, dtype), **kw)
+
+    return rope
+
+
 def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alternative]:
     """Each table the component's oracle builds, stored in each 16-bit dtype, in a subject
     compared in float32 or float64 (in a 16-bit subject a 16-bit table is its dtype's own);
@@ -557,6 +626,16 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
             f"angle is off by {dtype}'s rounding of its frequency, times the position "
             "(SPEC.md §2.3, §10.10)",
             pieces={"rope": _rope_frequencies_in(dtype, stepwise)},
+        )
+    for dtype in TABLE_DTYPES:
+        yield Alternative(
+            registered("numerics.rope_angles_low_precision"),
+            f"the output is the spec's with RoPE's position ids rounded to {dtype} before the "
+            f"angles p * omega are formed (the positions made with dtype={dtype}): past "
+            f"{'256' if dtype == 'bfloat16' else '2048'} neighbouring positions share one "
+            "rotation, so far tokens get their neighbour's; form positions and angles in "
+            "float32 or better (SPEC.md §2.3, §10.10)",
+            pieces={"rope": _rope_positions_in(dtype)},
         )
     for dtype, which in itertools.product(TABLE_DTYPES, ANGLE_TABLES):
         yield Alternative(
