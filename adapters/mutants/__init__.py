@@ -378,6 +378,8 @@ NAMES: tuple[str, ...] = (
     # an eps in the softmax's denominator; RoPE's position ids made in bfloat16
     "softmax_denominator_eps",
     "rope_positions_bfloat16",
+    # a mean pool taken before a final norm that sits in the head
+    "vit_mean_before_head_norm",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

@@ -14,6 +14,7 @@ holds when nothing in the canonical parameters maps onto it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -227,8 +228,24 @@ def _vit_mean_with_class_token(images: Any, params: Any, config: Any, *, convent
     return oracle.linear(tokens.mean(axis=1), params, "head.")
 
 
+def _vit_mean_before_final_norm(first: int) -> Callable[..., Any]:
+    """§9.5 pooled as the mean of the tokens from ``first`` on (0: the class token included)
+    taken before the encoder's final norm, which then normalises the mean (a head of
+    ``LayerNorm`` and ``Linear`` applied to the pooled token)."""
+
+    def vit(images: Any, params: Any, config: Any, *, conventions: Any) -> Any:
+        bare = dataclasses.replace(conventions, final_norm="never")
+        pooled = oracle.vit_tokens(images, params, config, bare)[:, first:].mean(axis=1)
+        pooled = oracle._final_norm(pooled, oracle.subparams(params, "encoder."), conventions)
+        return oracle.linear(pooled, params, "head.")
+
+    return vit
+
+
 def pooling_hypotheses(component: str) -> Iterator[Alternative]:
-    """A mean pool that counts the class token among the patch tokens."""
+    """A mean pool that counts the class token among the patch tokens; a mean pool taken
+    before the final norm (where the norm sits in the head: equal to the spec's for the class
+    token, not for a mean)."""
     if not reaches(component, "vit"):
         return
     yield Alternative(
@@ -238,6 +255,17 @@ def pooling_hypotheses(component: str) -> Iterator[Alternative]:
         "patch tokens only; SPEC.md §9.5)",
         pieces={"vit": _vit_mean_with_class_token},
     )
+    for first, code, tokens in (
+        (0, "vit.pooling_mean_with_cls", "every token, the class token included"),
+        (1, "vit.pooling_mean", "the patch tokens"),
+    ):
+        yield Alternative(
+            code,
+            f"pools the mean of {tokens} before the encoder's final norm (the norm then "
+            "applied to the mean, as a head of LayerNorm and Linear does), where the spec "
+            "pools the class token after the norm (SPEC.md §9.5, §7.3)",
+            pieces={"vit": _vit_mean_before_final_norm(first)},
+        )
 
 
 def extra_norm_hypotheses(component: str) -> Iterator[Alternative]:
