@@ -380,6 +380,8 @@ NAMES: tuple[str, ...] = (
     "rope_positions_bfloat16",
     # a mean pool taken before a final norm that sits in the head
     "vit_mean_before_head_norm",
+    # rotate_half writing its halves interleaved beside a half-split table
+    "rope_rotate_half_stacked",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

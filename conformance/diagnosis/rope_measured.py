@@ -317,6 +317,29 @@ def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray
     return rope
 
 
+def _rope_partner_as(table: str, read: str, write: str) -> Callable[..., np.ndarray]:
+    """§2.3 written as ``x * cos + rotate_half(x) * sin`` with the cos/sin table laid out for
+    ``table`` and ``rotate_half`` reading the pairs of layout ``read`` and writing each pair's
+    partner (-b, a) to the channels of layout ``write``: where the three differ, a channel
+    meets another channel's partner or another pair's angle."""
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        x = oracle._f64(x)
+        length, d = x.shape[-2], x.shape[-1]
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        omega = _frequencies(d, base, frequencies)
+        channels = np.arange(d)
+        per_channel = omega[channels // 2] if table == "interleaved" else omega[channels % (d // 2)]
+        theta = positions.astype(np.float64)[:, None] * per_channel  # (L, d)
+        first, second = _pair_channels(read, d)
+        to_first, to_second = _pair_channels(write, d)
+        partner = np.empty_like(x)
+        partner[..., to_first], partner[..., to_second] = -x[..., second], x[..., first]
+        return x * np.cos(theta) + partner * np.sin(theta)
+
+    return rope
+
+
 def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
     """The two pairings mixed in one rotation: the cos/sin table laid out for one and
     applied with the other (the declared pairing with the other table, and the declared
@@ -351,6 +374,21 @@ def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Altern
             "(a rotation whose read and write follow two layouts: torch.cat where "
             "torch.stack belongs, or the reverse; SPEC.md §2.3)",
             pieces={"rope": _rope_written_as(read, write, across)},
+        )
+    # x * cos + rotate_half(x) * sin with the rotate_half built in another layout than the
+    # table (torch.stack((-x2, x1)).flatten(-2) of the halves beside a cat(freqs, freqs) table)
+    for table, (read, write) in itertools.product(
+        (declared, other), ((declared, other), (other, declared))
+    ):
+        yield Alternative(
+            registered("rope.table_layout_mismatch"),
+            f"the output is the spec's written as x * cos + rotate_half(x) * sin with the "
+            f"cos/sin table laid out for {words[table]}, and rotate_half reading its pairs as "
+            f"{words[read].split(':')[0]} and writing each partner (-b, a) as "
+            f"{words[write].split(':')[0]} (torch.stack((-x2, x1), -1).flatten(-2) of the "
+            "halves, or torch.cat of the strided channels): each channel meets another "
+            "channel's partner, so the map is no rotation (SPEC.md §2.3)",
+            pieces={"rope": _rope_partner_as(table, read, write)},
         )
 
 
