@@ -829,6 +829,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "its window and misses keys inside it",
     ),
     (
+        "attention.tile_mask_misaligned",
+        "cause",
+        "3.1 4.1",
+        "a tiled attention reads each key tile's mask at the wrong columns (the first tile's "
+        "slice for every tile, the slice not offset by the tile's start): past the first tile "
+        "padding and causality land on other keys",
+    ),
+    (
         "attention.input_read_wrong",
         "cause",
         "3.4 3.5",

@@ -382,6 +382,8 @@ NAMES: tuple[str, ...] = (
     "vit_mean_before_head_norm",
     # rotate_half writing its halves interleaved beside a half-split table
     "rope_rotate_half_stacked",
+    # a tiled kernel whose every key tile reads the mask's first columns
+    "attention_tile_mask_from_start",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

@@ -315,6 +315,7 @@ def _hypotheses(
         note_degenerate,
         partial_rows_zeroed_hypotheses,
         solved_mask_bias,
+        tile_mask_hypotheses,
         whole_rows_only,
     )
     from .hypotheses_more import (  # heads, bias, residual
@@ -399,6 +400,7 @@ def _hypotheses(
             batch_flat_causal_hypotheses(component),
             combined_with_or_hypotheses(component),
             partial_rows_zeroed_hypotheses(component),
+            tile_mask_hypotheses(component),
             _offset_hypotheses(component, inputs),
             _table_offset_hypotheses(component, inputs, inst.params),
             layout_hypotheses(component),

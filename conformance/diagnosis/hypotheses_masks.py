@@ -336,6 +336,48 @@ def _sublayer_partial_rows_zeroed(name: str) -> Callable[..., np.ndarray]:
     return sublayer
 
 
+# Key tiles a hand-written or ported tiled kernel uses: every small width, then powers of 2
+MASK_TILES = (2, 3, 4, 5, 6, 8, 16, 32, 64, 128)
+
+
+def _sdpa_tile_mask_from_start(tile: int) -> Callable[..., np.ndarray]:
+    """§3.1 with the keep-mask of each key tile of ``tile`` read from the mask's first columns
+    (``keep[..., :width]`` for ``keep[..., start:start + width]``)."""
+
+    def sdpa(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
+        lk = np.shape(k)[-2]
+        if keep_mask is None or lk <= tile:
+            raise ValueError("one key tile, or no mask: the spec's attention")
+        lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
+        keep = np.broadcast_to(np.asarray(keep_mask, bool), (*lead, np.shape(q)[-2], lk))
+        moved = np.empty_like(keep)
+        for start in range(0, lk, tile):
+            width = min(tile, lk - start)
+            moved[..., start : start + width] = keep[..., :width]
+        return oracle.scaled_dot_product_attention(q, k, v, moved, **kwargs)
+
+    return sdpa
+
+
+def tile_mask_hypotheses(component: str) -> Iterator[Alternative]:
+    """A tiled attention whose every key tile reads the first tile's mask columns: the mask
+    slice not offset by the tile's start, so past the first tile padding and causality fall
+    on other keys. The rows it leaves with no key are §4.4's, not judged here."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    for tile in MASK_TILES:
+        yield Alternative(
+            registered("attention.tile_mask_misaligned"),
+            f"the output is the spec's computed over key tiles of {tile} whose every tile "
+            f"takes the mask's first {tile} columns (keep[..., :width] for keep[..., start:"
+            "start + width]): past the first tile the mask lands on other keys (or the same "
+            "with another tile size that cuts this call's keys alike; SPEC.md §3.1, §4.1)",
+            pieces={"scaled_dot_product_attention": _sdpa_tile_mask_from_start(tile)},
+            nan="ignore",
+            keyless_nan=True,
+        )
+
+
 ATTENTION_SUBLAYERS = ("causal_self_attention", "multi_head_attention")
 
 
