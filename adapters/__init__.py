@@ -15,7 +15,16 @@ import importlib
 import os
 import sys
 
-from .base import INPUTS, OUTPUTS, Adapter, AdapterFailure, Arrays, Subject, Unsupported
+from .base import (
+    INPUTS,
+    OUTPUTS,
+    Adapter,
+    AdapterFailure,
+    Arrays,
+    OutputShapeMismatch,
+    Subject,
+    Unsupported,
+)
 from .config_space import ConfigSpace, Times
 from .torch_module import ABSENT, Absent, Chunk, Param, TorchEntry, TorchHandle, TorchModuleAdapter
 
@@ -186,6 +195,7 @@ __all__ = [
     "Arrays",
     "Chunk",
     "ConfigSpace",
+    "OutputShapeMismatch",
     "Param",
     "Subject",
     "Times",

@@ -71,6 +71,12 @@ class Unsupported(unittest.SkipTest):
     """
 
 
+class OutputShapeMismatch(ValueError):
+    """The implementation's output has another shape than the one the suite asks a gradient
+    of (the spec's output shape, the cotangent's): a finding about the implementation, which
+    the suite records as ``shape.wrong_output_shape``, not a failure of the adapter."""
+
+
 class AdapterFailure(Exception):
     """The implementation, or what an adapter did to it, broke in a way with a name: ``code``
     is a diagnosis code in dotted form (``onnx.export_failed``), ``message`` says it in words.
@@ -176,7 +182,8 @@ class Adapter(ABC):
         and to every canonical parameter (keyed ``"params." + name``, e.g.
         ``"params.q.weight"``), each of its input's or parameter's shape. An input the output
         does not depend on has gradient zero. Raise ``Unsupported`` when the implementation
-        cannot differentiate; that is the default.
+        cannot differentiate (the default), ``OutputShapeMismatch`` when its output has
+        another shape than ``cotangent``.
         """
         raise Unsupported(f"{self.name} does not compute gradients")
 

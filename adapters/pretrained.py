@@ -41,7 +41,7 @@ from torch import nn
 from tck.usage import INSTALL, read_user_json
 
 from . import checkpoint_config, real_size
-from .base import Arrays, Config, Subject, Unsupported
+from .base import Arrays, Config, OutputShapeMismatch, Subject, Unsupported
 from .checkpoint_config import ModelError
 from .config_space import ConfigSpace
 from .real_size import stack_skip
@@ -539,7 +539,7 @@ def stream_gradients(
         with torch.enable_grad(), adapter._lacking_ops(handle):
             out = adapter._output(handle.entry.forward(handle.module, **kwargs))
             if tuple(out.shape) != tuple(np.shape(cotangent)):
-                raise ValueError(
+                raise OutputShapeMismatch(
                     f"{adapter.name}: the cotangent has shape {tuple(np.shape(cotangent))}, "
                     f"the output {tuple(out.shape)}"
                 )

@@ -49,7 +49,7 @@ from torch import nn
 
 from tck.reference import Config, Conventions, param_shapes
 
-from .base import DTYPES, Adapter, Arrays, Subject, Unsupported
+from .base import DTYPES, Adapter, Arrays, OutputShapeMismatch, Subject, Unsupported
 from .config_space import ConfigSpace
 from .devices import DEVICE_KINDS, device_kind
 
@@ -369,7 +369,7 @@ class TorchModuleAdapter(Adapter):
         with torch.enable_grad(), self._lacking_ops(handle):
             out = self._output(handle.entry.forward(handle.module, **kwargs))
             if tuple(out.shape) != tuple(np.shape(cotangent)):
-                raise ValueError(
+                raise OutputShapeMismatch(
                     f"{self.name}: the cotangent has shape {tuple(np.shape(cotangent))}, the "
                     f"output {tuple(out.shape)}"
                 )

@@ -384,6 +384,8 @@ NAMES: tuple[str, ...] = (
     "rope_rotate_half_stacked",
     # a tiled kernel whose every key tile reads the mask's first columns
     "attention_tile_mask_from_start",
+    # a sequence-first ViT handed its tokens batch-first
+    "vit_tokens_not_seq_first",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
 )

@@ -247,7 +247,8 @@ def left_padded(tck: Harness, inst: Instance, lengths: tuple[int, ...], seed: in
     """Rows right-aligned in a batch of length max(lengths): pads first, key_padding False
     there, and position ids shifted so every row's first real token is at 0 (§11.7). An
     attention or block without RoPE computes nothing from positions (the learned table is
-    the model's, §11.5): it gets none, so a module that takes none is judged too."""
+    the model's, which embeds the tokens, §11.5): it gets none, so a module that takes none
+    is judged too."""
     total = max(lengths)
     inputs = tck.inputs(
         inst, Shape(batch=len(lengths), lq=total, lk=total, masked=False), seed=seed
@@ -255,7 +256,7 @@ def left_padded(tck: Harness, inst: Instance, lengths: tuple[int, ...], seed: in
     pads = total - np.asarray(lengths)
     keep = np.arange(total)[None, :] >= pads[:, None]  # (B, T)
     inputs["key_padding"] = keep
-    if tck.component == "causal_lm" or inst.conventions.positions == "rope":
+    if token_input(tck.component) == "ids" or inst.conventions.positions == "rope":
         inputs["positions"] = np.maximum(np.arange(total)[None, :] - pads[:, None], 0)
     return inputs
 

@@ -209,6 +209,34 @@ def explain(
     ), f"disagrees with the oracle: {numbers}"
 
 
+def explain_shape(
+    h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], test: np.ndarray
+) -> tuple[str, str] | None:
+    """(code, message) of a hypothesis whose output has the shape of ``test`` where the
+    spec's has another, and reproduces it at float64's bound (``alternatives.fits``); None,
+    and None in a lower dtype (whose bound needs a careful run of the spec's shape). An
+    output of the wrong shape is otherwise a finding about the shape alone."""
+    from .structural import batch_as_sequence_hypotheses
+
+    if inst.dtype != "float64" or inst.params is None:
+        return None
+    try:
+        spec = h.gold(inst, inputs)
+    except (ValueError, KeyError):
+        return None
+
+    def evaluate(alternative: Alternative) -> np.ndarray:
+        return output_of(
+            h.component, inputs, inst.params, inst.config, inst.conventions, alternative
+        )
+
+    found = first_fit(batch_as_sequence_hypotheses(h.component), evaluate, test, spec, None)
+    if found is None:
+        return None
+    h.note({"reproduced_by": found.code, "reproduced_at": inst.dtype})
+    return found.code, found.message
+
+
 def padded_positions(
     inputs: Mapping[str, np.ndarray], test: np.ndarray, result: Comparison, *, causal: bool
 ) -> str:
@@ -348,6 +376,7 @@ def _hypotheses(
         table_layout_hypotheses,
     )
     from .structural import (
+        batch_as_sequence_hypotheses,
         extra_norm_hypotheses,
         image_layout_hypotheses,
         patch_axes_hypotheses,
@@ -410,6 +439,7 @@ def _hypotheses(
             extra_norm_hypotheses(component),
             patch_order_hypotheses(component),
             pooling_hypotheses(component),
+            batch_as_sequence_hypotheses(component),
             # after the causal diagonal: on a call of one token both hide every key
             default_mask_inverted(component, inputs),
             # last of the masks: where the masked scores are already 0 (a hand fixture) a

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tck.reference import oracle
-from tck.reference.variants import reaches
+from tck.reference.variants import oracle_variant, reaches
 
 from .alternatives import Alternative
 
@@ -265,6 +265,48 @@ def pooling_hypotheses(component: str) -> Iterator[Alternative]:
             "applied to the mean, as a head of LayerNorm and Linear does), where the spec "
             "pools the class token after the norm (SPEC.md §9.5, §7.3)",
             pieces={"vit": _vit_mean_before_final_norm(first)},
+        )
+
+
+def _encoder_across_batch(x: Any, *args: Any, **kwargs: Any) -> Any:
+    """§7.3's encoder given (B, L, D) tokens as a sequence-first module reads them: (L, B, D)
+    read as (B, L, D), so each position's attention runs over the batch."""
+    return np.swapaxes(oracle.encoder(np.swapaxes(x, 0, 1), *args, **kwargs), 0, 1)
+
+
+def _vit_batch_as_sequence(first_image: bool) -> Callable[..., Any]:
+    """§9 with the tokens handed to a sequence-first encoder batch-first (attention across
+    the batch at each position); pooled as the spec pools, or (``first_image``) as
+    sequence-first code pools, ``x[0]``: every token of the first image."""
+
+    def vit(images: Any, params: Any, config: Any, *, conventions: Any) -> Any:
+        variant = oracle_variant({"encoder": _encoder_across_batch})
+        tokens = variant.vit_tokens(images, params, config, conventions)  # (B, N + 1, D)
+        pooled = tokens[0] if first_image else tokens[:, 0]
+        return oracle.linear(pooled, params, "head.")
+
+    return vit
+
+
+def batch_as_sequence_hypotheses(component: str) -> Iterator[Alternative]:
+    """A ViT whose batch-first tokens reach sequence-first encoder blocks (the transpose to
+    (L, B, D) dropped, ``nn.TransformerEncoder`` or ``nn.MultiheadAttention`` without
+    ``batch_first=True``): the batch is attended as the sequence; pooled as the spec pools,
+    or by the sequence-first ``x[0]``, which then gives every token of the first image (an
+    output of another shape, explained by ``explain_shape``)."""
+    if not reaches(component, "vit"):
+        return
+    for first_image, pooled in (
+        (False, "the class token of each image"),
+        (True, "x[0] of the sequence-first layout: every token of the first image"),
+    ):
+        yield Alternative(
+            "batch.rows_interact",
+            "the output is the spec's with the (B, N + 1, D) tokens handed to sequence-first "
+            "encoder blocks as they are (the transpose to (N + 1, B, D) dropped): each "
+            f"position attends over the batch instead of the sequence, and the pooled token "
+            f"is {pooled} (SPEC.md §10.2, §9.4, §9.5)",
+            pieces={"vit": _vit_batch_as_sequence(first_image)},
         )
 
 

@@ -90,8 +90,14 @@ def delta(
     """
     dtype = dtype_of(before, after)
     before, after = np.asarray(before, np.float64), np.asarray(after, np.float64)
-    if before.shape != after.shape:
-        raise ValueError(f"outputs of shape {before.shape} and {after.shape} cannot be compared")
+    if before.shape != after.shape:  # the subject's own two outputs: its shapes are wrong
+        raise CheckFailure(
+            "shape.wrong_output_shape",
+            f"outputs of shape {before.shape} and {after.shape} where the spec's two calls "
+            "give one shape per row: the output's shape depends on what it should not (a batch "
+            "axis read as another; SPEC.md §10.6)",
+            {"shape": list(after.shape), "expected_shape": list(before.shape)},
+        )
     ignore = None if where is None else ~np.broadcast_to(where, before.shape)
     result = compare(after, before, dtype=dtype, ignore=ignore, require_finite=real)
     max_abs = math.inf if result.nan_mismatch else result.max_abs_err

@@ -522,6 +522,8 @@ class Harness:
             result = self.compare_chunked(inst, test, chunks, inputs)
         else:
             gold = self.gold(inst, inputs)
+            if test.shape != gold.shape:
+                self._raise_shape(inst, inputs, test, gold, what)
             bound_by = careful(self, inst, inputs) if inst.dtype != "float64" else None
             result = self.compare(inst, test, gold, careful=bound_by, inputs=inputs)
         self.record.calls.append(
@@ -542,6 +544,26 @@ class Harness:
             message += padded_worst(inputs, test.shape, result.worst_index)
             raise CheckFailure(code, f"{what}: {message}", result.metrics())
         return test
+
+    def _raise_shape(
+        self,
+        inst: Instance,
+        inputs: Mapping[str, np.ndarray],
+        test: np.ndarray,
+        gold: np.ndarray,
+        what: str,
+    ) -> None:
+        """An output of another shape than the spec's: a hypothesis whose output has that
+        shape and reproduces it names the cause; otherwise the shape is the finding."""
+        from tck.conformance.diagnosis.explain import explain_shape  # it builds on this module
+
+        self.record.failed_call = FailedCall(inst, dict(inputs), what, self.recipe(inputs))
+        shape = f"output shape {test.shape}, the spec's is {gold.shape} (SPEC.md §10.6)"
+        found = explain_shape(self, inst, inputs, test)
+        metrics = {"shape": list(test.shape), "expected_shape": list(gold.shape)}
+        if found is not None:
+            raise CheckFailure(found[0], f"{what}: {found[1]}; {shape}", metrics)
+        raise CheckFailure("shape.wrong_output_shape", f"{what}: {shape}", metrics)
 
     def _judged_by_layer(
         self,
