@@ -114,19 +114,33 @@ def output_of(
     return out if alternative.after is None else alternative.after(out)
 
 
+def broadcast_keep(q: Any, k: Any, keep_mask: Any) -> np.ndarray | None:
+    """One attention call's keep-mask broadcast to its scores' shape (..., Lq, Lk)."""
+    if keep_mask is None:
+        return None
+    lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
+    shape = (*lead, np.shape(q)[-2], np.shape(k)[-2])
+    return np.broadcast_to(np.asarray(keep_mask, dtype=bool), shape)
+
+
+def batch_rows(rows: np.ndarray) -> np.ndarray | None:
+    """Query rows (B, ..., Lq) of an attention call as (B, Lq): a row counts where it does in
+    any head; None for a call with no batch axis."""
+    if rows.ndim < 2:
+        return None
+    return rows.reshape(rows.shape[0], -1, rows.shape[-1]).any(axis=1)
+
+
 def _recording_keyless(pieces: Pieces, rows: list[np.ndarray]) -> Callable[..., np.ndarray]:
     """The attention core ``pieces`` use (the oracle's unless they replace it), recording in
     ``rows`` each batched call's query rows with no key kept, as (B, Lq)."""
     attend = pieces.get("scaled_dot_product_attention", oracle.scaled_dot_product_attention)
 
     def attention(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
-        if keep_mask is not None:
-            lq, lk = np.shape(q)[-2], np.shape(k)[-2]
-            lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
-            if lead:
-                keep = np.broadcast_to(np.asarray(keep_mask, dtype=bool), (*lead, lq, lk))
-                empty = ~keep.any(axis=-1)  # (B, ..., Lq)
-                rows.append(empty.reshape(lead[0], -1, lq).any(axis=1))
+        keep = broadcast_keep(q, k, keep_mask)
+        empty = None if keep is None else batch_rows(~keep.any(axis=-1))
+        if empty is not None:
+            rows.append(empty)
         return attend(q, k, v, keep_mask, **kwargs)
 
     return attention

@@ -47,7 +47,7 @@ from tck.reference.components import record
 from tck.reference.tolerance import Comparison
 from tck.reference.variants import oracle_variant, reaches
 
-from .alternatives import Alternative, within
+from .alternatives import Alternative, batch_rows, broadcast_keep, within
 
 Evaluate = Callable[[Alternative], np.ndarray]
 
@@ -299,11 +299,8 @@ def combined_with_or_hypotheses(component: str) -> Iterator[Alternative]:
 
 def _partly_hidden(q, k, keep_mask) -> np.ndarray | None:  # type: ignore[no-untyped-def]
     """The query rows of one attention call with some key hidden, (..., Lq); None: none."""
-    if keep_mask is None:
-        return None
-    lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
-    shape = (*lead, np.shape(q)[-2], np.shape(k)[-2])
-    return ~np.broadcast_to(np.asarray(keep_mask, dtype=bool), shape).all(axis=-1)
+    keep = broadcast_keep(q, k, keep_mask)
+    return None if keep is None else ~keep.all(axis=-1)
 
 
 def _sdpa_partial_rows_zeroed(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
@@ -321,8 +318,9 @@ def _sublayer_partial_rows_zeroed(name: str) -> Callable[..., np.ndarray]:
 
         def recording(q, k, v, keep_mask=None, **kw):  # type: ignore[no-untyped-def]
             partial = _partly_hidden(q, k, keep_mask)
-            if partial is not None and partial.ndim >= 2:
-                rows.append(partial.reshape(partial.shape[0], -1, partial.shape[-1]).any(axis=1))
+            partial = None if partial is None else batch_rows(partial)
+            if partial is not None:
+                rows.append(partial)
             return oracle.scaled_dot_product_attention(q, k, v, keep_mask, **kw)
 
         out = getattr(oracle_variant({"scaled_dot_product_attention": recording}), name)(
@@ -346,10 +344,9 @@ def _sdpa_tile_mask_from_start(tile: int) -> Callable[..., np.ndarray]:
 
     def sdpa(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
         lk = np.shape(k)[-2]
-        if keep_mask is None or lk <= tile:
+        keep = broadcast_keep(q, k, keep_mask)
+        if keep is None or lk <= tile:
             raise ValueError("one key tile, or no mask: the spec's attention")
-        lead = np.broadcast_shapes(np.shape(q)[:-2], np.shape(k)[:-2])
-        keep = np.broadcast_to(np.asarray(keep_mask, bool), (*lead, np.shape(q)[-2], lk))
         moved = np.empty_like(keep)
         for start in range(0, lk, tile):
             width = min(tile, lk - start)
