@@ -165,14 +165,13 @@ def _consequence_of(
 
 
 def _generic_order(code: str) -> int:
-    """Among codes of one rank: a gradient's finding follows from a forward one (and is
-    ranked below it: a padding row that takes gradient is also a padding row that is not
-    zero), a component's own code above the family codes ``*.assertion``. Other codes that
-    are not generic are not ordered here."""
-    if code.startswith("gradients."):
-        return 0
+    """Among codes of one rank: a gradient disagreement follows from a forward one (and is
+    ranked below it), a component's own code above the family codes ``*.assertion``.
+    Codes that are not generic are not ordered here."""
     if not is_generic(code):
         return 2
+    if code.startswith("gradients."):
+        return 0
     if code.startswith(("adapter.", "equality.")) or code.endswith(".assertion"):
         return 1
     return 2

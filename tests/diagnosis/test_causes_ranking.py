@@ -150,15 +150,3 @@ def test_a_cause_reproduced_on_more_subjects_beats_one_with_more_rows() -> None:
     causes = root_causes([*ignored, *tiled])
     assert [c["code"] for c in causes][:2] == ["attention.tile_mask_misaligned", "mask.ignored"]
     assert causes[0]["reproduced_in"] == 2 and causes[1]["reproduced_in"] == 1
-
-
-@pytest.mark.spec("0.3")
-def test_a_gradient_finding_follows_the_forward_finding_of_the_same_rank() -> None:
-    """An embedding built without padding_idx: its padding row is not zero and takes
-    gradient; the row's value comes first, however many dtypes the gradient fails in."""
-    grads = [
-        {**_r("embedding", "gradients.padding_row", dtype), "check": "gradients.gradients"}
-        for dtype in ("float64", "float32", "float16", "bfloat16")
-    ]
-    row = {**_r("embedding", "embedding.padding_row_not_zero"), "check": "params.padding_row"}
-    assert top_cause([*grads, row]) == "embedding.padding_row_not_zero"
