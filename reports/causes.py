@@ -16,10 +16,7 @@ The order is one a user can act on (docs/diagnosis.md):
 4. the strength of the evidence: an explanation that reproduces the failing output at the
    comparison's own precision, then one that reproduces it at float32's only, then a
    property's finding; this comes before the number of failing rows, so a cause that
-   reproduces the output exactly beats one that fits more rows; among equals, the cause
-   reproduced on more subjects (two hypotheses that coincide on one call, a mask ignored
-   and a mask read at the wrong columns on a call whose padding lies in one key tile, are
-   told apart by the subjects whose calls tell them apart);
+   reproduces the output exactly beats one that fits more rows;
 5. a forward finding before the gradient one it causes;
 6. the cause found on the smallest component before one found on a component built from it
    (the component record's level: an op, a layer, a stack, a model): a bug in an op makes
@@ -185,12 +182,11 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     oracle mismatch of an encoder layer whose LayerNorm probe named unbiased variance is a
     symptom of that variance), and stands as its own cause only when its subject has none.
     Returns ``[{"code", "message", "subjects", "symptoms": [{check, subject, code,
-    message}], "specificity", "reproduced", "reproduced_in", "evidence", "weak", "known",
-    "level"}]`` in the order of the module docstring: the symptoms include the results that
-    carry the cause's code themselves; ``reproduced_in`` counts the subjects where it
-    reproduced an output; ``evidence`` is the strongest of its results' (``evidence``),
-    ``weak`` says that every result is a 16-bit fit alone, ``known`` that the baseline had
-    them all, ``level`` is the lowest of its results' (``level``).
+    message}], "specificity", "reproduced", "evidence", "weak", "known", "level"}]`` in the
+    order of the module docstring: the symptoms include the results that carry the cause's
+    code themselves; ``evidence`` is the strongest of its results' (``evidence``), ``weak``
+    says that every result is a 16-bit fit alone, ``known`` that the baseline had them all,
+    ``level`` is the lowest of its results' (``level``).
     """
     failing = [r for r in results if r.get("status") in ("fail", "error")]
     # Several conventions explained at once (an Annotated-Transformer LayerNorm): the codes of
@@ -229,12 +225,12 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if r["subject"] not in best or key > best[r["subject"]][:6]:
             best[r["subject"]] = (*key, code, diagnosis.get("message", ""))
     strength: dict[str, int] = {}  # code -> its strongest rank in this run
-    won: dict[str, set[str]] = {}  # code -> subjects where it reproduced a call's output
+    won: set[str] = set()  # codes some result reproduced on a call where queries see keys
     for r in failing:
         code = (r.get("diagnosis") or {}).get("code", "")
         strength[code] = max(strength.get(code, 0), _strength(r))
         if reproduced(r) and evidence(r) > 1:  # a degenerate fit is a property's finding
-            won.setdefault(code, set()).add(r["subject"])
+            won.add(code)
     # Subjects whose plain forward fails with a named cause (not a self-consistency one, not
     # a generic code): their self-consistency findings are consequences (module docstring).
     forward_fails = {
@@ -274,7 +270,6 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "message": message,
                 "specificity": strength.get(cause, specificity(cause)),
                 "reproduced": cause in won,
-                "reproduced_in": len(won.get(cause, ())),
                 "evidence": 0,
                 "weak": True,
                 "known": True,
@@ -308,7 +303,6 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             -g["specificity"],
             -int(g["reproduced"]),
             -g["evidence"],
-            -g["reproduced_in"],
             -_generic_order(g["code"]),
             g["level"],
             -len(g["symptoms"]),

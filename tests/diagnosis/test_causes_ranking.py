@@ -129,24 +129,3 @@ def test_a_cache_finding_on_a_subject_whose_forward_fails_comes_after_the_forwar
     generic = _at("causal_self_attention", "attention.oracle_mismatch")
     assert top_cause([*cached, generic]) == "cache.position_offset_wrong"
     assert top_cause(cached) == "cache.position_offset_wrong"
-
-
-@pytest.mark.spec("0.3")
-def test_a_cause_reproduced_on_more_subjects_beats_one_with_more_rows() -> None:
-    """Two hypotheses that coincide on one subject's call (a mask ignored, a mask read at the
-    wrong columns of each key tile when the padding lies in the last tile) both reproduce
-    there; the one the other subjects' calls reproduce too comes first, whatever the count
-    of the other's property findings."""
-
-    def fit(subject: str, code: str) -> dict[str, Any]:
-        return _r(subject, code, reproduced_by=code, reproduced_at="float64")
-
-    ignored = [fit("mha", "mask.ignored")]
-    ignored += [
-        {**_r(s, "mask.ignored"), "check": "masks.padding_invariance"}
-        for s in ("mha", "encoder", "encoder_layer")
-    ]
-    tiled = [fit(s, "attention.tile_mask_misaligned") for s in ("encoder", "encoder_layer")]
-    causes = root_causes([*ignored, *tiled])
-    assert [c["code"] for c in causes][:2] == ["attention.tile_mask_misaligned", "mask.ignored"]
-    assert causes[0]["reproduced_in"] == 2 and causes[1]["reproduced_in"] == 1
