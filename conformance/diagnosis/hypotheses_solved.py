@@ -65,7 +65,8 @@ from tck.reference.catalogue import NUMERIC, convention_code
 from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
-from .alternatives import Alternative
+from .alternatives import Alternative, broadcast_keep
+from .hypotheses_layout import _scores
 
 Evaluate = Callable[[Alternative], np.ndarray]
 
@@ -232,12 +233,10 @@ def _sdpa_denominator_plus(eps: float) -> Callable[..., np.ndarray]:
         spec = oracle.scaled_dot_product_attention(
             q, k, v, keep_mask, scale=scale, fully_masked_rows=fully_masked_rows
         )
-        q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)
-        scores = (q64 @ np.swapaxes(k64, -1, -2)) * (
-            1.0 / math.sqrt(q64.shape[-1]) if scale is None else scale
-        )
-        if keep_mask is not None:
-            scores = np.where(np.broadcast_to(keep_mask, scores.shape), scores, -np.inf)
+        scores = _scores(q, k, scale)
+        keep = broadcast_keep(q, k, keep_mask)
+        if keep is not None:
+            scores = np.where(keep, scores, -np.inf)
         with np.errstate(invalid="ignore"):
             e = np.exp(scores - scores.max(axis=-1, keepdims=True))
             total = e.sum(axis=-1, keepdims=True)

@@ -289,6 +289,21 @@ def _frequencies(d: int, base: float, frequencies: Any) -> np.ndarray:
     return oracle._f64(frequencies)
 
 
+def _channel_angles(
+    x: np.ndarray, positions: Any, base: float, frequencies: Any, table_layout: str
+) -> np.ndarray:
+    """The (L, d) angle each channel of ``x`` (..., L, d) turns by under a cos/sin table laid
+    out for ``table_layout``: channel c takes the frequency of the pair c belongs to there."""
+    length, d = x.shape[-2], x.shape[-1]
+    positions = np.arange(length) if positions is None else np.asarray(positions)
+    omega = _frequencies(d, base, frequencies)
+    channels = np.arange(d)
+    per_channel = (
+        omega[channels // 2] if table_layout == "interleaved" else omega[channels % (d // 2)]
+    )
+    return positions.astype(np.float64)[:, None] * per_channel
+
+
 def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray]:
     """§2.3 with the cos/sin table laid out for ``table_layout`` (channel c turned by the
     frequency of the pair c belongs to under that layout) and the rotation pairing the
@@ -297,17 +312,9 @@ def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray
 
     def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
         x = oracle._f64(x)
-        length, d = x.shape[-2], x.shape[-1]
-        half = d // 2
-        positions = np.arange(length) if positions is None else np.asarray(positions)
-        omega = _frequencies(d, base, frequencies)
-        channels = np.arange(d)
-        per_channel = (
-            omega[channels // 2] if table_layout == "interleaved" else omega[channels % half]
-        )
-        theta = positions.astype(np.float64)[:, None] * per_channel  # (L, d)
+        theta = _channel_angles(x, positions, base, frequencies, table_layout)
         cos, sin = np.cos(theta), np.sin(theta)
-        first, second = _pair_channels(pairing, d)
+        first, second = _pair_channels(pairing, x.shape[-1])
         out = np.empty_like(x)
         a, b = x[..., first], x[..., second]
         out[..., first] = a * cos[:, first] - b * sin[:, first]
@@ -325,12 +332,8 @@ def _rope_partner_as(table: str, read: str, write: str) -> Callable[..., np.ndar
 
     def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
         x = oracle._f64(x)
-        length, d = x.shape[-2], x.shape[-1]
-        positions = np.arange(length) if positions is None else np.asarray(positions)
-        omega = _frequencies(d, base, frequencies)
-        channels = np.arange(d)
-        per_channel = omega[channels // 2] if table == "interleaved" else omega[channels % (d // 2)]
-        theta = positions.astype(np.float64)[:, None] * per_channel  # (L, d)
+        theta = _channel_angles(x, positions, base, frequencies, table)
+        d = x.shape[-1]
         first, second = _pair_channels(read, d)
         to_first, to_second = _pair_channels(write, d)
         partner = np.empty_like(x)
