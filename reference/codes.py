@@ -508,7 +508,7 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "11.6",
         "each decoded token attends only its own call's tokens, or those and the previous "
         "call's: the cache is not used, or is replaced by each call's keys and values instead "
-        "of extended",
+        "of extended (written from its first slot in every call)",
     ),
     (
         "cache.rope_offset_wrong",

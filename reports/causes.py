@@ -32,7 +32,9 @@ rearranged sequence (cached steps against the full forward, §11.6; a left-padde
 against the row alone, §11.7; a row in a batch of different lengths against the row alone,
 §11.8; chunked calls, §11.9), so a wrong forward (a causal leak, a norm over the sequence)
 makes them disagree too, and lets a cache hypothesis fit the difference by accident; the
-forward's own cause is the one to fix. (A batch's rows mixing, §10.2, is no such
+forward's own cause is the one to fix. A named cause that a cached check found itself (the
+keys a cached query sees, measured: a window too narrow) says nothing about the forward and
+demotes nothing. (A batch's rows mixing, §10.2, is no such
 consequence: a wrong forward of one row does not make rows interact.)
 """
 
@@ -125,6 +127,18 @@ def self_consistency(code: str) -> bool:
     of ``SELF_CONSISTENCY_CLAUSES``)?"""
     found = lookup(code)
     return found is not None and any(c in SELF_CONSISTENCY_CLAUSES for c in found.clauses)
+
+
+# The clauses of the checks that decode with a cache (cached steps, chunked calls, a forward
+# after steps): what they measure (the keys a cached query sees: a window too narrow) is a
+# finding about the cached path, never evidence that the plain forward is wrong.
+CACHED_CLAUSES = ("11.6", "11.9")
+
+
+def cached_check(result: Mapping[str, Any]) -> bool:
+    """Was ``result`` found by a check that decodes with a cache (its clauses include one of
+    ``CACHED_CLAUSES``)?"""
+    return any(str(c) in CACHED_CLAUSES for c in result.get("clause") or ())
 
 
 # A finding that a cause's own mechanism produces, on the same subject or (failing that) on
@@ -232,13 +246,15 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if reproduced(r) and evidence(r) > 1:  # a degenerate fit is a property's finding
             won.add(code)
     # Subjects whose plain forward fails with a named cause (not a self-consistency one, not
-    # a generic code): their self-consistency findings are consequences (module docstring).
+    # a generic code, not found by a check that decodes with a cache): their
+    # self-consistency findings are consequences (module docstring).
     forward_fails = {
         r["subject"]
         for r in failing
         if (code := (r.get("diagnosis") or {}).get("code", ""))
         and not is_generic(code)
         and not self_consistency(code)
+        and not cached_check(r)
     }
     present: dict[tuple[str, str], str] = {}  # (subject, code) -> the first message
     for r in failing:

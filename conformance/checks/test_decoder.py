@@ -637,8 +637,10 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         diagonal[start:stop, start:stop] = np.tril(np.ones((stop - start, stop - start), bool))
     yield (
         "cache.ignored",
-        "each decoded token attends only the tokens of its own call: the cache is not used "
-        "(SPEC.md §11.6)",
+        "each decoded token attends only the tokens of its own call: the cache is not used, "
+        "or each call writes its keys and values from the cache's first slot over the ones "
+        "before (a write position, and the mask rows read with it, not offset by the cached "
+        "length; SPEC.md §11.6)",
         decoder_only(component, inputs, p, c, conv, causal_keep=diagonal),
     )
     # the cache each call returns holds its own keys and values only (``present = (k, v)``

@@ -13,9 +13,11 @@ The measured set is evidence only when the oracle, attending exactly those keys
 (``decoder_only(..., causal_keep=seen)``), reproduces the subject's cached output on every
 decoded query; or, for a query whose mask kept no key at all, not even its own, filled with
 one finite score (``masked_fill(~keep, finfo.min)``, §4.4), when the keys it reads weighed
-equally do. Such a row sees no key for the classes below. The measured set is then compared
-with the keys the spec's mask keeps (causal, bottom-right, cut to the declared sliding
-window, without padded keys), and the difference names the class:
+equally do. Such a row sees no key for the classes below. The measured set is then
+compared with the keys the spec's mask keeps (causal, bottom-right, cut to the declared
+sliding window, without padded keys), and the difference names the class, recorded as a
+reproduction (``reproduced_by``) and ranked as a cache hypothesis's fit is, since the oracle
+under the measured mask gave the output (``tck.reports.causes``):
 
 - **the padding mask in steps** (the differences are in the rows with padding only, rows
   without padding in the same batch decode right): every padded key in reach is seen and no
@@ -334,4 +336,12 @@ def measured_cause(
             if not compare(cached[row, p], both[row, p], dtype=inst.dtype).passed:
                 return None
     # a row filled because its mask kept nothing sees no key
-    return classify(seen & ~flat[..., None], spec, judged, key_padding, flat, ranges, own & ~flat)
+    found = classify(seen & ~flat[..., None], spec, judged, key_padding, flat, ranges, own & ~flat)
+    if found is not None:
+        # the oracle attending the keys measured gave the cached output: a reproduction, as a
+        # cache hypothesis's fit is (one on rows whose mask kept nothing is degenerate)
+        fit: dict[str, Any] = {"reproduced_by": found[0], "reproduced_at": inst.dtype}
+        if flat[judged].all():
+            fit["degenerate_fit"] = found[0]
+        tck.note(fit)
+    return found

@@ -129,3 +129,28 @@ def test_a_cache_finding_on_a_subject_whose_forward_fails_comes_after_the_forwar
     generic = _at("causal_self_attention", "attention.oracle_mismatch")
     assert top_cause([*cached, generic]) == "cache.position_offset_wrong"
     assert top_cause(cached) == "cache.position_offset_wrong"
+
+
+@pytest.mark.spec("0.3")
+def test_a_named_cause_found_by_a_cached_check_is_not_a_failing_forward() -> None:
+    """A cache that restarts at slot 0 in every call: three regimes reproduce it as the
+    cache ignored; a fourth (left padding, where the oracle's hypothesis does not fit) measures
+    that each decoded query sees its own key only, a window too narrow. Both findings are on
+    the cached path; the plain forward passes, so neither is a consequence of the other and
+    the reproduced cause leads."""
+    ignored = [
+        {
+            **_at("causal_self_attention", "cache.ignored", "decoder.kv_cache"),
+            "clause": ["11.6"],
+            "metrics": {"dtype": "float64", "reproduced_by": "cache.ignored"},
+        }
+        for _ in range(3)
+    ]
+    window = {
+        **_at("causal_self_attention", "mask.sliding_window_wrong", "decoder.kv_cache_left_padded"),
+        "clause": ["11.6", "11.7"],
+    }
+    assert top_cause([*ignored, window]) == "cache.ignored"
+    # the same finding from a check of the plain forward still demotes the cache's cause
+    forward = {**window, "check": "decoder.causal_no_leak", "clause": ["4.5", "11.1"]}
+    assert top_cause([*ignored, forward]) == "mask.sliding_window_wrong"
