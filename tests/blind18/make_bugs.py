@@ -453,7 +453,61 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 
 # Phase 2 (filled only after the phase-1 commit, from each bug's frozen class and SPEC.md
 # Appendix C): bug id -> (expected codes, class without a code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # ---- granite_decoder
+    "g.attention_multiplier_inverse_head_dim": (["attention.scale_wrong"], ""),
+    "g.rotate_half_sign": (["rope.rotation_inverted"], ""),
+    "g.rope_table_interleaved": (["rope.table_layout_mismatch", "rope.not_relative"], ""),
+    "g.rope_angles_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "g.repeat_kv_tiled": (["attention.kv_heads_tiled"], ""),
+    "g.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "g.cache_mask_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "g.cache_mask_own_key": (["cache.causal_off_by_one"], ""),
+    "g.padding_polarity": (["mask.polarity_inverted"], ""),
+    "g.mask_fill_neg_inf": (["numerics.nonfinite_output"], ""),
+    "g.rms_weight_offset": (["layer_norm.gain_plus_one"], ""),
+    "g.gate_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "g.residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "g.embedding_scaled_sqrt_d": (["embedding.scale_on_embeddings"], ""),
+    "g.head_untied": (["model.head_not_tied"], ""),
+    "g.final_norm_missing": (["blocks.final_norm_missing"], ""),
+    "g.heads_merged_no_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "g.sdpa_dropout": (["dropout.active_in_eval"], ""),
+    # ---- functional_mha_encoder
+    "f.pe_exponent_i": (["positional.frequency_wrong"], ""),
+    "f.pe_frequencies_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "f.pe_odd_columns_sin": (["positional.pair_function_repeated"], ""),
+    "f.kpm_polarity": (["mask.polarity_inverted"], ""),
+    "f.causal_diagonal": (["mask.causal_diagonal_hidden"], ""),
+    "f.in_proj_bias_dropped": (["params.bias_unused", "params.unused"], ""),
+    "f.mha_training_true": (["dropout.active_in_eval"], ""),
+    "f.hidden_dropout_default_training": (["dropout.active_in_eval"], ""),
+    "f.attn_ln_default_eps": (["layer_norm.eps_wrong"], ""),
+    "f.ffn_residual_dropped": (["blocks.residual_missing"], ""),
+    "f.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "f.input_reshaped_not_transposed": (["batch.rows_interact"], ""),
+    "f.output_reshaped_not_transposed": (["batch.rows_interact"], ""),
+    "f.single_head": (["attention.head_count_wrong", "attention.scale_wrong"], ""),
+    "f.encoder_first_layer_only": (["blocks.layer_params_wrong"], ""),
+    "f.encoder_padding_dropped": (["mask.ignored"], ""),
+    # ---- openclip_vit
+    "c.quickgelu": (["ffn.activation_wrong"], ""),
+    "c.patch_tokens_reshaped": (["vit.patch_order"], ""),
+    "c.patch_grid_column_major": (["vit.patch_order"], ""),
+    "c.cls_appended": (["vit.pooling_wrong_token"], ""),
+    "c.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "c.pos_table_half": (["numerics.table_low_precision"], ""),
+    "c.mha_batch_first": (["batch.rows_interact"], ""),
+    "c.pool_mean_with_cls": (["vit.pooling_mean_with_cls"], ""),
+    "c.pool_last_token": (["vit.pooling_wrong_token"], ""),
+    "c.ln_post_skipped": (["blocks.final_norm_missing"], ""),
+    "c.block_post_ln": (["blocks.norm_placement_post"], ""),
+    "c.kv_unnormalised": (["blocks.norm_bypassed"], ""),
+    "c.mlp_residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "c.mlp_uses_ln_1": (["params.read_from_other_module"], ""),
+    "c.ln_eps_1e6": (["layer_norm.eps_wrong"], ""),
+    "c.layernorm_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
