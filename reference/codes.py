@@ -411,7 +411,8 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "7.1",
         "a pre-LN sublayer's norm reaches only some of the attention's inputs (the queries "
         "alone, or the keys and values alone, taken from the stream before the norm) or none "
-        "(the norm skipped, the residual add kept)",
+        "(the norm skipped, the residual add kept), or a later sublayer's (the feed-forward's) "
+        "norm is skipped",
     ),
     (
         "blocks.not_permutation_equivariant",
@@ -759,6 +760,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "8.3 10.3",
         "the output projection is a matrix of its own where the model ties it to the token "
         "embedding (tie_weights=True)",
+    ),
+    (
+        "model.embedding_not_tied",
+        "cause",
+        "8.3 10.3",
+        "an encoder-decoder's source or target embedding is a matrix of its own (a copy made "
+        "at construction, an assignment lost; the output projection may read it too) where "
+        "the model ties source, target and output to one table (tie_weights=True)",
     ),
     # --- masks, normalisation and caches measured by class
     (

@@ -388,6 +388,10 @@ NAMES: tuple[str, ...] = (
     "vit_tokens_not_seq_first",
     # query-key layer scaling's division by the layer number never undone
     "layer_scaling_not_undone",
+    # a pre-LN block whose feed-forward sublayer skips its norm
+    "block_ffn_norm_skipped",
+    # an encoder-decoder's target embedding a copy of the shared table
+    "seq2seq_target_embedding_copied",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tck.adapters import Unsupported
+from tck.conformance.toolkit.deltas import delta
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
 from tck.reference import RECORDS, param_count
@@ -82,6 +83,9 @@ def _tying_differs(tck: Harness, inst, counted: int, expected: int) -> None:
     the cause (SPEC.md §8.3, §10.3)."""
     other = dataclasses.replace(inst.config, tie_weights=not inst.config.tie_weights)
     if param_count(tck.component, other, inst.conventions) != counted:
+        table = inst.config.vocab_size * inst.config.d_model
+        if tck.component == "seq2seq" and inst.config.tie_weights and counted - expected == table:
+            _use_not_tied(tck, counted, expected)
         return
     extra = abs(counted - expected)
     if inst.config.tie_weights:
@@ -98,6 +102,75 @@ def _tying_differs(tck: Harness, inst, counted: int, expected: int) -> None:
         f"{counted} parameters where SPEC.md §10.3 gives {expected} for tie_weights=False: "
         f"the {extra} fewer are the output head's, the count of the same model tied: the head "
         "is the token table (SPEC.md §8.3)",
+    )
+
+
+def _use_not_tied(tck: Harness, counted: int, expected: int) -> None:
+    """An encoder-decoder that ties its three uses of the token table (SPEC.md §8.3) and
+    holds one table more than the spec: which use reads a matrix of its own, measured. Row
+    ``r`` of the loaded table is moved for a token the source reads only, one the target
+    reads only, and one neither reads; a use that reads the loaded table moves every logit
+    with the first two (through the encoder or the decoder) and logit ``r`` with the third
+    (through the output projection). A use that does not moves logit ``r`` alone, or
+    nothing. Returns without a finding when the measurement names no single use."""
+    try:
+        probe = tck.instance()
+    except Unsupported:
+        return
+    if probe.params is None or probe.not_loaded is not None:
+        return
+    config = probe.config
+    tokens = [t for t in range(config.vocab_size) if t != config.padding_idx]
+    if len(tokens) < 7 or "embedding.weight" not in probe.params:
+        return
+    source, target, neither = tokens[0:3], tokens[3:6], tokens[6]
+    inputs = {
+        "src_ids": np.array([source + source[:2], source[::-1] + source[:2]], dtype=np.int64),
+        "tgt_ids": np.array([target + target[:1], target[::-1] + target[:1]], dtype=np.int64),
+    }
+    base = tck.run(probe, inputs)
+
+    def moved(row: int) -> np.ndarray:
+        """(V,): the logits that move when row ``row`` of the loaded table moves."""
+        table = np.array(probe.params["embedding.weight"], copy=True)
+        table[row] += np.linspace(-1.0, 1.0, table.shape[1])  # not a constant: a norm keeps it
+        tck.adapter.load(probe.handle, {**probe.params, "embedding.weight": table})
+        try:
+            out = tck.run(probe, inputs)
+        finally:
+            tck.adapter.load(probe.handle, probe.params)
+        return np.array([delta(base[..., v], out[..., v]).changed for v in range(base.shape[-1])])
+
+    # an embedding that reads the loaded table moves every logit; one that does not, at most
+    # the moved token's own (through the output projection)
+    unread = [
+        use
+        for use, row in (("source embedding", source[0]), ("target embedding", target[0]))
+        if moved(row).sum() <= 1
+    ]
+    if not moved(neither)[neither]:
+        unread.append("output projection")
+    if not unread or len(unread) == 3:  # every use reads it, or none: no single matrix
+        return
+    uses = " and the ".join(unread)
+    words = (
+        f"{counted} parameters where SPEC.md §10.3 gives {expected} for tie_weights=True: the "
+        f"{counted - expected} more are one token table, and the {uses} "
+        f"{'does' if len(unread) == 1 else 'do'} not read the loaded one (measured: a row of "
+        "the loaded table moved for a token only the source reads, one only the target "
+        "reads, and one neither reads, and the logits followed or not)"
+    )
+    if unread == ["output projection"]:
+        raise CheckFailure(
+            "model.head_not_tied",
+            f"{words}: the model computes its logits with a matrix of its own (SPEC.md §8.3)",
+        )
+    raise CheckFailure(
+        "model.embedding_not_tied",
+        f"{words}: the {uses} {'is' if len(unread) == 1 else 'share'} a matrix of "
+        f"{'its' if len(unread) == 1 else 'their'} own, a copy made at construction or an "
+        "assignment lost, where the model ties source, target and output to one table "
+        "(SPEC.md §8.3)",
     )
 
 

@@ -304,14 +304,48 @@ def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..
     return pieces
 
 
-def norm_bypass_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+def _norm_skipped(target: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces under which every pre-LN sublayer normalised by ``target`` (a norm's name, such
+    as ``norm2``), in every layer, computes its branch from its input before the norm:
+    ``x + f(x)`` for ``x + f(Norm(x))`` (SPEC.md §7.1)."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            name = norm_prefix.rstrip(".").rsplit(".", 1)[-1]
+            if name != target or conventions.norm_placement != "pre":
+                return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+            x = oracle._f64(x)
+            return x + fn(x)
+
+        return {"_sublayer": sublayer}
+
+    return pieces
+
+
+def norm_bypass_hypotheses(
+    component: str, conventions: Any, params: Arrays | None = None
+) -> Iterator[Alternative]:
     """A pre-LN attention sublayer whose norm output reaches only some of the attention's
     inputs (the queries alone, or the keys and values alone; a cross-attention's queries
-    taken from the stream before the norm) or none of them (the norm call skipped)."""
+    taken from the stream before the norm) or none of them (the norm call skipped); any
+    later sublayer (by the name of its norm: the feed-forward's, a cross-attention's) whose
+    norm is skipped, in every layer."""
     if getattr(conventions, "norm_placement", None) != "pre":
         return
     if not reaches(component, "_sublayer"):
         return
+    # a layer's later sublayers' norms (norm2, norm3), not the first's (below) nor a stack's
+    later = {f"norm{i}" for i in range(2, 10)}
+    names = sorted({m.group(2) for k in params or () if (m := _NORM_WEIGHT.search(k))} & later)
+    for name in names:
+        yield Alternative(
+            "blocks.norm_bypassed",
+            f"the output is the spec's with the sublayer normalised by {name} computing its "
+            f"branch from its input before the norm (x + f(x) for x + f({name}(x))), in every "
+            "layer: the norm is skipped, its residual add kept, and the raw residual stream, "
+            "which grows with depth, reaches that sublayer (SPEC.md §7.1)",
+            pieces=_norm_skipped(name),
+        )
     decoder_only = reaches(component, "causal_self_attention")
     if not (decoder_only or reaches(component, "multi_head_attention")):
         return
@@ -1161,7 +1195,7 @@ def more_hypotheses(
     yield from residual_hypotheses(component, sublayers)
     yield from residual_from_layer_input_hypotheses(component, params)
     yield from norm_on_branch_by_name_hypotheses(component, params)
-    yield from norm_bypass_hypotheses(component, conventions)
+    yield from norm_bypass_hypotheses(component, conventions, params)
     yield from final_norm_one_stack_hypotheses(component, conventions)
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
