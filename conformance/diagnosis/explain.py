@@ -496,7 +496,9 @@ def _hypotheses(
         for candidate in itertools.chain(
             # one leaf from a sibling module: many candidates, so budgeted like a search
             once("sibling_leaf", sibling_leaf_hypotheses(inst.params)),
-            solved_hypotheses(component, inst.config, inst.conventions, evaluate, test),
+            solved_hypotheses(
+                component, inst.config, inst.conventions, evaluate, test, tolerance.dtype
+            ),
             logits_scale_hypotheses(component, inst.config, evaluate, test),
             once("softmax_epsilon", softmax_epsilon_hypotheses(component, evaluate, test)),
             solved_mask_bias(component, inputs, evaluate, test),
@@ -504,7 +506,7 @@ def _hypotheses(
             once(
                 "positional_base",
                 positional_base_hypotheses(
-                    component, inst.config, inst.conventions, evaluate, test
+                    component, inst.config, inst.conventions, evaluate, test, tolerance.dtype
                 ),
             ),
             once("activation", activation_family_hypotheses(component, evaluate, test)),

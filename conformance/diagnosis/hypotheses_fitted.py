@@ -145,11 +145,39 @@ def exponent_message(declared: float, solved: float, k: float) -> str:
     )
 
 
+# A base solved within this relative distance of the declared one is no base a model is
+# given (real ones differ by powers of ten: 1e4, 5e5, 1e6): the fit absorbs rounding of the
+# angles, formed at a lower precision than the subject's.
+NEAR_BASE_RTOL = 1e-3
+
+
 def base_alternative(
-    field: str, declared: float, value: float, solved: bool = True, width: int | None = None
+    field: str,
+    declared: float,
+    value: float,
+    solved: bool = True,
+    width: int | None = None,
+    compared_in: str = "float64",
 ) -> Alternative:
     """The base ``value`` (solved for, or one of the catalogue's) named: an exponent stepped
-    or spaced wrong over a table of ``width`` (``exponent_factor``), or another base."""
+    or spaced wrong over a table of ``width`` (``exponent_factor``), another base, or, solved
+    within ``NEAR_BASE_RTOL`` of the declared one, angles formed at a lower precision (in a
+    subject compared in ``compared_in``)."""
+    if solved and math.isclose(value, declared, rel_tol=NEAR_BASE_RTOL):
+        lower = "float32" if compared_in == "float64" else "a 16-bit dtype"
+        return Alternative(
+            registered(
+                "numerics.float64_precision_lost"
+                if compared_in == "float64"
+                else "numerics.rope_angles_low_precision"
+            ),
+            f"behaves as {field}={value:.9g} (solved for), {abs(value / declared - 1):.2g} "
+            f"from the declared {declared!r}: no base a model is given, the position angles "
+            f"carry the rounding of {lower} (frequencies or angles formed, or their cos and "
+            f"sin kept, in {lower} in a subject compared in {compared_in}); form them in the "
+            "subject's dtype, or declare the step (float32_steps, SPEC.md §2.3, §10.12)",
+            conventions={field: value},
+        )
     k = exponent_factor(declared, value, width)
     if k is not None:
         return Alternative(
@@ -167,7 +195,12 @@ def base_alternative(
 
 
 def positional_base_hypotheses(
-    component: str, config: Any, conventions: Any, evaluate: Evaluate, test: np.ndarray
+    component: str,
+    config: Any,
+    conventions: Any,
+    evaluate: Evaluate,
+    test: np.ndarray,
+    compared_in: str = "float64",
 ) -> Iterator[Alternative]:
     """The positional base solved for in a component whose oracle builds a sinusoidal table
     or rotates, when its record does not list ``pe_base`` (those get
@@ -184,7 +217,8 @@ def positional_base_hypotheses(
     value = solve_log(make, evaluate, test, LOG_RANGES["pe_base"])
     if value is None or math.isclose(value, declared, rel_tol=1e-6):
         return
-    yield base_alternative("pe_base", declared, value, width=table_width(component, config))
+    width = table_width(component, config)
+    yield base_alternative("pe_base", declared, value, width=width, compared_in=compared_in)
 
 
 # (function of the even member, function of the odd member) of each pair, besides (sin, cos)

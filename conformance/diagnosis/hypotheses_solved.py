@@ -321,10 +321,16 @@ def solve_log(
 
 
 def solved_hypotheses(
-    component: str, config: Any, conventions: Any, evaluate: Evaluate, test: np.ndarray
+    component: str,
+    config: Any,
+    conventions: Any,
+    evaluate: Evaluate,
+    test: np.ndarray,
+    compared_in: str = "float64",
 ) -> Iterator[Alternative]:
     """Each numeric convention field of ``component``, and the attention scale where the
-    component runs attention, at the value that comes closest to ``test``."""
+    component runs attention, at the value that comes closest to ``test`` (a comparison in
+    ``compared_in``)."""
     for field in record(component).fields:
         if field not in NUMERIC or field not in LOG_RANGES:
             continue
@@ -342,7 +348,8 @@ def solved_hypotheses(
         if field == "pe_base":  # another base, or the exponent stepped wrong
             from .hypotheses_fitted import base_alternative, table_width
 
-            yield base_alternative(field, declared, value, width=table_width(component, config))
+            width = table_width(component, config)
+            yield base_alternative(field, declared, value, width=width, compared_in=compared_in)
             continue
         yield Alternative(
             convention_code(field, value),

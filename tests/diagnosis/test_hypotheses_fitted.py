@@ -73,6 +73,26 @@ def test_exponent_factor_names_only_square_and_root() -> None:
     assert fitted.exponent_factor(1e4, 1e3) is None
 
 
+@pytest.mark.parametrize(
+    ("compared_in", "code"),
+    [
+        ("float64", "numerics.float64_precision_lost"),
+        ("float32", "numerics.rope_angles_low_precision"),
+    ],
+)
+def test_a_base_solved_near_the_declared_one_is_precision(compared_in: str, code: str) -> None:
+    """RoPE angles formed in float32 in a float64 build: on inputs scaled up, a base 1e-5 off
+    the declared one comes as close as the float32 angles do. No model is given such a base;
+    the fit names the precision. A base a model is given stays a base."""
+    near = fitted.base_alternative("pe_base", 10000.0, 10000.1, compared_in=compared_in)
+    assert near.code == code, near.message
+    assert "no base a model is given" in near.message
+    assert fitted.base_alternative("pe_base", 10000.0, 500000.0).code == "positional.base_wrong"
+    # a catalogue value (not solved for) is named as it is
+    listed = fitted.base_alternative("pe_base", 10000.0, 10000.1, solved=False)
+    assert listed.code == "positional.base_wrong"
+
+
 @pytest.mark.parametrize("d", [8, 16, 64, 768])
 def test_exponents_spaced_over_half_d_minus_one_are_named_with_the_width(d: int) -> None:
     # tensor2tensor / flax: log(base) / (d/2 - 1), i.e. the base to the power d / (d - 2)
