@@ -392,6 +392,10 @@ NAMES: tuple[str, ...] = (
     "block_ffn_norm_skipped",
     # an encoder-decoder's target embedding a copy of the shared table
     "seq2seq_target_embedding_copied",
+    # a ViT's conv tokens reshaped where a transpose belongs (its patch embedding offered
+    # alone, and right); a learned position table rounded to float16
+    "vit_tokens_reshaped_not_transposed",
+    "vit_pos_embed_half",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

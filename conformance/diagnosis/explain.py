@@ -356,6 +356,7 @@ def _hypotheses(
     from .hypotheses_online import online_softmax_hypotheses  # tiles combined wrongly
     from .hypotheses_solved import (
         layer_scale_hypotheses,
+        learned_table_dtype_hypotheses,
         logits_scale_hypotheses,
         norm_axes_hypotheses,
         rope_direction_hypotheses,
@@ -482,6 +483,7 @@ def _hypotheses(
         found = first(
             itertools.chain(
                 table_dtype_hypotheses(component, tolerance.dtype),
+                learned_table_dtype_hypotheses(inst.params, tolerance.dtype),
                 table_layout_hypotheses(component, inst.conventions),
             )
         )

@@ -288,13 +288,19 @@ def patch_layout_hypotheses(component: str) -> Iterator[Alternative]:
         if order == (1, 2, 3):
             continue
         shown = ", ".join(_GRID_AXES[a] for a in order)
+        # channels last: the tokens are the patches, in another order (the grid read
+        # column-major); otherwise each token mixes several patches' channels
+        effect = (
+            "token n is not patch n: the grid is read column-major"
+            if order[-1] == 3
+            else "each token mixes several patches' channels"
+        )
         yield Alternative(
             "vit.patch_order",
             f"the output is the spec's with the patch tokens read from the embedded patch grid "
             f"in the order ({shown}) instead of (grid rows, grid columns, channels): the "
             "(B, D, h, w) patch embedding is turned into (B, N, D) tokens without the "
-            "right transpose (x.flatten(2).transpose(1, 2)), so token n is not patch n "
-            "(row-major over the grid) or mixes several patches' channels (SPEC.md §9.1)",
+            f"right transpose (x.flatten(2).transpose(1, 2)), so {effect} (SPEC.md §9.1)",
             pieces={"patch_embed": _patch_embed_laid_out(order)},
         )
 

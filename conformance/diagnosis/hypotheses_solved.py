@@ -55,7 +55,7 @@ import itertools
 import math
 import re
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,7 @@ from tck.reference.variants import reaches
 
 from .alternatives import Alternative, broadcast_keep
 from .hypotheses_layout import _scores
+from .position_measured import POSITION_TABLE
 
 Evaluate = Callable[[Alternative], np.ndarray]
 
@@ -653,6 +654,27 @@ def table_dtype_hypotheses(component: str, compared_in: str) -> Iterator[Alterna
             "and their cos and sin in float32, then cast (SPEC.md §2.3, §10.10)",
             pieces={"rope": _rope_angles_in(dtype, which)},
         )
+
+
+def learned_table_dtype_hypotheses(
+    params: Mapping[str, Any] | None, compared_in: str
+) -> Iterator[Alternative]:
+    """A learned position table (a ViT's ``pos_embed``, a decoder's ``pos_embedding``: the
+    parameters ``POSITION_TABLE`` names) rounded to each 16-bit dtype before it is added
+    (``pos_embed.half()``, a checkpoint converted through float16), in a subject compared
+    in float32 or float64 (SPEC.md §9.3, §10.7)."""
+    if compared_in not in TABLE_COMPARISONS or not params:
+        return
+    for name in sorted(k for k in params if POSITION_TABLE.search(k)):
+        for dtype in TABLE_DTYPES:
+            yield Alternative(
+                registered("numerics.table_low_precision"),
+                f"the output is the spec's with the learned position table {name} rounded to "
+                f"{dtype} before it is added (cast, or kept in a {dtype} copy) in a subject "
+                f"compared in {compared_in}: every position's vector is off by {dtype}'s "
+                "rounding; add the table in the model's dtype (SPEC.md §9.3, §10.7)",
+                params={**params, name: rounded_to(params[name], dtype)},
+            )
 
 
 # The axes a norm's statistics may wrongly run over, besides the spec's last axis.

@@ -127,9 +127,13 @@ def patch_embedding_agrees(h: Any) -> bool | None:
 
 def patch_order_or_table(h: Any, found: tuple[str, str]) -> tuple[str, str]:
     """``found`` (a ``vit.patch_order`` fit on a whole ViT), or the position table read in
-    another order where the adapter's patch embedding, checked alone, orders its patches as
-    specified."""
+    another order where the fit reads the grid column-major (the tokens are the patches,
+    permuted: a table read transposed gives the same output) and the adapter's patch
+    embedding, checked alone, orders its patches as specified. Tokens that mix several
+    patches' channels are no table's doing."""
     if found[0] != "vit.patch_order" or not _whole(h.component):
+        return found
+    if "read column-major" not in found[1]:
         return found
     if not patch_embedding_agrees(h):
         return found
