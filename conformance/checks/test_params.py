@@ -11,7 +11,7 @@ from tck.adapters import Unsupported
 from tck.conformance.toolkit.deltas import delta
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
-from tck.reference import RECORDS, param_count
+from tck.reference import RECORDS, param_count, record
 from tck.reference.params import no_params
 
 # Components that hold parameters (their record's layout is not no_params).
@@ -84,7 +84,7 @@ def _tying_differs(tck: Harness, inst, counted: int, expected: int) -> None:
     other = dataclasses.replace(inst.config, tie_weights=not inst.config.tie_weights)
     if param_count(tck.component, other, inst.conventions) != counted:
         table = inst.config.vocab_size * inst.config.d_model
-        if tck.component == "seq2seq" and inst.config.tie_weights and counted - expected == table:
+        if _streams(tck.component) and inst.config.tie_weights and counted - expected == table:
             _use_not_tied(tck, counted, expected)
         return
     extra = abs(counted - expected)
@@ -103,6 +103,15 @@ def _tying_differs(tck: Harness, inst, counted: int, expected: int) -> None:
         f"the {extra} fewer are the output head's, the count of the same model tied: the head "
         "is the token table (SPEC.md §8.3)",
     )
+
+
+def _streams(component: str) -> tuple[str, str] | None:
+    """The names of the source and target token inputs of an encoder-decoder (one table
+    embeds both, SPEC.md §8.3), or None for a component without the two."""
+    tokens = {i.lengths: i.name for i in record(component).inputs if i.kind == "tokens"}
+    if "key" in tokens and "target" in tokens:
+        return tokens["key"], tokens["target"]
+    return None
 
 
 def _use_not_tied(tck: Harness, counted: int, expected: int) -> None:
@@ -124,9 +133,10 @@ def _use_not_tied(tck: Harness, counted: int, expected: int) -> None:
     if len(tokens) < 7 or "embedding.weight" not in probe.params:
         return
     source, target, neither = tokens[0:3], tokens[3:6], tokens[6]
+    source_input, target_input = _streams(tck.component) or ("", "")
     inputs = {
-        "src_ids": np.array([source + source[:2], source[::-1] + source[:2]], dtype=np.int64),
-        "tgt_ids": np.array([target + target[:1], target[::-1] + target[:1]], dtype=np.int64),
+        source_input: np.array([source + source[:2], source[::-1] + source[:2]], dtype=np.int64),
+        target_input: np.array([target + target[:1], target[::-1] + target[:1]], dtype=np.int64),
     }
     base = tck.run(probe, inputs)
 
