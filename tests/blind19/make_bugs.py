@@ -437,8 +437,62 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      A_LAYER, "`unbind(0)` returns qkv[0], qkv[1], qkv[2] (timm's later form)."),
 ]
 
-# Phase 2: bug id -> (expected codes, class without a code). Empty until phase 2.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected codes, class without a code), from each bug's frozen class and
+# the one-line meanings of SPEC.md Appendix C (PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # meta_llama
+    "m.block_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "m.rope_table_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "m.rms_statistics_in_half": (["numerics.norm_statistics_low_precision", "numerics.overflow"], ""),
+    "m.rope_queries_conjugate": (["rope.rotation_inverted", "rope.not_relative"], ""),
+    "m.rope_theta_llama3": (["positional.base_wrong", "positional.frequency_wrong"], ""),
+    "m.cache_rope_not_offset": (["cache.rope_offset_wrong"], ""),
+    "m.cache_written_at_zero": (["cache.ignored", "cache.unwritten_slots_read"], ""),
+    "m.mask_triu_start_pos": (["mask.causal_leak", "cache.causal_offset_wrong"], ""),
+    "m.mask_not_widened": (["cache.causal_top_left"], ""),
+    "m.mask_diagonal_hidden": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "m.padding_polarity": (["mask.polarity_inverted"], ""),
+    "m.repeat_kv_tiled": (["attention.kv_heads_tiled"], ""),
+    "m.scale_model_width": (["attention.scale_wrong"], ""),
+    "m.swiglu_gate_on_w3": (["ffn.gate_up_swapped"], ""),
+    "m.ffn_residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "m.output_reads_embedding": (["model.head_tied_to_embedding", "params.read_from_other_module"], ""),
+    "m.embedding_scaled": (["embedding.scale_on_embeddings"], ""),
+    # xtransformers_encoder
+    "x.scalenorm_rms": (["layer_norm.scale_norm_rms", "layer_norm.scale_norm_wrong_norm"], ""),
+    "x.scalenorm_eps_added": (["layer_norm.scale_norm_eps_not_clamped"], ""),
+    "x.mask_polarity": (["mask.polarity_inverted"], ""),
+    "x.mask_value_1e9": (["numerics.fill_value_overflow"], ""),
+    "x.causal_top_left": (["mask.causal_alignment_top_left"], ""),
+    "x.causal_diagonal_hidden": (["mask.causal_diagonal_hidden"], ""),
+    "x.mask_on_queries": (["mask.applied_to_queries"], ""),
+    "x.scale_model_width": (["attention.scale_wrong"], ""),
+    "x.split_heads_no_permute": (["attention.heads_split_wrong_order"], ""),
+    "x.merge_heads_no_permute": (["attention.heads_merged_wrong_order"], ""),
+    "x.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "x.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "x.sublayer_norms_skipped": (["blocks.norm_bypassed"], ""),
+    "x.residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "x.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "x.attention_dropout_functional": (["dropout.active_in_eval"], ""),
+    "x.keys_from_queries": (["attention.input_read_wrong"], ""),
+    # mae_vit
+    "a.patch_tokens_reshaped": (["vit.patch_order"], ""),
+    "a.patch_grid_column_major": (["vit.patch_order"], ""),
+    "a.qkv_q_k_swapped": (["attention.qkv_order_wrong"], ""),
+    "a.qkv_per_head_layout": (["attention.qkv_order_wrong"], ""),
+    "a.heads_and_tokens_swapped": (["attention.heads_split_wrong_order"], ""),
+    "a.merge_heads_no_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "a.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "a.cls_appended": (["vit.pooling_mean_with_cls"], ""),
+    "a.mean_pool_with_cls": (["vit.pooling_mean_with_cls"], ""),
+    "a.pool_first_token": (["vit.pooling_wrong_token"], ""),
+    "a.mlp_relu": (["ffn.activation_relu"], ""),
+    "a.layer_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "a.pos_dropout_functional": (["dropout.active_in_eval"], ""),
+    "a.attention_residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "a.mlp_post_norm": (["blocks.norm_placement_post"], ""),
+}
 
 
 def _locate(impl: str, original: str) -> tuple[int, str]:
