@@ -444,7 +444,60 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "The scores are 4-D [B, H, N, N], so axis 3 is the last axis."),
 ]
 
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # ---- opt_decoder
+    "o.position_offset_dropped": (["positional.position_offset"], ""),
+    "o.positions_count_pads": (["padding.left_positions_not_shifted"], ""),
+    "o.cached_positions_restart": (["cache.position_offset_wrong"], ""),
+    "o.scale_before_projection": ([], "the attention scale is applied to the query projection's input, so the query bias is added unscaled: the scores are (s W x + b) . k instead of s (W x + b) . k (neither a uniform wrong scale nor an unused bias)"),
+    "o.causal_hides_diagonal": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "o.causal_ignores_cache": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "o.padding_mask_inverted": (["mask.polarity_inverted"], ""),
+    "o.cache_keys_appended_first": (["cache.keys_prepended"], ""),
+    "o.merge_heads_no_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "o.ffn_residual_dropped": (["blocks.residual_missing"], ""),
+    "o.final_norm_skipped": (["blocks.final_norm_missing"], ""),
+    "o.activation_gelu": (["ffn.activation_gelu"], ""),
+    "o.split_queries_no_transpose": (["attention.heads_split_wrong_order"], ""),
+    "o.lm_head_untied": (["model.head_not_tied"], ""),
+    "o.post_ln_flag": (["blocks.norm_placement_post"], ""),
+    # ---- fairseq_seq2seq
+    "f.pe_frequency_spacing": (["positional.frequency_wrong"], ""),
+    "f.pe_positions_from_padding_idx": (["positional.position_offset"], ""),
+    "f.pe_interleaved": (["positional.layout_interleaved"], ""),
+    "f.pe_table_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "f.source_embedding_unscaled": (["embedding.scale_missing"], ""),
+    "f.scale_model_width": (["attention.scale_wrong"], ""),
+    "f.split_batch_major": (["attention.heads_split_wrong_order", "batch.rows_interact"], ""),
+    "f.merge_heads_no_transpose": (["attention.heads_merged_wrong_order", "batch.rows_interact"], ""),
+    "f.key_padding_inverted": (["mask.polarity_inverted"], ""),
+    "f.key_padding_on_queries": (["mask.applied_to_queries"], ""),
+    "f.future_mask_lower": (["mask.causal_leak"], ""),
+    "f.decoder_self_mask_dropped": (["mask.causal_leak"], ""),
+    "f.cross_attention_padding_dropped": (["mask.ignored"], ""),
+    "f.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "f.output_projection_untied": (["model.head_not_tied"], ""),
+    "f.encoder_out_batch_first": ([], "the encoder's output (the memory) reaches the decoder's cross-attention in the wrong layout: batch-first where the decoder reads Time x Batch x Channel, so the memory's batch and sequence axes are exchanged"),
+    "f.value_from_key_projection": (["attention.value_uses_key_projection"], ""),
+    "f.attention_dropout_functional": (["dropout.active_in_eval"], ""),
+    # ---- simple_vit
+    "v.patch_channels_first": (["vit.patch_flatten_order"], ""),
+    "v.class_token_appended": ([], "the class token is appended after the patch tokens instead of prepended (token N, not token 0): the position rows, and what the pooling reads, are shifted by one token"),
+    "v.mean_includes_class_token": (["vit.pooling_mean_with_cls"], ""),
+    "v.pool_class_token": (["vit.pooling_cls"], ""),
+    "v.qk_swapped": (["attention.qkv_order_wrong"], ""),
+    "v.split_heads_interleaved": (["attention.heads_split_wrong_order"], ""),
+    "v.merge_heads_no_permute": (["attention.heads_merged_wrong_order"], ""),
+    "v.scale_inverted": (["attention.scale_inverted"], ""),
+    "v.mask_inverted": (["mask.polarity_inverted"], ""),
+    "v.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "v.attention_residual_dropped": (["blocks.residual_missing"], ""),
+    "v.final_norm_skipped": (["blocks.final_norm_missing"], ""),
+    "v.pos_table_half": (["numerics.table_low_precision"], ""),
+    "v.patch_bias_dropped": (["params.bias_unused"], ""),
+    "v.attention_norm_eps": (["layer_norm.eps_wrong"], ""),
+    "v.attention_dropout_functional": (["dropout.active_in_eval"], ""),
+}
 
 
 def _locate(impl: str, original: str) -> tuple[int, str]:
