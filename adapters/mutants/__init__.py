@@ -396,6 +396,8 @@ NAMES: tuple[str, ...] = (
     # alone, and right); a learned position table rounded to float16
     "vit_tokens_reshaped_not_transposed",
     "vit_pos_embed_half",
+    # the queries rotated by -theta, the keys by +theta
+    "rope_queries_turned_back",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -111,8 +111,11 @@ def searches_left(owner: Any) -> bool:
     return used < SOLVED_SEARCHES
 
 
-def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., np.ndarray]:
-    """§11.1 with RoPE applied to ``targets`` (of q, k, v) instead of to q and k."""
+def _causal_self_attention_rotating(
+    targets: tuple[str, ...], turned_back: str = ""
+) -> Callable[..., np.ndarray]:
+    """§11.1 with RoPE applied to ``targets`` (of q, k, v) instead of to q and k, the one
+    named by ``turned_back`` rotated the other way (by -theta)."""
 
     def causal_self_attention(
         x: Any,
@@ -145,9 +148,10 @@ def _causal_self_attention_rotating(targets: tuple[str, ...]) -> Callable[..., n
         # §2.6: the declared frequency scaling, as the spec's own §11.1 applies it
         omega = oracle.rope_frequencies_of(heads["q"].shape[-1], conventions)
         for name in targets:
+            sign = -1 if name == turned_back else 1
             heads[name] = oracle.rope_rows(
                 heads[name],
-                at.get(name, pos),
+                sign * np.asarray(at.get(name, pos)),
                 layout=conventions.rope_layout,
                 frequencies=omega,
             )
@@ -186,6 +190,24 @@ def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alterna
             "RoPE rotates q and k, never v, so that the score q_i . k_j depends on i - j "
             "(SPEC.md §2.3, §11.1)",
             pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
+        )
+
+
+def rope_one_side_turned_back_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """RoPE turned the other way on the queries alone or the keys alone (a complex rotation
+    multiplied by ``freqs_cis.conj()`` on one side): the score then depends on the sum of
+    the two positions, not on their difference."""
+    if getattr(conventions, "positions", None) != "rope" or not reaches(component, "rope_rows"):
+        return
+    for name in "qk":
+        other = _TENSOR_WORDS["k" if name == "q" else "q"]
+        yield Alternative(
+            registered("rope.rotation_inverted"),
+            f"the output is the spec's with the {_TENSOR_WORDS[name]} rotated by -theta and the "
+            f"{other} by +theta (one side's rotation conjugated, or its sin taken with the "
+            "wrong sign): the score q_i . k_j depends on i + j instead of i - j, so the "
+            "encoding is no longer relative (SPEC.md §2.3, §2.4)",
+            pieces={"causal_self_attention": _causal_self_attention_rotating(("q", "k"), name)},
         )
 
 
