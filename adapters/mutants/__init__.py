@@ -398,6 +398,9 @@ NAMES: tuple[str, ...] = (
     "vit_pos_embed_half",
     # the queries rotated by -theta, the keys by +theta
     "rope_queries_turned_back",
+    # the key projection applied to the query input; no sublayer norm applied at all
+    "mha_key_from_query_input",
+    "encoder_sublayer_norms_skipped",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -408,8 +408,22 @@ def _hypotheses(
     # SPEC.md §11.7) are left out of every hypothesis's judgement too.
     unpromised = h.ignore_mask(inst, spec, inputs)
 
+    # A parameter the subject uses wrongly shows on every call: a parameter hypothesis found
+    # on a padded call must hold on the same call without its padding mask too, where the
+    # subject may agree with the spec (a padding mask read inverted with a finite fill
+    # empties every real row to a uniform average, as queries of zeros would).
+    plain = unpadded(h, inputs)
+
     def first(candidates: Iterable[Alternative]) -> Alternative | None:
-        found = first_fit(candidates, evaluate, test, spec, tolerance, unpromised)
+        remaining = iter(candidates)
+        found = first_fit(remaining, evaluate, test, spec, tolerance, unpromised)
+        while (
+            found is not None
+            and found.params is not None
+            and plain is not None
+            and not holds_on_second_call(h, inst, inputs, found, tolerance, plain)
+        ):
+            found = first_fit(remaining, evaluate, test, spec, tolerance, unpromised)
         if found is not None:  # every key hidden on this call: weak evidence (hypotheses_masks)
             hidden = degenerate(component, found, evaluate(found), evaluate, tolerance, unpromised)
             hidden = hidden or (found.code.startswith("mask.") and whole_rows_only(inputs))
@@ -421,34 +435,33 @@ def _hypotheses(
             note_degenerate(h.note, found.code if hidden else "")
         return found
 
-    found = first(
-        itertools.chain(
-            _table_not_added(inst.params),
-            _convention_alternatives(component, inst.conventions),
-            params_alternatives(),
-            mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
-            _mask_hypotheses(inputs),
-            batch_flat_causal_hypotheses(component),
-            combined_with_or_hypotheses(component),
-            partial_rows_zeroed_hypotheses(component),
-            tile_mask_hypotheses(component),
-            _offset_hypotheses(component, inputs),
-            _table_offset_hypotheses(component, inputs, inst.params),
-            layout_hypotheses(component),
-            mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
-            cross_attention_hypotheses(component),  # cross-attention's mask and memory
-            input_swap_hypotheses(component, inputs),
-            extra_norm_hypotheses(component),
-            patch_order_hypotheses(component),
-            pooling_hypotheses(component),
-            batch_as_sequence_hypotheses(component),
-            # after the causal diagonal: on a call of one token both hide every key
-            default_mask_inverted(component, inputs),
-            # last of the masks: where the masked scores are already 0 (a hand fixture) a
-            # fill of 0 gives what the mask ignored or the causal part dropped give
-            mask_fill_hypotheses(component),
-        )
+    candidates = itertools.chain(
+        _table_not_added(inst.params),
+        _convention_alternatives(component, inst.conventions),
+        params_alternatives(),
+        mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
+        _mask_hypotheses(inputs),
+        batch_flat_causal_hypotheses(component),
+        combined_with_or_hypotheses(component),
+        partial_rows_zeroed_hypotheses(component),
+        tile_mask_hypotheses(component),
+        _offset_hypotheses(component, inputs),
+        _table_offset_hypotheses(component, inputs, inst.params),
+        layout_hypotheses(component),
+        mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
+        cross_attention_hypotheses(component),  # cross-attention's mask and memory
+        input_swap_hypotheses(component, inputs),
+        extra_norm_hypotheses(component),
+        patch_order_hypotheses(component),
+        pooling_hypotheses(component),
+        batch_as_sequence_hypotheses(component),
+        # after the causal diagonal: on a call of one token both hide every key
+        default_mask_inverted(component, inputs),
+        # last of the masks: where the masked scores are already 0 (a hand fixture) a
+        # fill of 0 gives what the mask ignored or the causal part dropped give
+        mask_fill_hypotheses(component),
     )
+    found = first(candidates)
     if found is not None:
         return found.code, found.message
     combination = matching_combination(h, inst, inputs, test, tolerance=tolerance)
@@ -556,20 +569,30 @@ def second_inputs(
     return redrawn if changed else None
 
 
+def unpadded(h: Harness, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """``inputs`` without their key-padding mask, where the subject takes it as an optional
+    input (None where they have none, or it cannot be left out)."""
+    padding = {i.name for i in record(h.component).inputs if "padding" in i.kind and i.optional}
+    if not padding & set(inputs):
+        return None
+    return {k: v for k, v in inputs.items() if k not in padding}
+
+
 def holds_on_second_call(
     h: Harness,
     inst: Instance,
     inputs: Mapping[str, np.ndarray],
     alternative: Alternative,
     tolerance: Comparison,
+    second: Mapping[str, np.ndarray] | None = None,
 ) -> bool:
     """Does ``alternative`` (a value solved for on the failing call) reproduce the subject's
-    output on a second, independent call within the failed comparison's bound? A value
-    fitted to one output may absorb another bug there (a scale fitted to a RoPE rotated the
-    wrong way); the true value fits every input. Where no second call can be made (the
-    inputs cannot be redrawn, the subject refuses them), the fit stands on the first call
-    alone."""
-    second = second_inputs(h, inst, inputs)
+    output on a second, independent call within the failed comparison's bound (``second``,
+    or another draw of ``inputs``)? A value fitted to one output may absorb another bug
+    there (a scale fitted to a RoPE rotated the wrong way); the true value fits every input.
+    Where no second call can be made (the inputs cannot be redrawn, the subject refuses
+    them), the fit stands on the first call alone."""
+    second = second_inputs(h, inst, inputs) if second is None else second
     if second is None:
         return True
     try:

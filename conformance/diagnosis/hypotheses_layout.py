@@ -234,9 +234,26 @@ def values_from_keys_hypotheses(component: str) -> Iterator[Alternative]:
 
 # (input read, input it should read) of an attention that takes its query, key and value
 # inputs apart (§3.4, §3.5): one projection given a sibling's input, or two exchanged
+_PROJECTION = {"query": "q = W_q", "key": "k = W_k", "value": "v = W_v"}
+# Each projection applied to each other input (v = W_v(key), k = W_k(query): a copied line
+# that kept the self-attention's ``x``), then the keys and values both from the query input
+# (self-attention where the inputs differ), and the key and value inputs exchanged.
 INPUT_SWAPS = (
-    ({"value": "key"}, "the value projection applied to the key input (v = W_v(key))"),
-    ({"key": "value"}, "the key projection applied to the value input (k = W_k(value))"),
+    *(
+        (
+            {target: source},
+            f"the {target} projection applied to the {source} input "
+            f"({_PROJECTION[target]}({source}))",
+        )
+        for target in ("value", "key", "query")
+        for source in ("key", "value", "query")
+        if source != target
+    ),
+    (
+        {"key": "query", "value": "query"},
+        "the keys and values projected from the query input (self-attention where the "
+        "inputs differ)",
+    ),
     ({"key": "value", "value": "key"}, "the key and value inputs exchanged"),
 )
 

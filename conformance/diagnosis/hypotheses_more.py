@@ -304,15 +304,15 @@ def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..
     return pieces
 
 
-def _norm_skipped(target: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+def _norm_skipped(target: str | None) -> Callable[[], dict[str, Callable[..., Any]]]:
     """Pieces under which every pre-LN sublayer normalised by ``target`` (a norm's name, such
-    as ``norm2``), in every layer, computes its branch from its input before the norm:
-    ``x + f(x)`` for ``x + f(Norm(x))`` (SPEC.md §7.1)."""
+    as ``norm2``; None: every sublayer), in every layer, computes its branch from its input
+    before the norm: ``x + f(x)`` for ``x + f(Norm(x))`` (SPEC.md §7.1)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
             name = norm_prefix.rstrip(".").rsplit(".", 1)[-1]
-            if name != target or conventions.norm_placement != "pre":
+            if target not in (None, name) or conventions.norm_placement != "pre":
                 return oracle._sublayer(x, params, norm_prefix, conventions, fn)
             x = oracle._f64(x)
             return x + fn(x)
@@ -345,6 +345,14 @@ def norm_bypass_hypotheses(
             "layer: the norm is skipped, its residual add kept, and the raw residual stream, "
             "which grows with depth, reaches that sublayer (SPEC.md §7.1)",
             pieces=_norm_skipped(name),
+        )
+    if names:  # every sublayer's norm skipped (a pre-norm switch turned off, no post-norm)
+        yield Alternative(
+            "blocks.norm_bypassed",
+            "the output is the spec's with every sublayer computing its branch from its input "
+            "before the norm (x + f(x) for x + f(Norm(x))), in every layer: no sublayer norm "
+            "is applied, before the branch or after the residual add (SPEC.md §7.1)",
+            pieces=_norm_skipped(None),
         )
     decoder_only = reaches(component, "causal_self_attention")
     if not (decoder_only or reaches(component, "multi_head_attention")):
