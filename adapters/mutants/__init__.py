@@ -401,6 +401,8 @@ NAMES: tuple[str, ...] = (
     # the key projection applied to the query input; no sublayer norm applied at all
     "mha_key_from_query_input",
     "encoder_sublayer_norms_skipped",
+    # a mean-pooled ViT with its class token appended
+    "vit_cls_appended_mean_pool",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

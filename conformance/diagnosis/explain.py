@@ -488,7 +488,7 @@ def _hypotheses(
                 fixed_activation_hypotheses(component),
                 patch_kernel_hypotheses(inst.params),
                 image_layout_hypotheses(component),
-                class_token_hypotheses(component),
+                class_token_hypotheses(component, inst.conventions),
                 grouped_qkv_hypotheses(inst.config, inst.params),
                 kv_tiling_hypotheses(component),
                 layer_scale_hypotheses(inst.params),

@@ -33,7 +33,8 @@ components:
   kernel's rows and columns swapped (an einsum ``dcqp`` for ``dcpq``, a ``weight.transpose(2,
   3)``), wherever the parameters hold a square ``patch_embed.weight``.
 - **The class token appended after the patches** (``vit.pooling_wrong_token``): the position
-  table added to the tokens in their new order, so token 0, the pooled one, is a patch.
+  table added to the tokens in their new order, so token 0, the pooled one, is a patch
+  (under mean pooling, ``vit.pooling_mean_with_cls``: the mean counts the class token).
 - **One parameter of a module read from a sibling module** (``params.read_from_other_module``):
   a query bias taken from the key projection, a norm's shift from the other norm; the
   whole-module case is ``hypotheses_more.other_module_hypotheses``.
@@ -641,17 +642,23 @@ def _vit_tokens_class_last(images: Any, params: Any, config: Any, conventions: A
     return oracle.encoder(x, oracle.subparams(params, "encoder."), config, conventions=conventions)
 
 
-def class_token_hypotheses(component: str) -> Iterator[Alternative]:
+def class_token_hypotheses(component: str, conventions: Any = None) -> Iterator[Alternative]:
     """The class token concatenated after the patch tokens, in every component whose oracle
-    builds the ViT's tokens: the pooled token 0 is then the first patch."""
+    builds the ViT's tokens: the pooled token 0 is then the first patch; under mean pooling
+    (tokens 1..N) the mean counts the class token and leaves out the first patch."""
     if not reaches(component, "vit_tokens"):
         return
+    mean = getattr(conventions, "pooling", "cls") == "mean"
+    pooled = (
+        "the mean over tokens 1..N counts the class token and leaves out the first patch"
+        if mean
+        else "the pooled token 0 is the first patch, not the class token"
+    )
     yield Alternative(
-        registered("vit.pooling_wrong_token"),
+        registered("vit.pooling_mean_with_cls" if mean else "vit.pooling_wrong_token"),
         "the output is the spec's with the class token appended after the patch tokens "
         "(torch.cat((x, cls), dim=1) for torch.cat((cls, x), dim=1)): the position table "
-        "meets the tokens in that order and the pooled token 0 is the first patch, not the "
-        "class token (SPEC.md §9.2, §9.5)",
+        f"meets the tokens in that order and {pooled} (SPEC.md §9.2, §9.5)",
         pieces={"vit_tokens": _vit_tokens_class_last},
     )
 
