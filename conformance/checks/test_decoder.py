@@ -517,6 +517,11 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         ("start", "append", "keys"),
         ("append", "start", "values"),
         ("start", "start", "keys and values"),
+        # a buffer the full forward also writes (a static cache held by the module, as
+        # Meta's reference holds it): the slots a step reads past its own hold that call's
+        ("start_over_forward", "append", "keys"),
+        ("append", "start_over_forward", "values"),
+        ("start_over_forward", "start_over_forward", "keys and values"),
     ):
         yield (
             "cache.slots_overlap",

@@ -333,8 +333,10 @@ def cache_orders(
     into a preallocated cache (``"late"``: a call of n tokens on a cache filled to F writes
     slots F+1..F+n; slot 0 is never written and holds zeros), or written at the cache's
     start by every call (``"start"``: ``cache[:, 0:n] = new`` for ``cache[:, F:F + n]``;
-    each call overwrites the first slots, and slots F..F+n-1, read, hold zeros or an older
-    call's tokens), or written at the slot of the call's own index (``"calls"``: a write
+    each call overwrites the first slots, and slots F..F+n-1, read, hold zeros; or
+    ``"start_over_forward"``: they hold what a full call of the same sequence on the same
+    buffer wrote there before the decode, the tokens of those places), or written at the
+    slot of the call's own index (``"calls"``: a write
     position advanced by one per call, not by the call's n tokens: right for one token per
     call, a call of several overwrites its predecessors'), or, for the values only, the
     call's keys stored in the value cache (``"keys"``: ``values[..., F:F + n] = keys``, the
@@ -371,9 +373,16 @@ def cache_orders(
                 used[name] = [EMPTY_SLOT, *range(stop - 1)]
             elif order == "keys":  # the value slots hold the tokens' keys
                 used[name] = used[name] + [t + length for t in new]
-            elif order in ("start", "calls"):  # written at slot 0, or at the call's index
-                at = 0 if order == "start" else call
-                extended = used[name] + [EMPTY_SLOT] * max(stop - len(used[name]), 0)
+            elif order in ("start", "start_over_forward", "calls"):
+                # written at slot 0, or at the call's index; slots never written hold zeros,
+                # or what a full call on the same buffer left there (its own token's)
+                at = call if order == "calls" else 0
+                fill = (
+                    list(range(len(used[name]), stop))
+                    if order == "start_over_forward"
+                    else [EMPTY_SLOT] * max(stop - len(used[name]), 0)
+                )
+                extended = used[name] + fill
                 extended[at : at + len(new)] = new
                 used[name] = extended
             elif order == "prepend" and call:
