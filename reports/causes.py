@@ -154,6 +154,14 @@ CONSEQUENCES: dict[str, tuple[str, ...]] = {
     # gradient non-zero
     "shape.accepts_bad_mask": ("mask.ignored",),
     "mask.masked_key_gradient": ("mask.ignored", "mask.added_as_bias", "mask.polarity_inverted"),
+    # a mask that hides the wrong keys leaves some query rows with none (a causal mask read
+    # transposed, where a padded query sees only later pads; the diagonal hidden, where the
+    # first query sees nothing): 0 / 0 there, and the NaN spreads through the next layers
+    "numerics.overflow": (
+        "mask.causal_leak",
+        "mask.polarity_inverted",
+        "mask.causal_diagonal_hidden",
+    ),
 }
 
 

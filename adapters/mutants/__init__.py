@@ -403,6 +403,8 @@ NAMES: tuple[str, ...] = (
     "encoder_sublayer_norms_skipped",
     # a mean-pooled ViT with its class token appended
     "vit_cls_appended_mean_pool",
+    # a decoder's future mask transposed, its keyless padded queries NaN
+    "seq2seq_future_mask_transposed",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
