@@ -405,6 +405,8 @@ NAMES: tuple[str, ...] = (
     "vit_cls_appended_mean_pool",
     # a decoder's future mask transposed, its keyless padded queries NaN
     "seq2seq_future_mask_transposed",
+    # the source embeddings of an encoder-decoder left unscaled
+    "seq2seq_source_not_scaled",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

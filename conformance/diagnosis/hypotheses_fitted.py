@@ -45,6 +45,7 @@ value is evidence only where it also holds on a second call (``explain``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -53,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from tck.reference import oracle, record
+from tck.reference.catalogue import convention_code
 from tck.reference.codes import code as registered
 from tck.reference.variants import reaches
 
@@ -327,9 +329,12 @@ def pe_rule_hypotheses(component: str) -> Iterator[Alternative]:
         )
 
 
-def _embedded_without_table(stream: int) -> Callable[[], dict[str, Callable[..., np.ndarray]]]:
-    """§8.1's ``embed_tokens`` with no sinusoidal table on its ``stream``-th call (0: the
-    source tokens, 1: the target's), built anew for each evaluation (it counts its calls)."""
+def _embedded_without(
+    stream: int, part: str = "table"
+) -> Callable[[], dict[str, Callable[..., np.ndarray]]]:
+    """§8.1's ``embed_tokens`` without its sinusoidal table (``part="table"``) or without its
+    sqrt(d_model) scale (``part="scale"``) on its ``stream``-th call (0: the source tokens,
+    1: the target's), built anew for each evaluation (it counts its calls)."""
 
     def pieces() -> dict[str, Callable[..., np.ndarray]]:
         calls = [0]
@@ -338,6 +343,9 @@ def _embedded_without_table(stream: int) -> Callable[[], dict[str, Callable[...,
             calls[0] += 1
             if calls[0] - 1 != stream:
                 return oracle.embed_tokens(ids, weight, config, conventions)
+            if part == "scale":
+                unscaled = dataclasses.replace(conventions, embedding_scale="none")
+                return oracle.embed_tokens(ids, weight, config, unscaled)
             scale, _ = oracle.embedding_scale(config.d_model, conventions)
             return oracle.embedding(ids, weight, scale=scale)
 
@@ -358,7 +366,25 @@ def pe_stream_hypotheses(component: str) -> Iterator[Alternative]:
             f"the output is the spec's with no positional encoding on the {tokens} tokens (the "
             f"other stream has it): the {tokens} embeddings carry no position, so that stream "
             "is a bag of tokens to attention (SPEC.md §8.1, §2.1)",
-            pieces=_embedded_without_table(stream),
+            pieces=_embedded_without(stream),
+        )
+
+
+def embedding_scale_stream_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """The sqrt(d_model) embedding scale left off one stream of an encoder-decoder (the
+    ``embed_scale`` of the source or the target forgotten), where the declared conventions
+    scale the embeddings (§1.2, §8.1)."""
+    if not reaches(component, "embed_tokens"):
+        return
+    if getattr(conventions, "embedding_scale", None) != "emb":
+        return
+    for stream, tokens in enumerate(("source", "target")):
+        yield Alternative(
+            convention_code("embedding_scale", "none"),
+            f"the output is the spec's with the {tokens} embeddings not multiplied by "
+            "sqrt(d_model) (the other stream is): the token vectors of that stream are "
+            "sqrt(d_model) times too small beside the positional table (SPEC.md §1.2, §8.1)",
+            pieces=_embedded_without(stream, "scale"),
         )
 
 
