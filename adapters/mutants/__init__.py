@@ -407,6 +407,8 @@ NAMES: tuple[str, ...] = (
     "seq2seq_future_mask_transposed",
     # the source embeddings of an encoder-decoder left unscaled
     "seq2seq_source_not_scaled",
+    # a learned position table stored behind two rows, indexed without the offset
+    "lm_positions_read_early",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -845,6 +845,25 @@ def _table_offset_hypotheses(
             "(SPEC.md §2.2)",
             inputs={**inputs, "positions": positions + offset},
         )
+    # read before its start: a table stored behind rows an offset skips (OPT's two rows
+    # before position 0), indexed without the offset: position p reads row p - k, the
+    # first k positions the rows before the table, zeros
+    for name in sorted(k for k in params or {} if POSITION_TABLE.search(k)):
+        table = np.asarray(params[name])
+        for shift in (1, 2):
+            if table.ndim < 2 or table.shape[-2] <= shift:
+                continue
+            early = np.zeros_like(table)
+            early[..., shift:, :] = table[..., :-shift, :]
+            yield Alternative(
+                "positional.position_offset",
+                f"the output is the spec's with the learned position table read at p - {shift} "
+                f"(the offset of a table stored behind {shift} extra rows left out where it is "
+                f"indexed, F.embedding(positions, table) for positions + {shift}): each token "
+                f"gets the row of the position {shift} before its own, the first {shift} rows "
+                "the extra ones, zeros (SPEC.md §2.2)",
+                params={**params, name: early},
+            )
 
 
 # The tolerance rule of a failed comparison, applied to a hypothesis:
