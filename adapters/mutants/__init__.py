@@ -409,6 +409,8 @@ NAMES: tuple[str, ...] = (
     "seq2seq_source_not_scaled",
     # a learned position table stored behind two rows, indexed without the offset
     "lm_positions_read_early",
+    # a module-held static cache (the forward writes it too), its keys written at its start
+    "cache_module_buffer_keys_at_start",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
