@@ -847,7 +847,10 @@ def _table_offset_hypotheses(
         )
     # read before its start: a table stored behind rows an offset skips (OPT's two rows
     # before position 0), indexed without the offset: position p reads row p - k, the
-    # first k positions the rows before the table, zeros
+    # first k positions the rows before the table, zeros; in a model of token ids (in a
+    # ViT the same output is the class token without its row, vit.cls_pos_embed_missing)
+    if not np.issubdtype(np.asarray(tokens).dtype, np.integer):
+        return
     for name in sorted(k for k in params or {} if POSITION_TABLE.search(k)):
         table = np.asarray(params[name])
         for shift in (1, 2):
