@@ -14,6 +14,7 @@ from torch import Tensor
 from tck.reference import CANONICAL
 from tck.reference import model as ref
 
+from . import seq2seq_steps
 from .tutorial import mutant, seq2seq_entry
 
 BUG_CLASS = "seq2seq_future_mask_transposed"
@@ -22,20 +23,11 @@ TOP_CAUSES = frozenset({"mask.causal_leak"})
 DECLARED = dataclasses.replace(CANONICAL, fully_masked_rows="nan")
 
 
-class Seq2Seq(ref.Seq2Seq):
-    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
-        tied = self.config.tie_weights
-        src_table = self.embedding if tied else self.src_embedding
-        tgt_table = self.embedding if tied else self.tgt_embedding
-        out_table = self.embedding.weight if tied else self.generator.weight
+class Seq2Seq(seq2seq_steps.Seq2Seq):
+    def target_keep(self, tgt_ids: Tensor) -> Tensor:
         lt = tgt_ids.shape[-1]
-        src_keep = self.keep(src_ids)
         causal = ref.causal_keep_mask(lt, lt, self.conventions.causal_alignment, tgt_ids.device)
-        tgt_keep = self.keep(tgt_ids) & causal.T  # BUG: the triangle transposed
-        memory = self.encoder(self.embed(src_ids, src_table), src_keep)
-        _, logit_scale = ref.embedding_scale(self.config.d_model, self.conventions)
-        x = self.decoder(self.embed(tgt_ids, tgt_table), memory, tgt_keep, src_keep)
-        return ref.matmul(x, out_table.T) * logit_scale
+        return self.keep(tgt_ids) & causal.T  # BUG: the triangle transposed
 
 
 adapter = mutant(BUG_CLASS, seq2seq_entry(lambda c: Seq2Seq(c, DECLARED), conventions=DECLARED))

@@ -12,15 +12,15 @@ import torch
 from torch import Tensor, nn
 
 from tck.reference import CANONICAL
-from tck.reference import model as ref
 
+from . import seq2seq_steps
 from .tutorial import mutant, seq2seq_entry
 
 BUG_CLASS = "seq2seq_target_embedding_copied"
 EXPECTED_CODES = frozenset({"model.embedding_not_tied"})
 
 
-class Seq2Seq(ref.Seq2Seq):
+class Seq2Seq(seq2seq_steps.Seq2Seq):
     def __init__(self, config, conventions) -> None:  # type: ignore[no-untyped-def]
         super().__init__(config, conventions)
         # BUG: a copy of the shared table, not the table itself
@@ -31,15 +31,8 @@ class Seq2Seq(ref.Seq2Seq):
                 padding_idx=config.padding_idx,
             )
 
-    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
-        lt = tgt_ids.shape[-1]
-        src_keep = self.keep(src_ids)
-        causal = ref.causal_keep_mask(lt, lt, self.conventions.causal_alignment, tgt_ids.device)
-        tgt_keep = self.keep(tgt_ids) & causal
-        memory = self.encoder(self.embed(src_ids, self.embedding), src_keep)
-        _, logit_scale = ref.embedding_scale(self.config.d_model, self.conventions)
-        x = self.decoder(self.embed(tgt_ids, self.tgt_copy), memory, tgt_keep, src_keep)
-        return ref.matmul(x, self.embedding.weight.T) * logit_scale
+    def embed_target(self, tgt_ids: Tensor, table: nn.Module) -> Tensor:
+        return self.embed(tgt_ids, self.tgt_copy)  # the copy, never loaded
 
 
 adapter = mutant(BUG_CLASS, seq2seq_entry(lambda c: Seq2Seq(c, CANONICAL)))

@@ -197,6 +197,7 @@ def test_catalog_is_complete() -> None:
         "gpt_tutorial",
         "matrix",
         "ring_cache",  # the correct base of the ring_cache_* mutants
+        "seq2seq_steps",  # the reference encoder-decoder cut into steps, for seq2seq_* mutants
     }
     assert files == set(mutants.NAMES)
     for name in mutants.NAMES:
