@@ -436,33 +436,34 @@ def _hypotheses(
             note_degenerate(h.note, found.code if hidden else "")
         return found
 
-    candidates = itertools.chain(
-        _table_not_added(inst.params),
-        _convention_alternatives(component, inst.conventions),
-        params_alternatives(),
-        mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
-        _mask_hypotheses(inputs),
-        batch_flat_causal_hypotheses(component),
-        combined_with_or_hypotheses(component),
-        partial_rows_zeroed_hypotheses(component),
-        tile_mask_hypotheses(component),
-        _offset_hypotheses(component, inputs),
-        _table_offset_hypotheses(component, inputs, inst.params),
-        layout_hypotheses(component),
-        mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
-        cross_attention_hypotheses(component),  # cross-attention's mask and memory
-        input_swap_hypotheses(component, inputs),
-        extra_norm_hypotheses(component),
-        patch_order_hypotheses(component),
-        pooling_hypotheses(component),
-        batch_as_sequence_hypotheses(component),
-        # after the causal diagonal: on a call of one token both hide every key
-        default_mask_inverted(component, inputs),
-        # last of the masks: where the masked scores are already 0 (a hand fixture) a
-        # fill of 0 gives what the mask ignored or the causal part dropped give
-        mask_fill_hypotheses(component),
+    found = first(
+        itertools.chain(
+            _table_not_added(inst.params),
+            _convention_alternatives(component, inst.conventions),
+            params_alternatives(),
+            mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
+            _mask_hypotheses(inputs),
+            batch_flat_causal_hypotheses(component),
+            combined_with_or_hypotheses(component),
+            partial_rows_zeroed_hypotheses(component),
+            tile_mask_hypotheses(component),
+            _offset_hypotheses(component, inputs),
+            _table_offset_hypotheses(component, inputs, inst.params),
+            layout_hypotheses(component),
+            mask_axes_hypotheses(component),  # causal mask inverted, weights transposed
+            cross_attention_hypotheses(component),  # cross-attention's mask and memory
+            input_swap_hypotheses(component, inputs),
+            extra_norm_hypotheses(component),
+            patch_order_hypotheses(component),
+            pooling_hypotheses(component),
+            batch_as_sequence_hypotheses(component),
+            # after the causal diagonal: on a call of one token both hide every key
+            default_mask_inverted(component, inputs),
+            # last of the masks: where the masked scores are already 0 (a hand fixture) a
+            # fill of 0 gives what the mask ignored or the causal part dropped give
+            mask_fill_hypotheses(component),
+        )
     )
-    found = first(candidates)
     if found is not None:
         return found.code, found.message
     combination = matching_combination(h, inst, inputs, test, tolerance=tolerance)
