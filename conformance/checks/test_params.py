@@ -84,8 +84,9 @@ def _tying_differs(tck: Harness, inst, counted: int, expected: int) -> None:
     other = dataclasses.replace(inst.config, tie_weights=not inst.config.tie_weights)
     if param_count(tck.component, other, inst.conventions) != counted:
         table = inst.config.vocab_size * inst.config.d_model
-        if _streams(tck.component) and inst.config.tie_weights and counted - expected == table:
-            _use_not_tied(tck, counted, expected)
+        streams = _streams(tck.component)
+        if streams and inst.config.tie_weights and counted - expected == table:
+            _use_not_tied(tck, streams, counted, expected)
         return
     extra = abs(counted - expected)
     if inst.config.tie_weights:
@@ -114,9 +115,10 @@ def _streams(component: str) -> tuple[str, str] | None:
     return None
 
 
-def _use_not_tied(tck: Harness, counted: int, expected: int) -> None:
+def _use_not_tied(tck: Harness, streams: tuple[str, str], counted: int, expected: int) -> None:
     """An encoder-decoder that ties its three uses of the token table (SPEC.md §8.3) and
-    holds one table more than the spec: which use reads a matrix of its own, measured. Row
+    holds one table more than the spec (``streams``: its source and target token inputs):
+    which use reads a matrix of its own, measured. Row
     ``r`` of the loaded table is moved for a token the source reads only, one the target
     reads only, and one neither reads; a use that reads the loaded table moves every logit
     with the first two (through the encoder or the decoder) and logit ``r`` with the third
@@ -133,7 +135,7 @@ def _use_not_tied(tck: Harness, counted: int, expected: int) -> None:
     if len(tokens) < 7 or "embedding.weight" not in probe.params:
         return
     source, target, neither = tokens[0:3], tokens[3:6], tokens[6]
-    source_input, target_input = _streams(tck.component) or ("", "")
+    source_input, target_input = streams
     inputs = {
         source_input: np.array([source + source[:2], source[::-1] + source[:2]], dtype=np.int64),
         target_input: np.array([target + target[:1], target[::-1] + target[:1]], dtype=np.int64),

@@ -184,6 +184,12 @@ def _norm_on_branch(x: Any, params: Any, norm_prefix: str, conventions: Any, fn:
     return x + oracle.norm(fn(x), params, norm_prefix, conventions)
 
 
+def _norm_name(norm_prefix: str) -> str:
+    """The norm's own name in a layer (``norm2``) from the prefix the oracle's ``_sublayer``
+    receives (``layers.0.norm2.``)."""
+    return norm_prefix.rstrip(".").rsplit(".", 1)[-1]
+
+
 def _residual_from_layer_input(
     target: str, part: str = "residual"
 ) -> Callable[[], dict[str, Callable[..., Any]]]:
@@ -200,7 +206,7 @@ def _residual_from_layer_input(
         layer_input: list[Any] = [None]
 
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
-            name = norm_prefix.rstrip(".").rsplit(".", 1)[-1]
+            name = _norm_name(norm_prefix)
             if not first:
                 first.append(name)
             if name == first[0]:
@@ -311,7 +317,7 @@ def _norm_skipped(target: str | None) -> Callable[[], dict[str, Callable[..., An
 
     def pieces() -> dict[str, Callable[..., Any]]:
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
-            name = norm_prefix.rstrip(".").rsplit(".", 1)[-1]
+            name = _norm_name(norm_prefix)
             if target not in (None, name) or conventions.norm_placement != "pre":
                 return oracle._sublayer(x, params, norm_prefix, conventions, fn)
             x = oracle._f64(x)
@@ -413,7 +419,7 @@ def _by_norm_name(name: str, variant: Callable[..., Any]) -> dict[str, Callable[
     FFN) runs ``variant``, the others the spec's."""
 
     def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
-        if norm_prefix.rstrip(".").rsplit(".", 1)[-1] == name:
+        if _norm_name(norm_prefix) == name:
             return variant(x, params, norm_prefix, conventions, fn)
         return oracle._sublayer(x, params, norm_prefix, conventions, fn)
 
