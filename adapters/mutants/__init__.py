@@ -138,6 +138,7 @@ NAMES: tuple[str, ...] = (
     # calls on a non-empty cache, positions the model derives, a forward after steps, state
     # kept between plain calls, the attention scale of causal attention
     "cache_chunk_top_left",
+    "cache_chunk_mask_square",
     "cache_positions_restart",
     "cache_not_reset",
     "causal_cache_held",

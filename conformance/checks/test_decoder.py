@@ -292,6 +292,17 @@ def step_outputs(
                 raise CheckFailure(
                     shared[0], f"{shared[1]}; the step failed: {first[:200]}"
                 ) from err
+            if chunk > 1 and one_token_steps_run(tck, inst, inputs, prefill, give_positions):
+                raise CheckFailure(
+                    "cache.causal_top_left",
+                    f"a call of {chunk} tokens on a non-empty cache failed: "
+                    f"{type(err).__name__}: {first[:200]}; the same cache fed one token per "
+                    "call runs, so the cache grows along the right axis and what does not fit "
+                    "is sized for the call's tokens alone: the chunk's causal mask built "
+                    f"({chunk}, {chunk}), not widened over the cached keys (SPEC.md §11.9, "
+                    "§4.3)",
+                    {"inferred_from": "exception"},
+                ) from err
             raise CheckFailure(
                 "cache.wrong_axis",
                 f"a decoding step with the cache failed: {type(err).__name__}: {first[:200]}; "
@@ -312,6 +323,26 @@ def step_outputs(
                 {"shape": list(out.shape)},
             )
     return np.concatenate(outs, axis=1), ranges
+
+
+def one_token_steps_run(
+    tck: Harness, inst: Instance, inputs: Inputs, prefill: int, give_positions: bool
+) -> bool:
+    """Whether decoding the same inputs one token per call after the same prefill runs
+    without an error (its outputs are judged by the one-token checks)."""
+    try:
+        decode(
+            tck.adapter,
+            inst.handle,
+            tck.component,
+            inputs,
+            prefill,
+            1,
+            give_positions=give_positions,
+        )
+    except Exception:  # any error: the one-token schedule fails too
+        return False
+    return True
 
 
 def cached_keys_seen(

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tck import conformance as _conformance
+from tck import reference as _reference
 from tck.adapters import (
     DEFAULT_ADAPTER,
     Adapter,
@@ -772,7 +774,12 @@ def _result(
         result.diagnosis = {"code": err.code, "message": err.message}
         result.metrics.update(err.metrics)
         result.repro = _repro(item, subject, excinfo)
-    elif report.failed and excinfo is not None and isinstance(excinfo.value, AssertionError):
+    elif (
+        report.failed
+        and excinfo is not None
+        and isinstance(excinfo.value, AssertionError)
+        and not _raised_by_implementation(excinfo)
+    ):
         result.status = "fail"
         result.diagnosis = {
             "code": f"{result.check}.assertion",
@@ -784,8 +791,8 @@ def _result(
         result.status = "error"
         result.diagnosis = {
             "code": "adapter.exception" if report.when == "call" else "adapter.build_failed",
-            "message": f"{type(value).__name__}: {bounded(safe_str(value), 4000)}"
-            if value is not None
+            "message": _exception_words(excinfo)
+            if excinfo is not None
             else safe_str(report.longrepr)[:2000],
         }
         if isinstance(value, AdapterExit):
@@ -847,6 +854,39 @@ def _is_check_failure(error: BaseException) -> bool:
         and isinstance(getattr(error, "code", None), str)
         and isinstance(getattr(error, "message", None), str)
     )
+
+
+_KIT_CODE = tuple(
+    str(Path(module.__file__).resolve().parent) for module in (_conformance, _reference)
+)
+
+
+def _raised_by_implementation(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
+    """Whether the exception came from the code under test (the adapter, the model, torch)
+    rather than from a check or the oracle: judged by the innermost frame's file. A model's
+    own ``assert`` (fairseq and ``F.multi_head_attention_forward`` check shapes that way) is
+    the implementation raising, not a check failing."""
+    try:
+        where = str(Path(str(excinfo.traceback[-1].path)).resolve())
+    except (IndexError, OSError, ValueError):
+        return False
+    return not where.startswith(_KIT_CODE)
+
+
+def _exception_words(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+    """The exception's type and words; for one without words (a bare ``assert``), the
+    statement that raised it and where, which is all it says."""
+    value = excinfo.value
+    words = f"{type(value).__name__}: {bounded(safe_str(value), 4000)}"
+    if safe_str(value).strip() or not excinfo.traceback:
+        return words
+    entry = excinfo.traceback[-1]
+    try:
+        statement = " ".join(str(entry.statement).split())
+    except (OSError, IndexError):  # the source is gone: the type still says something
+        return words
+    where = f"{Path(str(entry.path)).name}:{entry.lineno + 1}"
+    return f"{words.rstrip()} (raised by `{bounded(statement, 300)}` at {where})"
 
 
 def _adapter_spec(config: pytest.Config) -> str:

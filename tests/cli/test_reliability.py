@@ -45,6 +45,9 @@ FAULTS = {
     "zero_d": ("fail", "shape.wrong_output_shape", "0-d array"),
     "ansi": ("error", "adapter.exception", "\\x1b[31mred\\x1b[0m\\x00\\x07"),
     "undecodable": ("error", "adapter.exception", "bytes \\udcff\\udcfe not utf-8"),
+    # a model's own shape assert (fairseq's style): the implementation raising, not a check
+    # failing, and the bare assert named by its statement
+    "bare_assert": ("error", "adapter.exception", "raised by `assert out.shape[-1] == -1`"),
 }
 
 

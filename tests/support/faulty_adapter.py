@@ -3,7 +3,7 @@
 The reference layer_norm, except that one ``run`` call misbehaves: ``TCK_FAULT`` says how
 (raise, nan, inf, shape, dtype, not_array, hang, segfault, abort, and the hostile ones of
 tests/cli/test_reliability.py: ctrl_c, keyboard_interrupt, bad_str, exit0, native_hang, scribble,
-scribble_buggy, zero_d, ansi, undecodable, chatty). It fires once per run,
+scribble_buggy, zero_d, ansi, undecodable, chatty, bare_assert). It fires once per run,
 in the first call of the oracle-equality check (the call that creates the file
 ``TCK_FAULT_ONCE`` names); every other call is correct, so exactly that check must go
 wrong and every other one pass.
@@ -80,6 +80,8 @@ class Faulty(TorchModuleAdapter):
             raise RuntimeError(b"bytes \xff\xfe not utf-8".decode("utf-8", "surrogateescape"))
         if FAULT == "chatty":
             raise RuntimeError("chatty and broken")
+        if FAULT == "bare_assert":
+            assert out.shape[-1] == -1
         if FAULT == "raise":
             raise RuntimeError("the adapter <b>exploded</b>")
         if FAULT == "nan":
