@@ -139,6 +139,7 @@ NAMES: tuple[str, ...] = (
     # kept between plain calls, the attention scale of causal attention
     "cache_chunk_top_left",
     "cache_chunk_mask_square",
+    "padding_inverted_finite_fill",
     "cache_positions_restart",
     "cache_not_reset",
     "causal_cache_held",

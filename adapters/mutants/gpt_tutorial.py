@@ -118,9 +118,13 @@ class Attention(nn.Module):
         cache = self.extend_cache(cache, k, v)
         k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
         att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
-        att = att.masked_fill(self.hidden(n, k.shape[2], past > 0, pad_mask), float("-inf"))
+        att = self.masked(att, n, past > 0, pad_mask)
         y = (self.weights(att) @ v).transpose(1, 2).reshape(b, n, -1)
         return self.wo(y), cache
+
+    def masked(self, scores: Tensor, n: int, cached: bool, pad_mask: Tensor | None) -> Tensor:
+        """The scores (B, H, n, T) with -inf where a query must not look."""
+        return scores.masked_fill(self.hidden(n, scores.shape[-1], cached, pad_mask), -torch.inf)
 
     def hidden(self, n: int, t: int, cached: bool, pad_mask: Tensor | None) -> Tensor:
         """True where a query must not look: a key after it, or (with ``pad_mask``) padding."""

@@ -339,6 +339,7 @@ def _hypotheses(
         combined_with_or_hypotheses,
         default_mask_inverted,
         degenerate,
+        finite_fill_inverted_hypotheses,
         mask_bias_hypotheses,
         mask_fill_hypotheses,
         note_degenerate,
@@ -443,6 +444,7 @@ def _hypotheses(
             params_alternatives(),
             mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
             _mask_hypotheses(inputs),
+            finite_fill_inverted_hypotheses(component, inputs),
             batch_flat_causal_hypotheses(component),
             combined_with_or_hypotheses(component),
             partial_rows_zeroed_hypotheses(component),

@@ -297,6 +297,91 @@ def combined_with_or_hypotheses(component: str) -> Iterator[Alternative]:
     )
 
 
+def _finite_fill_pieces(tie: bool) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Oracle pieces for a padding mask applied with a finite fill (``masked_fill(~keep,
+    finfo.min)``, an additive ``-1e9``) where the other masks (causal, explicit) hide with
+    -inf: a query whose every key the padding hides, among those the other masks leave,
+    keeps those keys. ``tie``: their scores are all the fill (``finfo.min`` absorbs a score
+    in float64; ``masked_fill`` replaces it), so the row weighs them equally; otherwise an
+    additive fill leaves the scores' differences, and the row is a softmax over them."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        emptied: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(keep) -> (keep, rows)
+
+        def combine(
+            lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"
+        ):  # type: ignore[no-untyped-def]
+            keep = oracle.combine_keep_masks(
+                lq,
+                lk,
+                key_padding=key_padding,
+                attn_mask=attn_mask,
+                causal=causal,
+                alignment=alignment,
+            )
+            if key_padding is None:
+                return keep
+            other = oracle.combine_keep_masks(
+                lq, lk, attn_mask=attn_mask, causal=causal, alignment=alignment
+            )
+            other = np.ones((lq, lk), bool) if other is None else other
+            shape = np.broadcast_shapes(np.shape(keep), np.shape(other))
+            keep, other = np.broadcast_to(keep, shape), np.broadcast_to(other, shape)
+            rows = ~keep.any(axis=-1, keepdims=True) & other.any(axis=-1, keepdims=True)
+            kept = np.where(rows, other, keep)
+            emptied[id(kept)] = (kept, rows)
+            return kept
+
+        def attend(q, k, v, keep_mask=None, **kwargs):  # type: ignore[no-untyped-def]
+            out = oracle.scaled_dot_product_attention(q, k, v, keep_mask, **kwargs)
+            found = emptied.get(id(keep_mask))
+            if not tie or found is None or found[0] is not keep_mask or not found[1].any():
+                return out
+            keep = broadcast_keep(q, k, keep_mask)
+            weights = keep / np.maximum(keep.sum(axis=-1, keepdims=True), 1)
+            rows = np.broadcast_to(found[1], (*keep.shape[:-1], 1))
+            return np.where(rows, weights @ oracle._f64(v), out)
+
+        return {"combine_keep_masks": combine, "scaled_dot_product_attention": attend}
+
+    return pieces
+
+
+def finite_fill_inverted_hypotheses(
+    component: str, inputs: Mapping[str, np.ndarray]
+) -> Iterator[Alternative]:
+    """The key-padding mask read inverted and applied with a finite fill: where the inverted
+    mask hides every key the causal mask leaves (each real token of a right-padded or
+    unpadded row), the row is not empty but a uniform average of those keys' values
+    (``finfo.min`` or ``masked_fill``), or a softmax over their scores (an additive
+    ``-1e9``). The -inf convention's hypothesis (every keep-mask inverted) leaves such rows
+    with no key and nothing to compare."""
+    if "key_padding" not in inputs or not reaches(component, "combine_keep_masks"):
+        return
+    inverted = {**inputs, "key_padding": ~np.asarray(inputs["key_padding"], bool)}
+    for tie, how in (
+        (
+            True,
+            "every real key tied at the fill value, so a row whose every key is hidden "
+            "weighs them equally (masked_fill(keep, finfo.min), or finfo.min added)",
+        ),
+        (
+            False,
+            "the fill added to the scores, so a row whose every key is hidden is still "
+            "a softmax over them (scores + -1e9 * keep)",
+        ),
+    ):
+        yield Alternative(
+            "mask.polarity_inverted",
+            "the output is the spec's with the key-padding mask read inverted (real tokens "
+            f"hidden, pads attended) and applied with a finite fill: {how} (SPEC.md §4.1, "
+            "§4.2)",
+            pieces=_finite_fill_pieces(tie),
+            inputs=inverted,
+            nan="ignore",
+        )
+
+
 def _partly_hidden(q, k, keep_mask) -> np.ndarray | None:  # type: ignore[no-untyped-def]
     """The query rows of one attention call with some key hidden, (..., Lq); None: none."""
     keep = broadcast_keep(q, k, keep_mask)
