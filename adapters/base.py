@@ -26,7 +26,7 @@ import unittest
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from tck.reference import COMPONENTS, RECORDS, Config, Conventions, canonical_co
 from tck.reference.components import tagged
 
 from .config_space import ConfigSpace
+
+# Subject.derives_positions: never; from the cache's length (True and 'cache' alike); from
+# key_padding as well (SPEC.md §11.7, §11.9)
+DERIVES_POSITIONS = (False, True, "cache", "padding")
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -104,14 +108,22 @@ class Subject:
     supports: ConfigSpace | None = field(default=None, compare=False)
     # §11.9: ``step`` may be called without ``positions`` (the subject numbers the new tokens
     # itself, from its cache's length, as generate() leaves it to): the suite then decodes
-    # without them too. Off by default: ``positions`` is always given.
-    derives_positions: bool = field(default=False, compare=False)
+    # without them too. ``"padding"``: it numbers a row's tokens from ``key_padding`` as well
+    # (``cumsum(mask) - 1``, OPT's learned positions), so left-padded rows are also run
+    # without them (§11.7). Off by default: ``positions`` is always given.
+    derives_positions: bool | Literal["cache", "padding"] = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.component not in COMPONENTS:
             raise ValueError(
                 f"subject {self.name!r}: unknown component {self.component!r}; "
                 f"choose one of {', '.join(COMPONENTS)}"
+            )
+        if self.derives_positions not in DERIVES_POSITIONS:
+            raise ValueError(
+                f"subject {self.name!r}: derives_positions={self.derives_positions!r}; choose "
+                "False, True (or 'cache': from the cache's length) or 'padding' (from "
+                "key_padding too, cumsum(mask) - 1)"
             )
         if self.conventions is None:
             object.__setattr__(self, "conventions", canonical_conventions(self.component))

@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -163,7 +163,7 @@ class TorchEntry:
     # with the module's own cache (None on the first call); see Adapter.step
     step: Callable[..., Any] | None = None
     # §11.9: step (and forward) may be called without positions: Subject.derives_positions
-    derives_positions: bool = False
+    derives_positions: bool | Literal["cache", "padding"] = False
     devices: tuple[str, ...] | None = None  # device kinds; default: the adapter's
     devices_note: str | None = None  # why a device is not offered (the skip's reason)
     # The part(s) of the built module that are the subject, when ``make`` builds more (a whole

@@ -140,6 +140,7 @@ NAMES: tuple[str, ...] = (
     "cache_chunk_top_left",
     "cache_chunk_mask_square",
     "padding_inverted_finite_fill",
+    "lm_own_positions_count_pads",
     "cache_positions_restart",
     "cache_not_reset",
     "causal_cache_held",

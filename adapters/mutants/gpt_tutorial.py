@@ -377,9 +377,7 @@ def gpt_map(c: Config) -> dict[str, str]:
 
 
 def _gpt_forward(m, ids, key_padding=None, positions=None):
-    if positions is None:  # SPEC.md §11.7: 0 .. L-1 unless given (also on right pads)
-        positions = torch.arange(ids.shape[1]).expand(ids.shape)
-    return m(ids, key_padding, positions)[0]
+    return m(ids, key_padding, positions)[0]  # without positions: positions_from(key_padding)
 
 
 def _gpt_step(m, caches, ids, key_padding=None, positions=None):
@@ -392,11 +390,14 @@ def gpt_entry(
     forward=_gpt_forward,
     step=_gpt_step,
     conventions: Conventions | None = None,
+    derives_positions: bool | str = "padding",
     **kw: Any,
 ) -> TorchEntry:
     """causal_lm, GPT-2 style (learned positions, tied head); q, k and v with or without
     bias (the book GPT's qkv_bias), every other bias always there. ``conventions``: the
-    declared ones, GPT-2's with zeros for a query that sees no key by default."""
+    declared ones, GPT-2's with zeros for a query that sees no key by default. Given no
+    position ids, the model numbers its tokens from the padding mask and the cache
+    (``positions_from``: SPEC.md §11.7, §11.9)."""
 
     def make(c: Config) -> nn.Module:
         _check(c)
@@ -413,7 +414,7 @@ def gpt_entry(
         make=make,
         forward=forward,
         step=step,
-        derives_positions=True,  # positions_from(past): SPEC.md §11.9
+        derives_positions=derives_positions,
         param_map=gpt_map,
         conventions=conventions
         or dataclasses.replace(DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"),

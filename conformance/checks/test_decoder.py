@@ -1174,11 +1174,52 @@ def test_left_padding(tck: Harness) -> None:
     """§11.7: a left-padded row, key padding False on its pads and its position ids shifted
     so its first real token is at 0, gives at its real positions what the row gives alone."""
     inst = instance(tck)
-    lengths = (9, 6, 2)
-    inputs = left_padded(tck, inst, lengths, seed=600)
+    inputs = left_padded(tck, inst, LEFT_PADDED, seed=600)
     out = run_or_skip(tck, inst, inputs, "left padding needs key_padding and positions")
-    total = max(lengths)
+    check_left_padded(tck, inst, inputs, out)
+
+
+@spec("11.7", "11.9", id="decoder.left_padding_own_positions")
+@components(*CAUSAL)
+def test_left_padding_own_positions(tck: Harness) -> None:
+    """§11.7, §11.9: a subject that numbers its tokens from the padding mask
+    (``Subject.derives_positions = "padding"``: ``cumsum(mask) - 1``, as OPT and generate()
+    do) is given left-padded rows without position ids, one call and then cached steps: each
+    row must give at its real positions what it gives alone, its pads left uncounted."""
+    if tck.subject.derives_positions != "padding":
+        pytest.skip(
+            "the subject does not declare derives_positions='padding': left-padded rows are "
+            "always given their position ids (Subject.derives_positions, SPEC.md §11.9)"
+        )
+    inst = instance(tck)
+    inputs = left_padded(tck, inst, LEFT_PADDED, seed=601)
+    unnumbered = {k: v for k, v in inputs.items() if k != "positions"}
+    out = run_or_skip(tck, inst, unnumbered, "left padding needs key_padding")
+    check_left_padded(tck, inst, inputs, out, positions_given=False)
+    check_cache(
+        tck,
+        inst,
+        {k: v for k, v in left_padded(tck, inst, (11, 7), seed=602).items() if k != "positions"},
+        "left-padded rows of lengths 11 and 7",
+        ((4, 1), (3, 4)),
+        give_positions=False,
+        clause="SPEC.md §11.6, §11.7, §11.9",
+    )
+
+
+LEFT_PADDED = (9, 6, 2)
+
+
+def check_left_padded(
+    tck: Harness, inst: Instance, inputs: Inputs, out: np.ndarray, *, positions_given: bool = True
+) -> None:
+    """Each row of the left-padded call ``inputs`` (output ``out``; ``positions_given``:
+    the call carried the shifted position ids, else the subject numbered its tokens) against
+    the row alone at its real positions; a difference named by the account that reproduces
+    it."""
     name = token_input(tck.component)
+    total = np.shape(inputs[name])[1]
+    lengths = tuple(int(n) for n in np.asarray(inputs["key_padding"]).sum(axis=1))
     for b, length in enumerate(lengths):
         pad = total - length
         alone = {name: np.asarray(inputs[name])[b : b + 1, pad:]}
@@ -1201,11 +1242,12 @@ def test_left_padding(tck: Harness) -> None:
             unshifted = {k: v for k, v in inputs.items() if k != "positions"}
             gold = tck.gold(inst, unshifted)
             if compare(out, gold, dtype=inst.dtype, ignore=pads).passed:
+                whose = "given" if positions_given else "the subject derives"
                 raise CheckFailure(
                     "padding.left_positions_not_shifted",
                     "the output is what position ids 0 .. L-1 give, counting the pads: the "
-                    "position ids are not shifted past the left padding (SPEC.md §11.7); "
-                    + numbers,
+                    f"position ids {whose} are not shifted past the left padding (SPEC.md "
+                    "§11.7); " + numbers,
                     result.metrics(),
                 )
             if padding_on_queries(tck, inst, inputs, out):
@@ -1225,7 +1267,7 @@ def test_left_padding(tck: Harness) -> None:
                     "attend the left pads (SPEC.md §11.7); " + numbers,
                     result.metrics(),
                 )
-            account = reproduced_on_oracle(tck, inst, inputs)
+            account = reproduced_on_oracle(tck, inst, inputs) if positions_given else None
             if account is not None:
                 raise CheckFailure(
                     account.code,
