@@ -444,7 +444,59 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2: bug id -> (expected codes, class without a code); empty until the phase-1 freeze.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # gptneox_decoder
+    "n.qkv_split_as_thirds": (["attention.qkv_order_wrong"], ""),
+    "n.rope_freqs_interleaved": (["rope.table_layout_mismatch"], ""),
+    "n.rope_frequency_exponent": (["positional.frequency_wrong"], ""),
+    "n.rotary_pct_quarter": ([], "partial rotary: only a fraction (the first quarter) of each head's query and key channels is rotated where the model rotates all of them; the other channels carry no position"),
+    "n.scale_by_hidden_size": (["attention.scale_wrong"], ""),
+    "n.causal_diagonal_hidden": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "n.causal_mask_ignores_cache": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "n.cache_keeps_last_call": (["cache.ignored"], ""),
+    "n.padding_polarity": (["mask.polarity_inverted"], ""),
+    "n.padding_dropped_in_steps": (["cache.padding_dropped_in_steps"], ""),
+    "n.parallel_residual": (["blocks.branch_from_layer_input"], ""),
+    "n.final_norm_skipped": (["blocks.final_norm_missing"], ""),
+    "n.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "n.logits_from_input_embedding": (["model.head_tied_to_embedding", "params.read_from_other_module"], ""),
+    "n.derived_positions_not_offset": (["cache.rope_offset_wrong"], ""),
+    "n.rope_angles_low_precision": (["numerics.rope_angles_low_precision"], ""),
+    # d2l_encoder
+    "d.valid_lens_tiled_over_heads": (["batch.rows_interact", "batch.padded_rows_differ"], ""),
+    "d.lengths_tiled_over_queries": (["batch.rows_interact", "batch.padded_rows_differ"], ""),
+    "d.masked_scores_zero": (["mask.added_as_bias"], ""),
+    "d.keep_mask_polarity": (["mask.polarity_inverted"], ""),
+    "d.scale_by_d": (["attention.scale_wrong"], ""),
+    "d.heads_strided_channels": (["attention.heads_split_wrong_order"], ""),
+    "d.merge_head_major": (["attention.heads_merged_wrong_order", "batch.rows_interact"], ""),
+    "d.norm_before_residual": (["blocks.norm_on_branch"], ""),
+    "d.ffn_no_activation": (["ffn.activation_wrong"], ""),
+    "d.pe_cos_everywhere": (["positional.pair_function_repeated"], ""),
+    "d.pe_frequency_exponent": (["positional.frequency_wrong"], ""),
+    "d.pe_float32_table": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "d.dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "d.encoder_blocks_unmasked": (["mask.ignored"], ""),
+    "d.causal_diagonal_hidden": (["mask.causal_diagonal_hidden"], ""),
+    "d.softmax_low_precision": (["numerics.softmax_low_precision", "numerics.fill_value_overflow", "numerics.overflow", "mask.fully_masked_rows_nan"], ""),
+    # flash_vit
+    "v.patch_pixels_channel_last": (["vit.patch_flatten_order"], ""),
+    "v.patch_grid_column_major": (["vit.patch_order"], ""),
+    "v.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "v.cls_appended": (["vit.pooling_wrong_token", "vit.pos_embed_transformed"], ""),
+    "v.pool_last_token": (["vit.pooling_wrong_token"], ""),
+    "v.qkv_read_per_head": (["attention.qkv_order_wrong"], ""),
+    "v.scale_by_embed_dim": (["attention.scale_wrong"], ""),
+    "v.scores_transposed": (["attention.softmax_axis_wrong"], ""),
+    "v.merge_d_major": (["attention.heads_merged_wrong_order"], ""),
+    "v.residual_stream_normed": (["blocks.residual_after_norm"], ""),
+    "v.final_norm_without_residual": (["blocks.residual_missing"], ""),
+    "v.norm2_uses_norm1_params": (["params.read_from_other_module"], ""),
+    "v.layer_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "v.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "v.padding_polarity": (["mask.polarity_inverted"], ""),
+    "v.softmax_low_precision": (["numerics.softmax_low_precision"], ""),
+}
 
 
 def _locate(impl: str, original: str, replacement: str, row_id: str) -> tuple[int, str, str]:
