@@ -454,8 +454,60 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "repeat copies the class token for each image, expand views it: the same values."),
 ]
 
-# Phase 2: bug id -> (expected codes, class without code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected codes, class without code), assigned from each bug's frozen
+# class and the one-line meanings of SPEC.md Appendix C (see PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "i.key_from_value_slot": (["attention.qkv_order_wrong"], ""),
+    "i.wqkv_slot_major_view": (["attention.qkv_order_wrong", "attention.heads_split_wrong_order"], ""),
+    "i.query_heads_slot_major": (["attention.heads_split_wrong_order", "attention.kv_heads_tiled", "attention.heads_merged_wrong_order"], ""),
+    "i.repeat_kv_tiled": (["attention.kv_heads_tiled"], ""),
+    "i.rotate_half_sign": (["rope.rotation_inverted"], ""),
+    "i.rope_theta_not_passed": (["positional.base_wrong", "positional.frequency_wrong"], ""),
+    "i.inv_freq_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "i.positions_ignore_cache": (["cache.rope_offset_wrong"], ""),
+    "i.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "i.causal_mask_hides_diagonal": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "i.past_block_after_causal": (["cache.causal_top_left", "mask.causal_alignment_top_left", "mask.causal_leak"], ""),
+    "i.padding_mask_not_inverted": (["mask.polarity_inverted"], ""),
+    "i.rms_centred_variance": (["layer_norm.rms_wrong_statistics"], ""),
+    "i.rms_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "i.swiglu_gate_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "i.ffn_residual_normalised": (["blocks.residual_after_norm"], ""),
+    "i.output_uses_embedding": (["model.head_tied_to_embedding", "params.read_from_other_module"], ""),
+    "i.merge_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "w.key_not_scaled": (["attention.scale_wrong"], ""),
+    "w.scale_from_n_state": (["attention.scale_wrong"], ""),
+    "w.key_heads_strided": (["attention.heads_split_wrong_order"], ""),
+    "w.heads_merged_d_major": (["attention.heads_merged_wrong_order"], ""),
+    "w.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "w.decoder_mask_hides_diagonal": (["mask.causal_diagonal_hidden"], ""),
+    "w.causal_triangle_flipped": (["mask.causal_leak"], ""),
+    "w.memory_normalised": ([], "the decoder layer normalises the encoder memory (with the cross-attention sublayer's own norm) before the cross-attention takes its keys and values from it, where the layer must use the memory as it comes (SPEC.md 7.2): an extra norm on the memory input of cross-attention"),
+    "w.cross_attention_mask_dropped": (["mask.ignored"], ""),
+    "w.mlp_gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "w.mlp_post_norm": (["blocks.norm_placement_post"], ""),
+    "w.ln_post_dropped": (["blocks.final_norm_missing"], ""),
+    "w.decoder_ln_in_loop": ([], "a stack's final norm is applied after every layer (a norm between the layers, with the final norm's weights) instead of once after the last layer"),
+    "w.layernorm_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "w.value_from_key_projection": (["attention.value_uses_key_projection"], ""),
+    "w.padding_bias_polarity": (["mask.polarity_inverted"], ""),
+    "u.unshuffle_transposed_image": (["vit.patch_order", "vit.patch_kernel_transposed"], ""),
+    "u.tokens_reshaped_not_transposed": (["vit.patch_order", "vit.patch_extraction_wrong"], ""),
+    "u.grid_column_major": (["vit.patch_order"], ""),
+    "u.cls_appended": (["vit.pooling_wrong_token", "vit.pos_embed_transformed"], ""),
+    "u.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "u.pool_mean_with_cls": (["vit.pooling_mean_with_cls"], ""),
+    "u.baddbmm_alpha_lost": (["attention.scale_missing"], ""),
+    "u.mask_bias_beta_zero": (["mask.ignored"], ""),
+    "u.qkv_head_major": (["attention.qkv_order_wrong"], ""),
+    "u.bh_axis_heads_major": (["batch.rows_interact", "attention.heads_merged_wrong_order"], ""),
+    "u.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "u.attention_dropout_functional": (["dropout.active_in_eval"], ""),
+    "u.final_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "u.attention_residual_normalised": (["blocks.residual_after_norm"], ""),
+    "u.cls_token_zeros": (["params.unused"], ""),
+    "u.causal_one_ahead": (["mask.causal_leak"], ""),
+}
 
 
 def _locate(impl: str, original: str) -> tuple[int, str]:
