@@ -457,8 +457,63 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "select(1, 0) is indexing position 0 of axis 1, the class token."),
 ]
 
-# Phase 2 only: bug id -> (expected codes, class without code)
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2 only: bug id -> (expected codes, class without code), from each frozen class and
+# SPEC.md Appendix C's one-line meanings (PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # ---- packed_decoder
+    "p.unpad_indices_transposed": (["batch.rows_interact", "batch.padded_rows_differ", "padding.left_padding_changes_output"], ""),
+    "p.mask_no_sequence_boundary": (["batch.rows_interact"], ""),
+    "p.causal_diagonal_excluded": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "p.step_mask_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "p.positions_not_offset_by_cache": (["cache.rope_offset_wrong"], ""),
+    "p.positions_not_restarted": (["cache.rope_offset_wrong", "rope.position_offset", "batch.rows_interact"], ""),
+    "p.gqa_heads_tiled": (["attention.kv_heads_tiled"], ""),
+    "p.scale_model_width": (["attention.scale_wrong"], ""),
+    "p.rotate_half_sign": (["rope.rotation_inverted"], ""),
+    "p.rmsnorm_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "p.rmsnorm_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "p.swiglu_gate_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "p.residual_from_normed_input": (["blocks.residual_after_norm"], ""),
+    "p.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "p.layers_share_first_cache": (["cache.layers_share_pool"], ""),
+    "p.head_tied_to_embedding": (["model.head_tied_to_embedding", "params.read_from_other_module"], ""),
+    # ---- pegasus_seq2seq
+    "g.pe_exponent_not_paired": (["positional.frequency_wrong", "positional.not_relative"], ""),
+    "g.pe_table_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "g.positions_start_at_one": (["positional.position_offset"], ""),
+    "g.encoder_embed_scale_missing": (["embedding.scale_missing"], ""),
+    "g.scaling_model_width": (["attention.scale_wrong"], ""),
+    "g.causal_mask_sees_next": (["mask.causal_leak"], ""),
+    "g.padding_mask_polarity": (["mask.polarity_inverted"], ""),
+    "g.masks_summed_overflow": (["numerics.fill_value_overflow", "numerics.overflow", "mask.fully_masked_rows_other", "mask.fully_masked_rows_nan"], ""),
+    "g.cross_attention_mask_dropped": (["mask.ignored"], ""),
+    "g.encoder_final_norm_missing": (["blocks.final_norm_missing"], ""),
+    "g.encoder_attention_uses_ffn_norm": (["params.read_from_other_module"], ""),
+    "g.decoder_ffn_residual_after_norm": (["blocks.residual_after_norm"], ""),
+    "g.activation_config_default": (["ffn.activation_gelu"], ""),
+    "g.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "g.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "g.attention_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "g.lm_head_untied_copy": (["model.head_not_tied", "params.count_wrong"], ""),
+    "g.value_from_key_projection": (["attention.value_uses_key_projection"], ""),
+    # ---- mmpretrain_vit
+    "m.patch_tokens_reshaped": (["vit.patch_order"], ""),
+    "m.patch_grid_column_major": (["vit.patch_order"], ""),
+    "m.cls_token_appended": (["vit.pooling_wrong_token"], ""),
+    "m.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "m.pooling_mean_all_tokens": (["vit.pooling_mean_with_cls"], ""),
+    "m.final_norm_never_applied": (["blocks.final_norm_missing"], ""),
+    "m.final_norm_every_layer": ([], "a stack's final LayerNorm applied to the residual stream between its layers (after every layer, not only after the last), so each later layer reads a normalised stream"),
+    "m.qkv_split_heads_first": (["attention.qkv_order_wrong"], ""),
+    "m.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "m.scale_reciprocal_confused": (["attention.scale_inverted"], ""),
+    "m.mask_polarity": (["mask.polarity_inverted"], ""),
+    "m.ffn_identity_normalised": (["blocks.residual_after_norm"], ""),
+    "m.attention_post_norm": (["blocks.norm_placement_post"], ""),
+    "m.act_cfg_not_forwarded": (["ffn.activation_relu"], ""),
+    "m.norm_eps_not_forwarded": (["layer_norm.eps_wrong"], ""),
+    "m.proj_dropout_functional": (["dropout.active_in_eval"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
