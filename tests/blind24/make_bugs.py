@@ -443,8 +443,62 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "`repeat` copies the class token once per image where `expand` views it; the values are the same."),
 ]  # fmt: skip
 
-# Phase 2: bug id -> (expected codes, class without code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected codes, class without code), from each bug's frozen class and
+# the one-line meanings of SPEC.md Appendix C (PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # ---- falcon_decoder
+    "f.split_heads_kv_swapped": (["attention.qkv_order_wrong", "attention.value_uses_key_projection"], ""),
+    "f.query_reshape_without_transpose": (["attention.heads_split_wrong_order"], ""),
+    "f.rotate_half_sign": (["rope.rotation_inverted"], ""),
+    "f.rope_table_interleaved": (["rope.table_layout_mismatch", "rope.not_relative"], ""),
+    "f.rope_keys_not_rotated": (["rope.applied_to_wrong_tensors", "rope.not_relative"], ""),
+    "f.rope_table_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "f.causal_mask_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "f.causal_diagonal_hidden": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "f.padding_mask_on_queries": (["mask.applied_to_queries"], ""),
+    "f.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "f.softmax_in_half": (["numerics.softmax_low_precision"], ""),
+    "f.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "f.position_ids_restart": (["cache.rope_offset_wrong"], ""),
+    "f.mlp_residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "f.final_norm_missing": (["blocks.final_norm_missing"], ""),
+    "f.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "f.lm_head_copied": (["model.head_not_tied", "params.count_wrong"], ""),
+    # ---- t2t_encoder
+    "t.timing_t2t_timescales": (["positional.frequency_wrong"], ""),
+    "t.timing_cos_first": (["positional.sin_cos_swapped"], ""),
+    "t.timing_float32_frequencies": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "t.padding_bias_inverted": (["mask.polarity_inverted"], ""),
+    "t.padding_bias_on_queries": (["mask.applied_to_queries", "mask.ignored"], ""),
+    "t.lower_triangle_transposed": (["mask.causal_leak"], ""),
+    "t.scale_by_total_depth": (["attention.scale_wrong"], ""),
+    "t.split_heads_by_reshape": (["attention.heads_split_wrong_order"], ""),
+    "t.combine_heads_wrong_order": (["attention.heads_merged_wrong_order"], ""),
+    "t.variance_unbiased": (["layer_norm.unbiased_variance"], ""),
+    "t.norm_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "t.no_preprocess_norm": (["blocks.norm_bypassed", "blocks.final_norm_missing"], ""),
+    "t.attention_residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "t.ffn_gelu": (["ffn.activation_gelu"], ""),
+    "t.attention_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "t.final_norm_missing": (["blocks.final_norm_missing"], ""),
+    "t.softmax_over_queries": (["attention.softmax_axis_wrong", "attention.weights_not_normalized"], ""),
+    # ---- mocov3_vit
+    "c.cls_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "c.cls_appended": (["vit.pooling_wrong_token"], ""),
+    "c.pool_mean_with_cls": (["vit.pooling_mean_with_cls"], ""),
+    "c.patch_grid_column_major": (["vit.patch_order"], ""),
+    "c.patch_reshape_not_transpose": (["vit.patch_order"], ""),
+    "c.qkv_head_major": (["attention.qkv_order_wrong"], ""),
+    "c.kv_swapped": (["attention.qkv_order_wrong", "attention.value_uses_key_projection"], ""),
+    "c.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "c.merge_heads_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "c.mask_fill_inverted": (["mask.polarity_inverted"], ""),
+    "c.drop_path_in_eval": (["dropout.active_in_eval"], ""),
+    "c.attention_residual_from_norm": (["blocks.residual_after_norm"], ""),
+    "c.mlp_post_norm": (["blocks.norm_placement_post"], ""),
+    "c.mlp_gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "c.layer_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+}  # fmt: skip
 
 
 def _locate(impl: str, original: str) -> tuple[int, str]:
