@@ -51,7 +51,13 @@ class UnknownCode(KeyError):
 _ROWS: list[tuple[str, str, str, str]] = [
     # (code, rank, clauses separated by spaces, meaning)
     # --- the adapter and the run
-    ("adapter.exception", "generic", "", "the adapter raised an exception while a check ran"),
+    (
+        "adapter.exception",
+        "generic",
+        "",
+        "the adapter, or the model it runs (its own assert included), raised an exception "
+        "while a check ran",
+    ),
     ("adapter.build_failed", "generic", "", "building the subject or the check's setup failed"),
     (
         "adapter.crashed",
