@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tck.adapters import Subject
 from tck.adapters.reference import LLAMA, adapter
 from tck.conformance.checks.test_decoder import (
     cached_keys_seen,
@@ -415,3 +416,10 @@ def test_constant_offsets_are_only_those_the_calls_tell_from_the_spec() -> None:
     chunked = dict(constant_offsets([(0, 2), (2, 5)], 5))
     assert chunked[1][2].tolist() == [True, True, False, False, False]
     assert chunked[1][4].tolist() == [True, True, True, True, False]
+
+
+def test_derives_positions_takes_the_two_sources_and_nothing_else():
+    for value in (False, True, "cache", "padding"):
+        Subject("lm", "causal_lm", derives_positions=value)
+    with pytest.raises(ValueError, match=r"derives_positions='mask'; choose False, True"):
+        Subject("lm", "causal_lm", derives_positions="mask")
