@@ -141,6 +141,7 @@ NAMES: tuple[str, ...] = (
     "cache_chunk_mask_square",
     "padding_inverted_finite_fill",
     "lm_own_positions_count_pads",
+    "mask_inverted_off_prefix",
     "cache_positions_restart",
     "cache_not_reset",
     "causal_cache_held",

@@ -336,6 +336,7 @@ def _hypotheses(
     from .hypotheses_mask_axes import mask_axes_hypotheses
     from .hypotheses_masks import (  # a mask added as a bias, degenerate fits
         batch_flat_causal_hypotheses,
+        combined_inverted_hypotheses,
         combined_with_or_hypotheses,
         default_mask_inverted,
         degenerate,
@@ -445,6 +446,7 @@ def _hypotheses(
             mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
             _mask_hypotheses(inputs),
             finite_fill_inverted_hypotheses(component, inputs),
+            combined_inverted_hypotheses(component),
             batch_flat_causal_hypotheses(component),
             combined_with_or_hypotheses(component),
             partial_rows_zeroed_hypotheses(component),

@@ -382,6 +382,47 @@ def finite_fill_inverted_hypotheses(
         )
 
 
+def _combine_inverted(
+    lq, lk, *, key_padding=None, attn_mask=None, causal=False, alignment="top_left"
+):  # type: ignore[no-untyped-def]
+    """§4.1's keep-masks combined, then the result inverted: ``masked_fill(keep, -inf)`` on
+    the one mask an implementation builds from padding and causal together."""
+    if (key_padding is not None) + (attn_mask is not None) + bool(causal) < 2:
+        raise ValueError("fewer than two masks: inverting the inputs covers one")
+    return ~oracle.combine_keep_masks(
+        lq, lk, key_padding=key_padding, attn_mask=attn_mask, causal=causal, alignment=alignment
+    )
+
+
+def combined_inverted_hypotheses(component: str) -> Iterator[Alternative]:
+    """The keep-mask built from padding and the causal (or explicit) mask together, then
+    applied inverted: each query attends the keys after it and the pads, and a query whose
+    every key the inverted mask hides (the last real token of a row) follows the fill: empty
+    under -inf (compared where rows keep a key), a uniform average under a finite one
+    (``masked_fill(mask, -1e6)``). Inverting each input apart (``mask.polarity_inverted``'s
+    first hypothesis) keeps the causal triangle, which this bug turns over too."""
+    if not reaches(component, "combine_keep_masks"):
+        return
+    message = (
+        "the output is the spec's with the combined keep-mask (padding and causal, or "
+        "explicit, together) inverted: every query attends the keys it must not see (the "
+        "keys after it, the pads) and ignores the rest; the mask built once from all its "
+        "parts and applied with the wrong polarity (SPEC.md §4.1)"
+    )
+    pieces = {"combine_keep_masks": _combine_inverted}
+    yield Alternative("mask.polarity_inverted", message, pieces=pieces, nan="ignore")
+    yield Alternative(
+        "mask.polarity_inverted", message, pieces=pieces, nan="ignore", keyless_nan=True
+    )
+    yield Alternative(
+        "mask.polarity_inverted",
+        message + "; a row left with no key weighs every key equally (a finite fill)",
+        pieces=pieces,
+        conventions={"fully_masked_rows": "uniform"},
+        nan="ignore",
+    )
+
+
 def _partly_hidden(q, k, keep_mask) -> np.ndarray | None:  # type: ignore[no-untyped-def]
     """The query rows of one attention call with some key hidden, (..., Lq); None: none."""
     keep = broadcast_keep(q, k, keep_mask)
