@@ -95,12 +95,18 @@ def once_per_subject(
 # (-2ki/d). Other ratios (1e6 for 1e4 is k = 1.5) stay a base: bases in use are powers of
 # ten, and any of them is some power of another.
 EXPONENT_FACTORS = (0.5, 2.0)
-# How close k must be: the solved base is refined to ~1e-12 relatively in float64 and to
-# ~1e-6 under a float32 bound; over ln(b) >= ln(10) that moves k by less than 1e-6.
+# How close k must be: the solved base is refined to ~1e-12 relatively in float64; over
+# ln(b) >= ln(10) that moves k by less than 1e-6. Under a lower dtype's bound the fit carries
+# that dtype's rounding of the angles (float32 at positions near 8191: a base 100 solved as
+# 100.005, k off by 1.1e-5), hence the looser LOWER_EXPONENT_RTOL; the factors tried (0.5,
+# 2, d / (d - 2)) lie far further apart than either.
 EXPONENT_RTOL = 1e-5
+LOWER_EXPONENT_RTOL = 1e-4
 
 
-def exponent_factor(declared: float, solved: float, width: int | None = None) -> float | None:
+def exponent_factor(
+    declared: float, solved: float, width: int | None = None, rtol: float = EXPONENT_RTOL
+) -> float | None:
     """k where ``solved`` is ``declared ** k`` for k in ``EXPONENT_FACTORS`` or, given the
     table's ``width`` d, for k = d / (d - 2): the exponents spaced over d/2 - 1 steps instead
     of d/2 (tensor2tensor's ``get_timing_signal_1d`` and flax's ``sinusoidal_init`` divide
@@ -115,7 +121,7 @@ def exponent_factor(declared: float, solved: float, width: int | None = None) ->
     typed = math.isclose(float(f"{solved:.2g}"), solved, rel_tol=EXPONENT_RTOL)
     spaced = (width / (width - 2),) if width is not None and width > 4 and not typed else ()
     factors = EXPONENT_FACTORS + spaced
-    return next((f for f in factors if math.isclose(k, f, rel_tol=EXPONENT_RTOL)), None)
+    return next((f for f in factors if math.isclose(k, f, rel_tol=rtol)), None)
 
 
 def table_width(component: str, config: Any) -> int | None:
@@ -181,7 +187,8 @@ def base_alternative(
             "subject's dtype, or declare the step (float32_steps, SPEC.md §2.3, §10.12)",
             conventions={field: value},
         )
-    k = exponent_factor(declared, value, width)
+    rtol = EXPONENT_RTOL if compared_in == "float64" else LOWER_EXPONENT_RTOL
+    k = exponent_factor(declared, value, width, rtol)
     if k is not None:
         return Alternative(
             registered("positional.frequency_wrong"),

@@ -73,6 +73,15 @@ def test_exponent_factor_names_only_square_and_root() -> None:
     assert fitted.exponent_factor(1e4, 1e3) is None
 
 
+def test_a_lower_dtype_fit_carries_its_rounding_into_the_exponent() -> None:
+    """A base 100 solved under a float32 bound at long positions comes out 100.005: the
+    exponent step i/d, read with the lower dtype's tolerance, not another base."""
+    assert fitted.exponent_factor(1e4, 100.005) is None
+    assert fitted.exponent_factor(1e4, 100.005, rtol=fitted.LOWER_EXPONENT_RTOL) == 0.5
+    named = fitted.base_alternative("pe_base", 1e4, 100.005, width=8, compared_in="float32")
+    assert named.code == "positional.frequency_wrong", named.message
+
+
 @pytest.mark.parametrize(
     ("compared_in", "code"),
     [
