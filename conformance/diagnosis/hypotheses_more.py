@@ -809,11 +809,19 @@ def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
             for leaf in _leaves(params, prefix):
                 for to, source in zip("qkv", order, strict=True):
                     out[f"{prefix}{to}.{leaf}"] = params[f"{prefix}{source}.{leaf}"]
+        # queries and keys traded is also the score matrix transposed: softmax over the
+        # queries of q_t . k_s, each key's weights normalised, in self-attention
+        transposed = (
+            "; in self-attention the same output as the score matrix written key-major "
+            "(einsum '...hst' for '...hts', k @ q^T) and softmaxed over its last axis"
+            if order == ("k", "q", "v")
+            else ""
+        )
         yield Alternative(
             "attention.qkv_order_wrong",
             f"the output is the spec's with the query, key and value projections taken as "
             f"{', '.join(order)}: a fused qkv projection split in the wrong order (or q, k, v "
-            "weights loaded into each other's places; SPEC.md §3.4, §0.2)",
+            f"weights loaded into each other's places{transposed}; SPEC.md §3.4, §0.2)",
             params=out,
         )
     # with grouped-query heads a fused [q | k | v] projection cut in another order, each
