@@ -139,6 +139,7 @@ NAMES: tuple[str, ...] = (
     # kept between plain calls, the attention scale of causal attention
     "cache_chunk_top_left",
     "cache_chunk_mask_square",
+    "cache_chunk_mask_blocks_swapped",
     "padding_inverted_finite_fill",
     "lm_own_positions_count_pads",
     "mask_inverted_off_prefix",

@@ -630,6 +630,26 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             top_left_message + words,
             decoder_only(component, inputs, p, c, conv, causal_keep=keep),
         )
+    # the step's mask assembled in the wrong order, [triu(n, n) | zeros(n, T - n)] for
+    # [zeros(n, T - n) | triu(n, n)] (Meta's llama hstack with its two blocks swapped): the
+    # triangle falls on the first n keys, the open block on the last T - n, the call's own
+    # later tokens among them; one token per call sees every key either way
+    swapped = np.tril(np.ones((length, length), bool))
+    for start, stop in ranges[1:]:
+        n = stop - start
+        for row in range(start, stop):
+            keys = np.arange(length)
+            swapped[row] = ((keys <= row - start) | (keys >= n)) & (keys < stop)
+    if not np.array_equal(swapped, np.tril(np.ones((length, length), bool))):
+        yield (
+            "cache.causal_top_left",
+            "the causal mask of a cached call of n tokens is assembled with its two blocks in "
+            "the wrong order, the triangle over the first n keys and the open block over the "
+            "last T - n (torch.cat([mask, zeros(n, past)]) for torch.cat([zeros(n, past), "
+            "mask])): the triangle is aligned top-left, and each token sees the later tokens "
+            "of its own call (SPEC.md §11.6, §11.9, §4.3)",
+            decoder_only(component, inputs, p, c, conv, causal_keep=swapped),
+        )
     for offset, keep in constant_offsets(ranges, length):
         yield (
             "cache.causal_offset_wrong",
