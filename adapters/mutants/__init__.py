@@ -319,6 +319,7 @@ NAMES: tuple[str, ...] = (
     "pe_cos_on_both",
     "gqa_keys_tiled",
     "gqa_fused_split_kv_first",
+    "gqa_fused_keys_from_value_slot",
     "vit_patch_strips",
     "vit_image_channels_last_reshaped",
     # a head of its own where the config ties it; a sublayer's norm moved onto its branch

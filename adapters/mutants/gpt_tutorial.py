@@ -110,9 +110,7 @@ class Attention(nn.Module):
         past = 0 if cache is None else cache[0].shape[2]
         if positions is None:
             positions = self.default_positions(b, n, past)
-        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.project(x)
         if self.rope:
             q, k = self.rotate(q, positions), self.rotate(k, positions)
         cache = self.extend_cache(cache, k, v)
@@ -121,6 +119,14 @@ class Attention(nn.Module):
         att = self.masked(att, n, past > 0, pad_mask)
         y = (self.weights(att) @ v).transpose(1, 2).reshape(b, n, -1)
         return self.wo(y), cache
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, n, hd), k and v (B, H_kv, n, hd) from x (B, n, D)."""
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
 
     def masked(self, scores: Tensor, n: int, cached: bool, pad_mask: Tensor | None) -> Tensor:
         """The scores (B, H, n, T) with -inf where a query must not look."""

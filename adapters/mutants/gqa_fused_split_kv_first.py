@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import gpt_tutorial
-from .gpt_tutorial import Cache, attention_entry
+from .gpt_tutorial import attention_entry
 from .tutorial import mutant
 
 BUG_CLASS = "gqa_fused_split_kv_first"
@@ -19,31 +19,15 @@ EXPECTED_CODES = frozenset({"attention.qkv_order_wrong"})
 
 
 class Attention(gpt_tutorial.Attention):
-    def forward(
-        self,
-        x: Tensor,
-        positions: Tensor | None = None,
-        pad_mask: Tensor | None = None,
-        cache: Cache | None = None,
-    ) -> tuple[Tensor, Cache]:
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, n, _ = x.shape
-        past = 0 if cache is None else cache[0].shape[2]
-        if positions is None:
-            positions = self.default_positions(b, n, past)
         fused = torch.cat([self.wq(x), self.wk(x), self.wv(x)], dim=-1)  # [q | k | v]
         kv, d = self.wk.out_features, self.wq.out_features
         k, v, q = fused.split((kv, kv, d), dim=-1)  # BUG: cut as k, v, q
         q = q.reshape(b, n, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.reshape(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = v.reshape(b, n, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        if self.rope:
-            q, k = self.rotate(q, positions), self.rotate(k, positions)
-        cache = self.extend_cache(cache, k, v)
-        k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
-        att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
-        att = att.masked_fill(self.hidden(n, k.shape[2], past > 0, pad_mask), float("-inf"))
-        y = (self.weights(att) @ v).transpose(1, 2).reshape(b, n, -1)
-        return self.wo(y), cache
+        return q, k, v
 
 
 adapter = mutant(BUG_CLASS, attention_entry(Attention))

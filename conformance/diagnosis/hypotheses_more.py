@@ -1075,6 +1075,14 @@ _LAYER_INDEX = re.compile(r"\.\d+\.")
 _OWN_CODES = {
     ("v", "k"): "attention.value_uses_key_projection",
     ("lm_head", "embedding"): "model.head_tied_to_embedding",  # §8.3: an untied head
+    # one attention projection computed with another's weights: a fused qkv read at the
+    # wrong slot (InternLM2's ``qkv[..., -1, :]`` for the keys), q, k, v in the wrong order
+    **{
+        (reader, source): "attention.qkv_order_wrong"
+        for reader in "qkv"
+        for source in "qkv"
+        if reader != source and (reader, source) != ("v", "k")
+    },
 }
 
 
@@ -1112,12 +1120,18 @@ def other_module_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
                     out[key] = params[theirs[leaf]]
             if not fits_all:
                 continue
+            code = _OWN_CODES.get((reader, source), "params.read_from_other_module")
+            how = (
+                "one attention projection computed with another's weights: a fused qkv "
+                "read at the wrong slot, or q, k, v taken in the wrong order (SPEC.md §3.4)"
+                if code == "attention.qkv_order_wrong"
+                else "a wrong key into the parameter tree, such as a second norm that reads "
+                "the first norm's weights (SPEC.md §0.2)"
+            )
             yield Alternative(
-                _OWN_CODES.get((reader, source), "params.read_from_other_module"),
+                code,
                 f"the output is the spec's with the module {reader!r} computing with the "
-                f"parameters of its sibling {source!r} (in every layer): a wrong key into the "
-                f"parameter tree, such as a second norm that reads the first norm's weights "
-                "(SPEC.md §0.2)",
+                f"parameters of its sibling {source!r} (in every layer): {how}",
                 params=out,
             )
 
