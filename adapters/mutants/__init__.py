@@ -320,6 +320,7 @@ NAMES: tuple[str, ...] = (
     "gqa_keys_tiled",
     "gqa_fused_split_kv_first",
     "gqa_fused_keys_from_value_slot",
+    "gqa_queries_across_groups",
     "vit_patch_strips",
     "vit_image_channels_last_reshaped",
     # a head of its own where the config ties it; a sublayer's norm moved onto its branch

@@ -64,6 +64,34 @@ def tiled_kv_heads(params: Arrays, config: Config) -> dict[str, np.ndarray] | No
     return out if prefixes else None
 
 
+def queries_regrouped(params: Arrays, config: Config) -> list[dict[str, np.ndarray]]:
+    """§11.2: parameters under which the spec computes what a subject computes whose query
+    heads are numbered across the key/value groups instead of within them: the g queries of
+    group j read as heads j, j + H_kv, ..., as a per-group fused projection (``(H_kv, g, d)``)
+    transposed to ``(g, H_kv, d)`` before its reshape gives them, each query head paired with
+    another group's key/value head and its output in its own place. The query heads' rows
+    permuted (both directions of the transpose); none where there is one group or one head
+    per group."""
+    h, h_kv = config.n_heads, config.kv_heads
+    g = h // h_kv
+    if h_kv in (1, h):
+        return []
+    across = [j + r * h_kv for j in range(h_kv) for r in range(g)]
+    within = list(np.argsort(across))
+    dk = config.head_dim_k
+    prefixes = [p for p in _prefixes(params, "q.weight") if f"{p}o.weight" in params]
+    found = []
+    for order in (within, across) if within != across else (within,):
+        rows = np.concatenate([np.arange(i * dk, (i + 1) * dk) for i in order])
+        out = dict(params)
+        for prefix in prefixes:
+            for leaf in ("weight", "bias"):
+                if f"{prefix}q.{leaf}" in params:
+                    out[f"{prefix}q.{leaf}"] = np.asarray(params[f"{prefix}q.{leaf}"])[rows]
+        found.append(out)
+    return found if prefixes else []
+
+
 def param_hypotheses(
     component: str, config: Config, params: Arrays | None
 ) -> Iterator[tuple[str, str, dict[str, np.ndarray]]]:
@@ -88,6 +116,17 @@ def param_hypotheses(
                 f"§11.2 gives query head h key/value head h // {config.n_heads // config.kv_heads}"
                 " (each head repeated in place, repeat_interleave)",
                 tiled,
+            )
+        for regrouped in queries_regrouped(params, config):
+            yield (
+                "attention.heads_split_wrong_order",
+                f"the output is the spec's with the query heads numbered across the "
+                f"{config.kv_heads} key/value groups instead of within them (query i of group "
+                f"j taken as head i * {config.kv_heads} + j, not j * "
+                f"{config.n_heads // config.kv_heads} + i: a per-group fused projection "
+                "transposed before its reshape), so each query head meets another group's key "
+                "and value head (SPEC.md §3.3, §11.2)",
+                regrouped,
             )
 
 
