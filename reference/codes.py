@@ -412,6 +412,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "before it (its residual add right)",
     ),
     (
+        "blocks.final_norm_every_layer",
+        "cause",
+        "7.3",
+        "a stack's final norm is applied after every layer (with the final norm's weights, "
+        "in the loop over the layers) instead of once after the last layer",
+    ),
+    (
         "blocks.norm_bypassed",
         "cause",
         "7.1",

@@ -321,6 +321,7 @@ NAMES: tuple[str, ...] = (
     "gqa_fused_split_kv_first",
     "gqa_fused_keys_from_value_slot",
     "gqa_queries_across_groups",
+    "final_norm_every_layer",
     "vit_patch_strips",
     "vit_image_channels_last_reshaped",
     # a head of its own where the config ties it; a sublayer's norm moved onto its branch

@@ -414,6 +414,45 @@ def final_norm_one_stack_hypotheses(component: str, conventions: Any) -> Iterato
         )
 
 
+def _stack_normed_per_layer(name: str, count: str) -> Callable[..., Any]:
+    """The stack ``name`` (``encoder``, ``decoder``) run one layer at a time, each as a
+    stack of one layer that ends with the stack's final norm: the norm after every layer."""
+    stack: Callable[..., Any] = getattr(oracle, name)
+
+    def per_layer(x: Any, *args: Any, **kwargs: Any) -> Any:
+        params, config = args[-2], args[-1]
+        if not oracle.has_final_norm(kwargs.get("conventions", oracle.CANONICAL)):
+            raise ValueError("the stack declares no final norm to repeat")
+        shared = {k: v for k, v in params.items() if not k.startswith("layers.")}
+        one = dataclasses.replace(config, **{count: 1})
+        for i in range(getattr(config, count)):
+            layer = {
+                f"layers.0.{k.removeprefix(f'layers.{i}.')}": v
+                for k, v in params.items()
+                if k.startswith(f"layers.{i}.")
+            }
+            x = stack(x, *args[:-2], {**shared, **layer}, one, **kwargs)
+        return x
+
+    return per_layer
+
+
+def final_norm_every_layer_hypotheses(component: str) -> Iterator[Alternative]:
+    """A stack's final norm applied inside the loop over its layers, after each one (whisper's
+    decoder, mmpretrain's ViT with the norm moved into the loop): each layer's output
+    normalised with the final norm's weights, in every stack the component runs."""
+    for name, count in (("encoder", "n_layers"), ("decoder", "n_decoder_layers")):
+        if not reaches(component, name):
+            continue
+        yield Alternative(
+            "blocks.final_norm_every_layer",
+            f"the output is the spec's with the {name} stack's final norm applied after every "
+            "layer (its weights reused in the loop over the layers) instead of once after the "
+            "last one (SPEC.md §7.3)",
+            pieces={name: _stack_normed_per_layer(name, count)},
+        )
+
+
 def _by_norm_name(name: str, variant: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
     """Pieces under which every sublayer normalised by ``name`` (``norm2``: each layer's
     FFN) runs ``variant``, the others the spec's."""
@@ -1233,6 +1272,7 @@ def more_hypotheses(
     yield from norm_on_branch_by_name_hypotheses(component, params)
     yield from norm_bypass_hypotheses(component, conventions, params)
     yield from final_norm_one_stack_hypotheses(component, conventions)
+    yield from final_norm_every_layer_hypotheses(component)
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)
