@@ -141,6 +141,12 @@ def cached_check(result: Mapping[str, Any]) -> bool:
     return any(str(c) in CACHED_CLAUSES for c in result.get("clause") or ())
 
 
+def padded_cached(result: Mapping[str, Any]) -> bool:
+    """Was ``result`` found decoding padded rows with a cache? Where the same subject's plain
+    forward fails too, its cause is read through the padding bug, not a cache's."""
+    return cached_check(result) and bool((result.get("metrics") or {}).get("padded_call"))
+
+
 # A finding that a cause's own mechanism produces, on the same subject or (failing that) on
 # another subject of the run, which shares the implementation's code: it joins that cause
 # instead of standing as one. A softmax written as exp(s) / sum(exp(s)) without subtracting
@@ -264,11 +270,15 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         and not self_consistency(code)
         and not cached_check(r)
     }
+    # Subjects with any failing plain forward (generic codes too): a cache cause seen only on
+    # padded rows there may be the padding bug seen through the cache (rows packed wrong).
+    plain_fails = {r["subject"] for r in failing if not cached_check(r)}
     present: dict[tuple[str, str], str] = {}  # (subject, code) -> the first message
     for r in failing:
         diagnosis = r.get("diagnosis") or {}
         present.setdefault((r["subject"], diagnosis.get("code", "")), diagnosis.get("message", ""))
     groups: dict[str, dict[str, Any]] = {}
+    padded_only: dict[str, bool] = {}  # cause -> every result found on padded cached rows
     for r in failing:
         diagnosis = r.get("diagnosis") or {}
         code = diagnosis.get("code", "")
@@ -308,6 +318,8 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         group["evidence"] = max(group["evidence"], evidence(r))
         group["weak"] = group["weak"] and weak(r)
         group["known"] = group["known"] and known(r)
+        if code == cause:  # the results that found the cause, not those joined to it
+            padded_only[cause] = padded_only.get(cause, True) and padded_cached(r)
         group["symptoms"].append(
             {
                 "index": r.get("index"),
@@ -323,7 +335,13 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         key=lambda g: (
             int(g["known"]),
             int(g["weak"]),
-            int(self_consistency(g["code"]) and all(s in forward_fails for s in g["subjects"])),
+            int(
+                (self_consistency(g["code"]) and all(s in forward_fails for s in g["subjects"]))
+                or (
+                    padded_only.get(g["code"], False)
+                    and all(s in plain_fails for s in g["subjects"])
+                )
+            ),
             -g["specificity"],
             -int(g["reproduced"]),
             -g["evidence"],

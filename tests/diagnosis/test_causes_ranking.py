@@ -154,3 +154,23 @@ def test_a_named_cause_found_by_a_cached_check_is_not_a_failing_forward() -> Non
     # the same finding from a check of the plain forward still demotes the cache's cause
     forward = {**window, "check": "decoder.causal_no_leak", "clause": ["4.5", "11.1"]}
     assert top_cause([*ignored, forward]) == "mask.sliding_window_wrong"
+
+
+@pytest.mark.spec("0.3")
+def test_a_cache_cause_seen_only_on_padded_rows_follows_a_failing_padded_forward() -> None:
+    """Packed rows gathered back in the wrong order: the padded forward differs from each
+    row run alone (a generic finding); the cached steps over the same padded batch disagree
+    too and a cache hypothesis may fit the difference. The padding finding leads; the same
+    cache finding without padding, or with the plain forward passing, keeps its place."""
+
+    def cached(padded: bool) -> dict[str, Any]:
+        r = _at("causal_self_attention", "cache.position_offset_wrong", "decoder.kv_cache")
+        return {**r, "clause": ["11.6"], "metrics": {"dtype": "float64", "padded_call": padded}}
+
+    rows = _at("causal_self_attention", "batch.padded_rows_differ", "decoder.batch_rows")
+    assert [c["code"] for c in root_causes([cached(True), cached(True), rows])] == [
+        "batch.padded_rows_differ",
+        "cache.position_offset_wrong",
+    ]
+    assert top_cause([cached(True), cached(False), rows]) == "cache.position_offset_wrong"
+    assert top_cause([cached(True)]) == "cache.position_offset_wrong"
