@@ -428,6 +428,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "norm is skipped",
     ),
     (
+        "blocks.memory_normed",
+        "cause",
+        "7.2",
+        "a decoder layer normalises the encoder's memory (with its cross-attention sublayer's "
+        "norm) before cross-attention takes keys and values from it, where the layer must "
+        "take the memory as the encoder left it",
+    ),
+    (
         "blocks.not_permutation_equivariant",
         "cause",
         "10.5",

@@ -270,8 +270,9 @@ NAMES: tuple[str, ...] = (
     "weights_transposed_matmul",
     "causal_future_kept",
     # cross-attention's memory and mask (SPEC.md §3.5, §7.2): the decoder's own stream
-    # attended instead of the memory, the source padding dropped
+    # attended instead of the memory, the memory normalised again, the source padding dropped
     "cross_attn_memory_unread",
+    "cross_attn_memory_normed",
     "cross_attn_padding_dropped",
     # every layer extending one cache buffer, in a model built from n_decoder_layers
     "lm_layers_one_buffer",

@@ -12,7 +12,10 @@ ids, where an input-level hypothesis cannot reach it).
 - ``attention.cross_keys_from_decoder``: the keys, the values, or both taken from the
   decoder's own stream (the sublayer's normalised input) instead of the encoder's memory
   (``src_attn(x, x, m, mask)``); keys or values alone need as many target as source tokens,
-  and with both from the decoder the source mask, sized for the memory, is left out.
+  and with both from the decoder the source mask, sized for the memory, is left out;
+- ``blocks.memory_normed``: the encoder's memory normalised with the cross-attention
+  sublayer's own norm before it gives keys and values (``src_attn(ln(x), ln(m), ln(m))``,
+  one norm written around both inputs), where the layer takes the memory as it comes.
 
 A call on which a variant cannot run (its shapes do not fit) offers no evidence for it.
 """
@@ -28,9 +31,12 @@ from tck.reference.variants import reaches
 from .alternatives import Alternative
 
 
-def _decoder_layer(keys: str, values: str, mask: str) -> Callable[..., Any]:
+def _decoder_layer(
+    keys: str, values: str, mask: str, *, memory_normed: bool = False
+) -> Callable[..., Any]:
     """§7.2's decoder layer whose cross-attention takes its keys and values from ``keys`` /
-    ``values`` ("memory" or "decoder") under the mask ``mask`` ("source", "none", "target")."""
+    ``values`` ("memory" or "decoder") under the mask ``mask`` ("source", "none", "target"),
+    the memory passed through the sublayer's norm (norm2) first where ``memory_normed``."""
 
     def decoder_layer(
         x,
@@ -47,6 +53,8 @@ def _decoder_layer(keys: str, values: str, mask: str) -> Callable[..., Any]:
         ffn = oracle.subparams(params, "ffn.")
         x, memory = oracle._f64(x), oracle._f64(memory)
         cross_mask = {"source": memory_keep_mask, "none": None, "target": self_keep_mask}[mask]
+        if memory_normed:
+            memory = oracle.norm(memory, params, "norm2.", conventions)
 
         def self_attention(h):  # type: ignore[no-untyped-def]
             return oracle.multi_head_attention(
@@ -113,3 +121,12 @@ def cross_attention_hypotheses(component: str) -> Iterator[Alternative]:
             pieces={"decoder_layer": _decoder_layer(keys, values, mask)},
             nan="ignore",
         )
+    yield Alternative(
+        "blocks.memory_normed",
+        "the output is the spec's with the encoder's memory passed through the "
+        "cross-attention sublayer's own norm before it gives keys and values "
+        "(src_attn(norm(x), norm(m), norm(m))): the decoder layer must take the memory as "
+        "the encoder left it (SPEC.md §7.2)",
+        pieces={"decoder_layer": _decoder_layer("memory", "memory", "source", memory_normed=True)},
+        nan="ignore",
+    )
