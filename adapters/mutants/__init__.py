@@ -144,6 +144,7 @@ NAMES: tuple[str, ...] = (
     "lm_own_positions_count_pads",
     "mask_inverted_off_prefix",
     "cache_positions_restart",
+    "cache_positions_packed",
     "cache_not_reset",
     "causal_cache_held",
     "decoder_norm_over_batch",

@@ -5,16 +5,17 @@ numbers them itself may read the cache's length wrongly: from another axis of it
 (``past_key_values[0][0].size(-1)``, the head size, where ``size(-2)`` is the sequence), from
 the wrong layer, once for the whole decode. The wrong number is not on any list, so it is
 solved for: call by call, in order, the offset ``o`` whose positions ``o, o + 1, .., o + n - 1``
-make the oracle reproduce the subject's cached output on that call's queries (the earlier
-calls at the positions solved for them; every candidate offset is one row block of a single
-batched oracle call). The spec's own positions are tried first, so a call that is right is
+make the oracle reproduce the subject's cached output on that call's queries, row by row (the
+earlier calls at the positions solved for them; every candidate offset is one row block of a
+single batched oracle call). The spec's own positions are tried first, so a call that is right is
 read as right.
 
 Where every call is reproduced and some call's positions are not the spec's, the class is
 the cache's position offset (``cache.position_offset_wrong``; ``cache.rope_offset_wrong``
 under RoPE), and the message gives what was solved: one constant for every call (a length
 read from something that does not grow), the spec's positions shifted by one amount, or each
-call's first position.
+call's first position, or rows shifted by different amounts (a packed batch's positions
+counted on across its sequences instead of restarting at each).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def solved_positions(
     dtype: str,
 ) -> np.ndarray | None:
     """(B, L) positions under which the oracle reproduces ``cached`` on the ``judged``
-    queries (B, L), each call's tokens numbered ``o .. o + n - 1`` for one solved ``o`` (or
-    the spec's positions); None where some call has no such offset."""
+    queries (B, L), each call's tokens in each row numbered ``o .. o + n - 1`` for one solved
+    ``o`` (or the spec's positions); None where some row of a call has no such offset."""
     name = token_input(component)
     tokens = np.asarray(inputs[name])
     batch, length = tokens.shape[:2]
@@ -64,14 +65,17 @@ def solved_positions(
     for start, stop in ranges:
         n = stop - start
         ask = judged[:, start:stop]
-        if not ask.any():
-            continue
+        # rows are independent in the oracle: each row's offset is solved on its own (a
+        # packed batch numbers its rows' tokens on from one another's)
+        found: list[np.ndarray | None] = [None if ask[r].any() else spec[r, start:stop]
+                                          for r in range(batch)]  # fmt: skip
         candidates = [np.asarray(spec[:, start:stop])]
         candidates += [
             np.broadcast_to(o + np.arange(n), (batch, n)) for o in _offsets(config, conventions, n)
         ]
-        found = None
         for first in range(0, len(candidates), BLOCK):
+            if all(f is not None for f in found):
+                break
             block = candidates[first : first + BLOCK]
             k = len(block)
             positions = np.concatenate(
@@ -84,18 +88,20 @@ def solved_positions(
                 gold = decoder_only(component, call, params, config, conventions)
             except (IndexError, ValueError):  # positions past a table: not a candidate
                 continue
-            test = cached[:, start:stop]
-            ignore = np.broadcast_to(~ask[(..., *([None] * (test.ndim - 2)))], test.shape)
             for i, c in enumerate(block):
-                mine = gold[i * batch : (i + 1) * batch, start:stop]
-                if compare(test, mine, dtype=dtype, ignore=ignore).passed:
-                    found = c
-                    break
-            if found is not None:
-                break
-        if found is None:
+                for r in range(batch):
+                    if found[r] is not None:
+                        continue
+                    test = cached[r, start:stop]
+                    mine = gold[i * batch + r, start:stop]
+                    ignore = np.broadcast_to(
+                        ~ask[r][(..., *([None] * (test.ndim - 1)))], test.shape
+                    )
+                    if compare(test, mine, dtype=dtype, ignore=ignore).passed:
+                        found[r] = c[r]
+        if any(f is None for f in found):
             return None
-        solved[:, start:stop] = found
+        solved[:, start:stop] = np.stack([np.asarray(f) for f in found])
     return solved
 
 
@@ -104,6 +110,21 @@ def describe(solved: np.ndarray, spec: np.ndarray, ranges: list[tuple[int, int]]
     wrong = [(s, e) for s, e in ranges if not np.array_equal(solved[:, s:e], spec[:, s:e])]
     if not wrong:
         return None
+    by_row = [
+        (s, e)
+        for s, e in wrong
+        if len({int(solved[r, s] - spec[r, s]) for r in range(len(solved))}) > 1
+    ]
+    if by_row:
+        s, e = by_row[0]
+        shifts = ", ".join(
+            f"row {r} {int(solved[r, s] - spec[r, s]):+d}" for r in range(len(solved))
+        )
+        return (
+            f"the rows of one call are shifted by different amounts (tokens {s}..{e - 1}: "
+            f"{shifts}): each row's positions count on from the rows before it, as in a packed "
+            "batch whose position ids do not restart at each sequence"
+        )
     firsts = sorted({int(solved[0, s]) for s, _ in wrong})
     shifts = sorted({int(solved[0, s] - spec[0, s]) for s, _ in wrong})
     if len(firsts) == 1 and len(wrong) > 1:
