@@ -42,6 +42,7 @@ NAMES: tuple[str, ...] = (
     "rope_layout_mixup",
     "gelu_tanh",
     "dropout_in_eval",
+    "drop_path_in_eval",
     "value_uses_key_proj",
     "softmax_query_axis",
     "padding_mask_on_queries",
