@@ -145,7 +145,8 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "attention.scale_wrong",
         "cause",
         "3.1 3.2",
-        "the scores are scaled by something other than 1/sqrt(d_k) (1/sqrt(d_model), 1/d_k)",
+        "the scores are scaled by something other than 1/sqrt(d_k) (1/sqrt(d_model), 1/d_k), "
+        "or in part only (the scale on the query projection's input, its bias unscaled)",
     ),
     (
         "attention.scale_inverted",

@@ -34,6 +34,7 @@ NAMES: tuple[str, ...] = (
     "scale_d_model",
     "scale_missing",
     "scale_multiplied",
+    "scale_on_query_input",
     "layer_norm_std_plus_eps",
     "layer_norm_unbiased",
     "layer_norm_eps_ignored",

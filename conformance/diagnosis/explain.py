@@ -362,6 +362,7 @@ def _hypotheses(
         learned_table_dtype_hypotheses,
         logits_scale_hypotheses,
         norm_axes_hypotheses,
+        query_bias_unscaled_hypotheses,
         rope_direction_hypotheses,
         rope_one_side_turned_back_hypotheses,
         rope_target_hypotheses,
@@ -499,6 +500,7 @@ def _hypotheses(
                 grouped_qkv_hypotheses(inst.config, inst.params),
                 kv_tiling_hypotheses(component),
                 layer_scale_hypotheses(inst.params),
+                query_bias_unscaled_hypotheses(inst.config, inst.params),
             )
         )
     if found is None:

@@ -16,7 +16,8 @@ parameterised families that no list of candidate values covers, solved numerical
   in every component that runs scaled dot-product attention (causal self-attention, blocks
   and whole models as well as ``attention`` and ``mha``): ``attention.scale_missing`` when
   ``c = sqrt(d_k)``, ``attention.scale_inverted`` when ``c = d_k`` (multiplied by sqrt(d_k)
-  instead of divided), ``attention.scale_wrong`` otherwise.
+  instead of divided), ``attention.scale_wrong`` otherwise; and the scale applied to the
+  query projection's input, its bias unscaled (``attention.scale_wrong``).
 
 - A norm over the wrong axes (``layer_norm.positions_interact``): LayerNorm or RMSNorm
   statistics over the last two axes, (sequence, features), as ``nn.LayerNorm([L, D])`` or
@@ -469,6 +470,31 @@ def layer_scale_hypotheses(params: Any) -> Iterator[Alternative]:
             "has the spec's scale 1/sqrt(d_k), every later layer another (SPEC.md §3.1)",
             params=changed,
         )
+
+
+# Every attention's query bias (``q.bias``, ``self_attn.q.bias``, ``layers.2.cross_attn.q.bias``).
+_QUERY_BIAS = re.compile(r"^(?:.+\.)?q\.bias$")
+
+
+def query_bias_unscaled_hypotheses(config: Any, params: Any) -> Iterator[Alternative]:
+    """The scale 1/sqrt(d_k) applied to the query projection's input (``q_proj(x * scaling)``
+    for ``q_proj(x) * scaling``): the weight's part is scaled, the bias is not, so the
+    queries are the spec's with the bias multiplied by sqrt(d_k) (RoPE rotates linearly)."""
+    names = [name for name in params or {} if _QUERY_BIAS.match(name)]
+    if not names:
+        return
+    root = math.sqrt(config.d_model // config.n_heads)
+    changed = dict(params)
+    for name in names:
+        changed[name] = np.asarray(params[name], dtype=np.float64) * root
+    yield Alternative(
+        registered("attention.scale_wrong"),
+        "the output is the spec's with the query bias left unscaled: the scale 1/sqrt(d_k) "
+        "multiplies the query projection's input (q_proj(x * scaling)) instead of its output "
+        "(q_proj(x) * scaling), so the scores are scaled in the weight's part only "
+        "(SPEC.md §3.1)",
+        params=changed,
+    )
 
 
 def held_in_float32(declared: float, solved: float) -> bool:
