@@ -390,7 +390,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     # --- FFN, blocks, models
     ("ffn.not_position_wise", "cause", "6.2", "the FFN mixes positions"),
-    ("ffn.gate_up_swapped", "cause", "11.3", "the gate and up projections are swapped"),
+    (
+        "ffn.gate_up_swapped",
+        "cause",
+        "11.3",
+        "the gate and up projections are swapped, or one of them computed with the other's "
+        "weights (the gate read from the up projection)",
+    ),
     ("blocks.residual_missing", "cause", "7.1 7.2", "a sublayer's residual connection is missing"),
     (
         "blocks.norm_on_branch",
@@ -531,7 +537,7 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "11.6",
         "each decoded token attends only its own call's tokens, or those and the previous "
         "call's: the cache is not used, or is replaced by each call's keys and values instead "
-        "of extended (written from its first slot in every call)",
+        "of extended (its keys, values or both written from its first slot in every call)",
     ),
     (
         "cache.rope_offset_wrong",

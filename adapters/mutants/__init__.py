@@ -70,6 +70,7 @@ NAMES: tuple[str, ...] = (
     "cache_causal_top_left",
     "cache_wrong_axis",
     "gate_up_swapped",
+    "gate_from_up_projection",
     "swiglu_gelu",
     "left_pad_positions",
     # the diagnosis benchmark: realistic bugs from public reports and tutorials,
@@ -336,6 +337,7 @@ NAMES: tuple[str, ...] = (
     # a static cache whose keys alone are written at its start by every call; one whose
     # write position advances by one per call, not by the tokens written
     "cache_keys_slot_zero",
+    "cache_written_at_start",
     "cache_write_position_per_call",
     # a cache replaced by each call's own keys and values instead of extended
     "cache_replaced_by_call",

@@ -1122,6 +1122,17 @@ _OWN_CODES = {
         for source in "qkv"
         if reader != source and (reader, source) != ("v", "k")
     },
+    # a gated FFN's gate computed from the up projection's weights, or the up from the gate's
+    # (``silu(w3(x)) * w3(x)``): the pair's layout code
+    ("gate", "up"): "ffn.gate_up_swapped",
+    ("up", "gate"): "ffn.gate_up_swapped",
+}
+# What a sibling read means, by the code it is given (other_module_hypotheses).
+_SIBLING_WORDS = {
+    "attention.qkv_order_wrong": "one attention projection computed with another's weights: a "
+    "fused qkv read at the wrong slot, or q, k, v taken in the wrong order (SPEC.md §3.4)",
+    "ffn.gate_up_swapped": "the gated FFN's gate and up projections confused: one of the two "
+    "computed with the other's weights, so its own are never used (SPEC.md §11.3)",
 }
 
 
@@ -1160,12 +1171,10 @@ def other_module_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
             if not fits_all:
                 continue
             code = _OWN_CODES.get((reader, source), "params.read_from_other_module")
-            how = (
-                "one attention projection computed with another's weights: a fused qkv "
-                "read at the wrong slot, or q, k, v taken in the wrong order (SPEC.md §3.4)"
-                if code == "attention.qkv_order_wrong"
-                else "a wrong key into the parameter tree, such as a second norm that reads "
-                "the first norm's weights (SPEC.md §0.2)"
+            how = _SIBLING_WORDS.get(
+                code,
+                "a wrong key into the parameter tree, such as a second norm that reads the "
+                "first norm's weights (SPEC.md §0.2)",
             )
             yield Alternative(
                 code,
