@@ -432,7 +432,7 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a pre-LN sublayer's norm reaches only some of the attention's inputs (the queries "
         "alone, or the keys and values alone, taken from the stream before the norm) or none "
         "(the norm skipped, the residual add kept), or a later sublayer's (the feed-forward's) "
-        "norm is skipped",
+        "norm is skipped; under post-LN, a sublayer's norm after its residual add skipped",
     ),
     (
         "blocks.memory_normed",

@@ -35,6 +35,7 @@ NAMES: tuple[str, ...] = (
     "scale_missing",
     "scale_multiplied",
     "scale_on_query_input",
+    "scale_after_softmax",
     "layer_norm_std_plus_eps",
     "layer_norm_unbiased",
     "layer_norm_eps_ignored",
@@ -404,6 +405,7 @@ NAMES: tuple[str, ...] = (
     "layer_scaling_not_undone",
     # a pre-LN block whose feed-forward sublayer skips its norm
     "block_ffn_norm_skipped",
+    "post_ln_ffn_norm_skipped",
     # an encoder-decoder's target embedding a copy of the shared table
     "seq2seq_target_embedding_copied",
     # a ViT's conv tokens reshaped where a transpose belongs (its patch embedding offered

@@ -366,6 +366,7 @@ def _hypotheses(
         rope_direction_hypotheses,
         rope_one_side_turned_back_hypotheses,
         rope_target_hypotheses,
+        scale_after_softmax_hypotheses,
         searches_left,
         softmax_epsilon_hypotheses,
         solved_hypotheses,
@@ -501,6 +502,7 @@ def _hypotheses(
                 kv_tiling_hypotheses(component),
                 layer_scale_hypotheses(inst.params),
                 query_bias_unscaled_hypotheses(inst.config, inst.params),
+                scale_after_softmax_hypotheses(component),
             )
         )
     if found is None:

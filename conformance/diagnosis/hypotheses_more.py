@@ -311,14 +311,14 @@ def _norm_bypassed(call: str, inputs: str) -> Callable[[], dict[str, Callable[..
 
 
 def _norm_skipped(target: str | None) -> Callable[[], dict[str, Callable[..., Any]]]:
-    """Pieces under which every pre-LN sublayer normalised by ``target`` (a norm's name, such
-    as ``norm2``; None: every sublayer), in every layer, computes its branch from its input
-    before the norm: ``x + f(x)`` for ``x + f(Norm(x))`` (SPEC.md §7.1)."""
+    """Pieces under which every sublayer normalised by ``target`` (a norm's name, such as
+    ``norm2``; None: every sublayer), in every layer, skips its norm: ``x + f(x)`` for pre-LN's
+    ``x + f(Norm(x))`` and for post-LN's ``Norm(x + f(x))`` (SPEC.md §7.1)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
             name = _norm_name(norm_prefix)
-            if target not in (None, name) or conventions.norm_placement != "pre":
+            if target not in (None, name):
                 return oracle._sublayer(x, params, norm_prefix, conventions, fn)
             x = oracle._f64(x)
             return x + fn(x)
@@ -335,31 +335,43 @@ def norm_bypass_hypotheses(
     inputs (the queries alone, or the keys and values alone; a cross-attention's queries
     taken from the stream before the norm) or none of them (the norm call skipped); any
     later sublayer (by the name of its norm: the feed-forward's, a cross-attention's) whose
-    norm is skipped, in every layer."""
-    if getattr(conventions, "norm_placement", None) != "pre":
+    norm is skipped, in every layer; under post-LN, any sublayer's norm after its residual
+    add skipped (a branch on the flag that picks the placement inverted)."""
+    placement = getattr(conventions, "norm_placement", None)
+    if placement not in ("pre", "post") or not reaches(component, "_sublayer"):
         return
-    if not reaches(component, "_sublayer"):
-        return
-    # a layer's later sublayers' norms (norm2, norm3), not the first's (below) nor a stack's
-    later = {f"norm{i}" for i in range(2, 10)}
-    names = sorted({m.group(2) for k in params or () if (m := _NORM_WEIGHT.search(k))} & later)
+    # a layer's sublayers' norms (norm1, norm2, norm3), not a stack's; pre-LN's first is
+    # the attention's, whose inputs are tried one by one below
+    first = 1 if placement == "post" else 2
+    mine = {f"norm{i}" for i in range(first, 10)}
+    names = sorted({m.group(2) for k in params or () if (m := _NORM_WEIGHT.search(k))} & mine)
     for name in names:
+        words = (
+            f"computing its branch from its input before the norm (x + f(x) for "
+            f"x + f({name}(x))), in every layer: the norm is skipped, its residual add kept, "
+            "and the raw residual stream, which grows with depth, reaches that sublayer"
+            if placement == "pre"
+            else f"returning its residual sum without the norm (x + f(x) for "
+            f"{name}(x + f(x))), in every layer: the post-LN norm after that residual add "
+            "is skipped, the other sublayers' kept"
+        )
         yield Alternative(
             "blocks.norm_bypassed",
-            f"the output is the spec's with the sublayer normalised by {name} computing its "
-            f"branch from its input before the norm (x + f(x) for x + f({name}(x))), in every "
-            "layer: the norm is skipped, its residual add kept, and the raw residual stream, "
-            "which grows with depth, reaches that sublayer (SPEC.md §7.1)",
+            f"the output is the spec's with the sublayer normalised by {name} {words} "
+            "(SPEC.md §7.1)",
             pieces=_norm_skipped(name),
         )
-    if names:  # every sublayer's norm skipped (a pre-norm switch turned off, no post-norm)
+    if names and (placement == "pre" or len(names) > 1):
+        # every sublayer's norm skipped (a norm switch turned off, neither pre nor post)
         yield Alternative(
             "blocks.norm_bypassed",
-            "the output is the spec's with every sublayer computing its branch from its input "
-            "before the norm (x + f(x) for x + f(Norm(x))), in every layer: no sublayer norm "
-            "is applied, before the branch or after the residual add (SPEC.md §7.1)",
+            "the output is the spec's with every sublayer computing x + f(x), in every "
+            "layer: no sublayer norm is applied, before the branch or after the residual add "
+            "(SPEC.md §7.1)",
             pieces=_norm_skipped(None),
         )
+    if placement != "pre":
+        return
     decoder_only = reaches(component, "causal_self_attention")
     if not (decoder_only or reaches(component, "multi_head_attention")):
         return

@@ -17,7 +17,8 @@ parameterised families that no list of candidate values covers, solved numerical
   and whole models as well as ``attention`` and ``mha``): ``attention.scale_missing`` when
   ``c = sqrt(d_k)``, ``attention.scale_inverted`` when ``c = d_k`` (multiplied by sqrt(d_k)
   instead of divided), ``attention.scale_wrong`` otherwise; and the scale applied to the
-  query projection's input, its bias unscaled (``attention.scale_wrong``).
+  query projection's input, its bias unscaled (``attention.scale_wrong``); the scale applied
+  to the weights after the softmax, the scores unscaled (``attention.scale_missing``).
 
 - A norm over the wrong axes (``layer_norm.positions_interact``): LayerNorm or RMSNorm
   statistics over the last two axes, (sequence, features), as ``nn.LayerNorm([L, D])`` or
@@ -247,6 +248,31 @@ def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
         )
 
     return sdpa
+
+
+def _sdpa_scaled_after_softmax(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    """§3.1 with the scale applied to the weights after the softmax instead of to the scores:
+    ``softmax(q k^T) / sqrt(d_k) @ v``, rows summing to 1/sqrt(d_k)."""
+    base = 1.0 / math.sqrt(np.shape(q)[-1]) if scale is None else scale
+    out = oracle.scaled_dot_product_attention(
+        q, k, v, keep_mask, scale=1.0, fully_masked_rows=fully_masked_rows
+    )
+    return out * base
+
+
+def scale_after_softmax_hypotheses(component: str) -> Iterator[Alternative]:
+    """The scale moved past the softmax (``softmax(energy) / scaling``, a tutorial's order of
+    operations): the scores unscaled and the weights' rows summing to 1/sqrt(d_k)."""
+    if not reaches(component, "scaled_dot_product_attention"):
+        return
+    yield Alternative(
+        registered("attention.scale_missing"),
+        "the output is the spec's with the scale applied after the softmax: the scores are "
+        "not scaled, and the weights are divided by sqrt(d_k) instead (softmax(q k^T) / "
+        "sqrt(d_k) for softmax(q k^T / sqrt(d_k))), so each row sums to 1/sqrt(d_k) "
+        "(SPEC.md §3.1)",
+        pieces={"scaled_dot_product_attention": _sdpa_scaled_after_softmax},
+    )
 
 
 def _sdpa_denominator_plus(eps: float) -> Callable[..., np.ndarray]:

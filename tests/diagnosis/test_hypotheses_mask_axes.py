@@ -49,7 +49,11 @@ def test_transposed_weights_are_attn_transpose_times_values() -> None:
 def test_cross_attention_hypotheses_reach_every_component_with_a_decoder_layer() -> None:
     for component in ("decoder_layer", "decoder", "seq2seq"):
         codes = {a.code for a in cross_attention_hypotheses(component)}
-        assert codes == {"mask.ignored", "attention.cross_keys_from_decoder"}, component
+        assert codes == {
+            "mask.ignored",
+            "attention.cross_keys_from_decoder",
+            "blocks.memory_normed",
+        }, component
     assert not list(cross_attention_hypotheses("encoder_layer"))
 
 
