@@ -12,7 +12,7 @@ import dataclasses
 
 from torch import Tensor, nn
 
-from tck.adapters import torch_nn
+from tck.adapters import TorchModuleAdapter, torch_nn
 
 from .tutorial import mutant
 
@@ -33,16 +33,22 @@ class DecoderLayer(nn.TransformerDecoderLayer):
         return self.dropout2(x)
 
 
-def make(config):  # type: ignore[no-untyped-def]
-    torch_nn._check_layer(config, "nn.TransformerDecoderLayer")
-    return DecoderLayer(
-        config.d_model,
-        config.n_heads,
-        dim_feedforward=config.d_ff,
-        dropout=torch_nn.DROPOUT,
-        batch_first=True,
-    )
+def decoder_layer_mutant(
+    bug_class: str, layer: type[nn.TransformerDecoderLayer]
+) -> TorchModuleAdapter:
+    """The ``torch.nn`` adapter's decoder layer (batch-first, post-LN) built as ``layer``."""
+
+    def make(config):  # type: ignore[no-untyped-def]
+        torch_nn._check_layer(config, "nn.TransformerDecoderLayer")
+        return layer(
+            config.d_model,
+            config.n_heads,
+            dim_feedforward=config.d_ff,
+            dropout=torch_nn.DROPOUT,
+            batch_first=True,
+        )
+
+    return mutant(bug_class, dataclasses.replace(torch_nn._decoder_layer_entries()[0], make=make))
 
 
-_ENTRY = torch_nn._decoder_layer_entries()[0]
-adapter = mutant(BUG_CLASS, dataclasses.replace(_ENTRY, make=make))
+adapter = decoder_layer_mutant(BUG_CLASS, DecoderLayer)

@@ -6,13 +6,9 @@ decoder's attention over the encoder output)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from torch import Tensor, nn
 
-from tck.adapters import torch_nn
-
-from .tutorial import mutant
+from .cross_attn_memory_unread import decoder_layer_mutant
 
 BUG_CLASS = "cross_attn_padding_dropped"
 EXPECTED_CODES = frozenset({"mask.ignored"})
@@ -33,16 +29,4 @@ class DecoderLayer(nn.TransformerDecoderLayer):
         return self.dropout2(x)
 
 
-def make(config):  # type: ignore[no-untyped-def]
-    torch_nn._check_layer(config, "nn.TransformerDecoderLayer")
-    return DecoderLayer(
-        config.d_model,
-        config.n_heads,
-        dim_feedforward=config.d_ff,
-        dropout=torch_nn.DROPOUT,
-        batch_first=True,
-    )
-
-
-_ENTRY = torch_nn._decoder_layer_entries()[0]
-adapter = mutant(BUG_CLASS, dataclasses.replace(_ENTRY, make=make))
+adapter = decoder_layer_mutant(BUG_CLASS, DecoderLayer)
