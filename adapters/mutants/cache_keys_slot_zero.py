@@ -22,6 +22,8 @@ EXPECTED_CODES = frozenset({"cache.ignored"})
 
 
 class Attention(gpt_tutorial.Attention):
+    at_start: tuple[str, ...] = ("keys",)  # the tensors written at slot 0 (the rest appended)
+
     def extend_cache(self, cache, k: Tensor, v: Tensor):
         """``cache``: None (a plain forward, no cache) or (keys read, values read, keys
         written, values written), the written ones holding every slot from 0."""
@@ -29,15 +31,18 @@ class Attention(gpt_tutorial.Attention):
             return k, v
         b, h, n, d = k.shape
         if len(cache) == 4:
-            written_k, written_v = cache[2], cache[3]
+            written = {"keys": cache[2], "values": cache[3]}
         else:  # the empty cache of a prefill
-            written_k, written_v = k.new_zeros(b, h, 0, d), v.new_zeros(b, h, 0, d)
-        filled = written_v.shape[2]
-        grown = torch.cat([written_k, k.new_zeros(b, h, n, d)], dim=2)
-        written_k = torch.cat([k, grown[:, :, n:]], dim=2)  # BUG: slots 0..n-1, not F..F+n-1
-        written_v = torch.cat([written_v, v], dim=2)
-        read = filled + n
-        return written_k[:, :, :read], written_v[:, :, :read], written_k, written_v
+            written = {"keys": k.new_zeros(b, h, 0, d), "values": v.new_zeros(b, h, 0, d)}
+        read = written["keys"].shape[2] + n  # the slots after this call's tokens
+        for name, new in (("keys", k), ("values", v)):
+            if name in self.at_start:  # BUG: slots 0..n-1, not F..F+n-1
+                grown = torch.cat([written[name], new.new_zeros(b, h, n, d)], dim=2)
+                written[name] = torch.cat([new, grown[:, :, n:]], dim=2)
+            else:
+                written[name] = torch.cat([written[name], new], dim=2)
+        keys, values = written["keys"], written["values"]
+        return keys[:, :, :read], values[:, :, :read], keys, values
 
 
 adapter = mutant(BUG_CLASS, attention_entry(Attention, step=_step))
