@@ -330,18 +330,22 @@ def root_causes(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "message": diagnosis.get("message", ""),
             }
         )
+
+    def read_through_the_forward(g: dict[str, Any]) -> bool:
+        """A finding that may be a failing forward's seen another way: a self-consistency
+        cause where the forward fails, a cache cause seen on padded rows only where the
+        padded forward fails."""
+        subjects = g["subjects"]
+        if self_consistency(g["code"]) and all(s in forward_fails for s in subjects):
+            return True
+        return padded_only.get(g["code"], False) and all(s in plain_fails for s in subjects)
+
     return sorted(
         groups.values(),
         key=lambda g: (
             int(g["known"]),
             int(g["weak"]),
-            int(
-                (self_consistency(g["code"]) and all(s in forward_fails for s in g["subjects"]))
-                or (
-                    padded_only.get(g["code"], False)
-                    and all(s in plain_fails for s in g["subjects"])
-                )
-            ),
+            int(read_through_the_forward(g)),
             -g["specificity"],
             -int(g["reproduced"]),
             -g["evidence"],

@@ -554,7 +554,6 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         ("append", "start_over_forward", "values"),
         ("start_over_forward", "start_over_forward", "keys and values"),
     ):
-        # the cache not extended but rewritten from its first slot by every call
         yield (
             "cache.ignored",
             f"each call's {which} are written at the start of the cache (slots 0..n-1) instead "
