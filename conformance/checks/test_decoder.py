@@ -635,10 +635,10 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
     # triangle falls on the first n keys, the open block on the last T - n, the call's own
     # later tokens among them; one token per call sees every key either way
     swapped = np.tril(np.ones((length, length), bool))
+    keys = np.arange(length)
     for start, stop in ranges[1:]:
         n = stop - start
         for row in range(start, stop):
-            keys = np.arange(length)
             swapped[row] = ((keys <= row - start) | (keys >= n)) & (keys < stop)
     if not np.array_equal(swapped, np.tril(np.ones((length, length), bool))):
         yield (

@@ -66,9 +66,14 @@ def solved_positions(
         n = stop - start
         ask = judged[:, start:stop]
         # rows are independent in the oracle: each row's offset is solved on its own (a
-        # packed batch numbers its rows' tokens on from one another's)
-        found: list[np.ndarray | None] = [None if ask[r].any() else spec[r, start:stop]
-                                          for r in range(batch)]  # fmt: skip
+        # packed batch numbers its rows' tokens on from one another's); a row with no judged
+        # query keeps the spec's positions
+        found: list[np.ndarray | None] = [None] * batch
+        for r in range(batch):
+            if not ask[r].any():
+                found[r] = spec[r, start:stop]
+        test = cached[:, start:stop]
+        ignore = np.broadcast_to(~ask[(..., *([None] * (test.ndim - 2)))], test.shape)
         candidates = [np.asarray(spec[:, start:stop])]
         candidates += [
             np.broadcast_to(o + np.arange(n), (batch, n)) for o in _offsets(config, conventions, n)
@@ -90,14 +95,11 @@ def solved_positions(
                 continue
             for i, c in enumerate(block):
                 for r in range(batch):
-                    if found[r] is not None:
-                        continue
-                    test = cached[r, start:stop]
                     mine = gold[i * batch + r, start:stop]
-                    ignore = np.broadcast_to(
-                        ~ask[r][(..., *([None] * (test.ndim - 1)))], test.shape
-                    )
-                    if compare(test, mine, dtype=dtype, ignore=ignore).passed:
+                    if (
+                        found[r] is None
+                        and compare(test[r], mine, dtype=dtype, ignore=ignore[r]).passed
+                    ):
                         found[r] = c[r]
         if any(f is None for f in found):
             return None
