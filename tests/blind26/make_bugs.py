@@ -442,8 +442,59 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "repeat copies the class token B times where expand makes a view of it: the same values."),
 ]
 
-# Phase 2 only: bug id -> (expected codes, class without a code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2 only: bug id -> (expected codes, class without a code), from each bug's frozen
+# class and the one-line meanings of SPEC.md Appendix C (PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "gj.rotate_every_two_inverted": (["rope.rotation_inverted"], ""),
+    "gj.sin_table_tiled_not_interleaved": (["rope.table_layout_mismatch", "rope.not_norm_preserving", "rope.not_relative"], ""),
+    "gj.rotary_table_by_call_index": (["rope.positions_ignored", "cache.rope_offset_wrong"], ""),
+    "gj.positions_restart_at_zero": (["cache.rope_offset_wrong"], ""),
+    "gj.causal_rows_from_top": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "gj.causal_where_inverted": (["mask.polarity_inverted", "mask.causal_leak", "mask.causal_diagonal_hidden"], ""),
+    "gj.scale_by_embed_dim": (["attention.scale_wrong"], ""),
+    "gj.padding_mask_not_inverted": (["mask.polarity_inverted"], ""),
+    "gj.cache_keys_after_new": (["cache.keys_prepended"], ""),
+    "gj.cache_values_hold_keys": (["attention.value_uses_key_projection"], ""),
+    "gj.merge_heads_width_major": (["attention.heads_merged_wrong_order"], ""),
+    "gj.queries_not_rotated": (["rope.applied_to_wrong_tensors", "rope.not_relative"], ""),
+    "gj.gelu_tanh_factor_not_square_rooted": (["ffn.activation_wrong"], ""),
+    "gj.mlp_reads_attention_norm": (["params.read_from_other_module", "params.unused"], ""),
+    "gj.residual_after_ln_1": (["blocks.residual_after_norm"], ""),
+    "gj.logits_cast_to_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "gj.value_from_key_projection": (["attention.value_uses_key_projection", "params.unused"], ""),
+    "b.scaling_exponent_sign": (["attention.scale_inverted"], ""),
+    "b.scaled_twice": (["attention.scale_wrong"], ""),
+    "b.split_heads_by_view": (["attention.heads_split_wrong_order"], ""),
+    "b.padding_mask_not_inverted": (["mask.polarity_inverted"], ""),
+    "b.padding_mask_over_queries": (["mask.applied_to_queries"], ""),
+    "b.causal_diagonal_masked": (["mask.causal_diagonal_hidden"], ""),
+    "b.keys_from_value_projection": (["attention.qkv_order_wrong", "params.unused"], ""),
+    "b.cross_attention_norm_reused": (["params.read_from_other_module", "params.unused"], ""),
+    "b.encoder_attention_norm_dropped": (["blocks.norm_bypassed", "params.unused"], ""),
+    "b.ffn_residual_from_before_cross_attention": (["blocks.residual_from_layer_input"], ""),
+    "b.gelu_tanh_approximation": (["ffn.activation_gelu_tanh"], ""),
+    "b.fc2_dropout_always_on": (["dropout.active_in_eval"], ""),
+    "b.encoder_layers_read_stack_input": (["blocks.layers_not_chained", "params.unused"], ""),
+    "b.cross_attention_over_decoder_states": (["attention.cross_keys_from_decoder"], ""),
+    "b.memory_padding_dropped": (["mask.ignored"], ""),
+    "b.out_proj_without_bias": (["params.count_wrong", "params.names_differ"], ""),
+    "pv.qkv_heads_tokens_swapped": (["attention.heads_split_wrong_order"], ""),
+    "pv.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "pv.linear_weight_transposed": (["params.weight_reshaped"], ""),
+    "pv.softmax_over_heads": (["attention.softmax_axis_wrong", "attention.weights_not_normalized"], ""),
+    "pv.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "pv.mask_axes_exchanged": (["mask.applied_to_queries", "mask.causal_leak"], ""),
+    "pv.norm1_default_epsilon": (["layer_norm.eps_wrong"], ""),
+    "pv.class_token_appended": (["vit.pooling_wrong_token"], ""),
+    "pv.pooling_mean_of_all_tokens": (["vit.pooling_mean_with_cls"], ""),
+    "pv.patches_reshaped_not_transposed": (["vit.patch_order"], ""),
+    "pv.attention_residual_after_norm": (["blocks.residual_after_norm"], ""),
+    "pv.mlp_reads_norm1": (["params.read_from_other_module", "params.unused"], ""),
+    "pv.gelu_tanh_approximation": (["ffn.activation_gelu_tanh"], ""),
+    "pv.qkv_without_bias": (["params.count_wrong", "params.names_differ"], ""),
+    "pv.final_norm_dropped": (["blocks.final_norm_missing", "params.unused"], ""),
+    "pv.last_block_skipped": (["params.unused"], ""),
+}
 
 
 def locate(impl: str, original: str) -> tuple[int, str]:
