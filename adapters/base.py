@@ -92,6 +92,12 @@ class AdapterFailure(Exception):
         self.code, self.message = code, message
 
 
+class ParamsMismatch(AdapterFailure, ValueError):
+    """Canonical parameters that do not fit the module built for the config: a parameter the
+    map names is missing (``params.names_differ``), or its slot has another shape
+    (``params.shape_differs``). A ValueError too, for callers that load outside a check."""
+
+
 @dataclass(frozen=True)
 class Subject:
     """One component as an implementation builds it, with the conventions it declares."""

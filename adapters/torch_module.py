@@ -49,7 +49,15 @@ from torch import nn
 
 from tck.reference import Config, Conventions, param_shapes
 
-from .base import DTYPES, Adapter, Arrays, OutputShapeMismatch, Subject, Unsupported
+from .base import (
+    DTYPES,
+    Adapter,
+    Arrays,
+    OutputShapeMismatch,
+    ParamsMismatch,
+    Subject,
+    Unsupported,
+)
 from .config_space import ConfigSpace
 from .devices import DEVICE_KINDS, device_kind
 
@@ -488,9 +496,11 @@ class TorchModuleAdapter(Adapter):
                 elif _singletons_apart(tuple(value.shape), tuple(target.shape)):
                     value = value.reshape(target.shape)  # a plain name: up to singletons
                 if tuple(target.shape) != tuple(value.shape):
-                    raise ValueError(
+                    raise ParamsMismatch(
+                        "params.shape_differs",
                         f"{self.name}: {canonical} has shape {tuple(value.shape)}, the module's "
-                        f"{ref} slot has {tuple(target.shape)}"
+                        f"{ref} slot has {tuple(target.shape)}: the module is not built for "
+                        "this config, or its param_map names another slot (SPEC.md §0.2)",
                     )
                 target.copy_(value.to(device=target.device, dtype=target.dtype))
 
@@ -498,9 +508,13 @@ class TorchModuleAdapter(Adapter):
         """The module's tensor of ``ref``: a Chunk's or a Param's slice, as a view."""
         name = _owner(ref)
         if name not in named:
-            raise ValueError(
-                f"{self.name}:{handle.subject.name}: the module has no parameter {name!r} "
-                f"(it has {', '.join(sorted(named)) or 'none'})"
+            raise ParamsMismatch(
+                "params.names_differ",
+                f"{self.name}:{handle.subject.name}: the module has no parameter {name!r}, "
+                "which its param_map names for a canonical parameter of this config: the "
+                "module was built without it (a bias left out where the config has one), "
+                f"or the map names it wrongly (it has {', '.join(sorted(named)) or 'none'}; "
+                "SPEC.md §0.2)",
             )
         tensor = named[name]
         if isinstance(ref, Chunk):
