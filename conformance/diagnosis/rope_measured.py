@@ -17,7 +17,9 @@ the subject's own output, and the cos/sin table laid out for the other pairing.
 - ``table_layout_hypotheses``: the cos/sin table built for one pairing (interleaved:
   ``repeat_interleave(freqs, 2)``; half split: ``cat(freqs, freqs)``) and applied with the
   other (``rotate_half``'s pairs (i, i + d/2), or pairs (2i, 2i + 1)): the two members of a
-  pair are turned by different angles, which no frequency table gives
+  pair are turned by different angles, which no frequency table gives; or the cos table
+  expanded one way and the sin table the other (GPT-J's ``duplicate_interleave`` on one,
+  ``cat((t, t))`` on the other), a channel's cosine and sine then of two frequencies
   (``rope.table_layout_mismatch``).
 
 - ``partial_rotary_hypotheses``: RoPE applied to the first quarter, half or three quarters
@@ -304,16 +306,16 @@ def _channel_angles(
     return positions.astype(np.float64)[:, None] * per_channel
 
 
-def _rope_table_for(table_layout: str, pairing: str) -> Callable[..., np.ndarray]:
-    """§2.3 with the cos/sin table laid out for ``table_layout`` (channel c turned by the
-    frequency of the pair c belongs to under that layout) and the rotation pairing the
-    channels by ``pairing``: where the two differ, the members of a pair turn by different
-    angles."""
+def _rope_table_for(cos_layout: str, sin_layout: str, pairing: str) -> Callable[..., np.ndarray]:
+    """§2.3 with the cos table laid out for ``cos_layout`` and the sin table for
+    ``sin_layout`` (channel c turned by the frequency of the pair c belongs to under that
+    layout) and the rotation pairing the channels by ``pairing``: where they differ, the
+    members of a pair turn by different angles, or a channel's cosine and sine by two."""
 
     def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
         x = oracle._f64(x)
-        theta = _channel_angles(x, positions, base, frequencies, table_layout)
-        cos, sin = np.cos(theta), np.sin(theta)
+        cos = np.cos(_channel_angles(x, positions, base, frequencies, cos_layout))
+        sin = np.sin(_channel_angles(x, positions, base, frequencies, sin_layout))
         first, second = _pair_channels(pairing, x.shape[-1])
         out = np.empty_like(x)
         a, b = x[..., first], x[..., second]
@@ -363,7 +365,21 @@ def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Altern
             f"{pairing}: the two members of a pair are turned by different angles, so the "
             "map is no rotation (lay the table out for the pairing the rotation uses; "
             "SPEC.md §2.3)",
-            pieces={"rope": _rope_table_for(table_layout, pairing)},
+            pieces={"rope": _rope_table_for(table_layout, table_layout, pairing)},
+        )
+    # the cos and the sin tables expanded in two layouts (repeat_interleave for one,
+    # torch.cat((t, t)) for the other), under either pairing
+    for (cos_layout, sin_layout), pairing in itertools.product(
+        ((declared, other), (other, declared)), (declared, other)
+    ):
+        yield Alternative(
+            registered("rope.table_layout_mismatch"),
+            f"the output is the spec's with RoPE's cos table laid out for "
+            f"{words[cos_layout]} and its sin table for {words[sin_layout]}, applied by a "
+            f"rotation that pairs the features as {pairing}: a channel's cosine and sine "
+            "belong to two frequencies, so the map is no rotation (expand both tables the "
+            "same way, for the pairing the rotation uses; SPEC.md §2.3)",
+            pieces={"rope": _rope_table_for(cos_layout, sin_layout, pairing)},
         )
     for (read, write), across in itertools.product(
         ((declared, other), (other, declared)), (False, True)

@@ -85,10 +85,25 @@ def test_a_table_laid_out_for_the_other_pairing_is_named(declared: str) -> None:
     other = "interleaved" if declared == "half_split" else "half_split"
     code, message = _explained(
         "causal_self_attention",
-        lambda d, conv: _rope_table_for(other, declared),
+        lambda d, conv: _rope_table_for(other, other, declared),
         rope_layout=declared,
     )
     assert code == "rope.table_layout_mismatch", message
+
+
+@pytest.mark.parametrize("declared", ["half_split", "interleaved"])
+@pytest.mark.parametrize("sin_other", [True, False])
+def test_cos_and_sin_tables_in_two_layouts_are_named(declared: str, sin_other: bool) -> None:
+    """GPT-J's duplicate_interleave on one of the two tables, cat((t, t)) on the other."""
+    other = "interleaved" if declared == "half_split" else "half_split"
+    cos, sin = (declared, other) if sin_other else (other, declared)
+    code, message = _explained(
+        "causal_self_attention",
+        lambda d, conv: _rope_table_for(cos, sin, declared),
+        rope_layout=declared,
+    )
+    assert code == "rope.table_layout_mismatch", message
+    assert "cos table" in message and "sin table" in message, message
 
 
 def test_the_fitted_table_is_classified() -> None:
