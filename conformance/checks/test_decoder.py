@@ -572,15 +572,24 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
         "tokens' entries (SPEC.md §11.6, §11.9)",
         over_slots(keys="calls", values="calls"),
     )
-    # the value cache written with the keys (values[..., F:F + n] = keys): the full forward,
-    # which reads no cache, is right
-    yield (
-        "attention.value_uses_key_projection",
-        "each call stores its keys in the value cache (values[..., F:F + n] = keys): the "
-        "cached attention weighs the tokens' keys, as rotated, where their values belong; "
-        "the full forward, which reads no cache, is right (SPEC.md §11.6, §3.1)",
-        over_slots(values="keys"),
-    )
+    # the value cache written with the keys (values[..., F:F + n] = keys), read by the call
+    # itself or only by the calls after it (present = (key, key)): the full forward, which
+    # reads no cache, is right
+    for values_order, words in (
+        ("keys", "each call stores its keys in the value cache (values[..., F:F + n] = keys)"),
+        (
+            "keys_stored",
+            "each call attends its own values but returns a cache whose values are its keys "
+            "(present = (key, key))",
+        ),
+    ):
+        yield (
+            "attention.value_uses_key_projection",
+            f"{words}: the cached attention weighs the tokens' keys, as rotated, where their "
+            "values belong; the full forward, which reads no cache, is right (SPEC.md §11.6, "
+            "§3.1)",
+            over_slots(values=values_order),
+        )
     # the whole preallocated buffer returned (keys for keys[..., :offset]): the unwritten
     # slots, zeros, take a share of each unmasked softmax; a capacity of the config's
     # max_len or a power of two (the buffers such caches allocate)

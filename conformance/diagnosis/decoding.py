@@ -379,10 +379,11 @@ def cache_orders(
     position advanced by one per call, not by the call's n tokens: right for one token per
     call, a call of several overwrites its predecessors'), or, for the values only, the
     call's keys stored in the value cache (``"keys"``: ``values[..., F:F + n] = keys``, the
-    prefill's included). Query i of a call of n tokens on T slots sees slots 0..T-n+i
-    (bottom-right by index, SPEC.md §11.6; a sliding ``window`` over slot indices, §4.5),
-    each masked by the padding entry at the slot's index
-    (§11.7); the score of slot s uses the key held there, the weight multiplies the value
+    prefill's included; ``"keys_stored"``: the call attends its own values, and the cache it
+    returns holds its keys as values, ``present = (key, key)``). Query i of a call of n
+    tokens on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
+    ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's
+    index (§11.7); the score of slot s uses the key held there, the weight multiplies the value
     held there. ``swapped``: every call after the first reads the cached keys as values and
     the cached values as keys (a ``(key, value)`` pair unpacked in the other order), and
     then stores what it used (``"stored"``: transformers' ``present = (key, value)`` after
@@ -431,7 +432,10 @@ def cache_orders(
         if swapped == "read" and call:  # the cache itself stays right
             held = {name: held[name] + new for name in held}
         else:
-            held = used
+            held = dict(used)
+        for name, order in (("keys", keys), ("values", values)):
+            if order == "keys_stored":  # what the next call reads: this call's keys
+                held[name] = held[name][: len(held[name]) - len(new)] + [t + length for t in new]
         n, total = stop - start, stop
         for i in range(n):
             row, at = start + i, total - n + i
