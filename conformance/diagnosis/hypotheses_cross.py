@@ -12,7 +12,9 @@ ids, where an input-level hypothesis cannot reach it).
 - ``attention.cross_keys_from_decoder``: the keys, the values, or both taken from the
   decoder's own stream (the sublayer's normalised input) instead of the encoder's memory
   (``src_attn(x, x, m, mask)``); keys or values alone need as many target as source tokens,
-  and with both from the decoder the source mask, sized for the memory, is left out;
+  and with both from the decoder the source mask, sized for the memory, is left out; or
+  both from the layer's own input (a stack passing each layer its hidden states as the
+  memory), the source mask left out or kept where it fits;
 - ``blocks.memory_normed``: the encoder's memory normalised with the cross-attention
   sublayer's own norm before it gives keys and values (``src_attn(ln(x), ln(m), ln(m))``,
   one norm written around both inputs), where the layer takes the memory as it comes.
@@ -35,8 +37,9 @@ def _decoder_layer(
     keys: str, values: str, mask: str, *, memory_normed: bool = False
 ) -> Callable[..., Any]:
     """§7.2's decoder layer whose cross-attention takes its keys and values from ``keys`` /
-    ``values`` ("memory" or "decoder") under the mask ``mask`` ("source", "none", "target"),
-    the memory passed through the sublayer's norm (norm2) first where ``memory_normed``."""
+    ``values`` ("memory", "decoder": the sublayer's input, or "layer": the layer's own
+    input) under the mask ``mask`` ("source", "none", "target"), the memory passed through
+    the sublayer's norm (norm2) first where ``memory_normed``."""
 
     def decoder_layer(
         x,
@@ -55,6 +58,7 @@ def _decoder_layer(
         cross_mask = {"source": memory_keep_mask, "none": None, "target": self_keep_mask}[mask]
         if memory_normed:
             memory = oracle.norm(memory, params, "norm2.", conventions)
+        sources = {"memory": memory, "layer": x}
 
         def self_attention(h):  # type: ignore[no-untyped-def]
             return oracle.multi_head_attention(
@@ -63,8 +67,7 @@ def _decoder_layer(
             )  # fmt: skip
 
         def cross_attention(h):  # type: ignore[no-untyped-def]
-            k = memory if keys == "memory" else h
-            v = memory if values == "memory" else h
+            k, v = (sources.get(which, h) for which in (keys, values))
             if k.shape[1] != v.shape[1]:
                 raise ValueError("keys and values of different lengths")
             return oracle.multi_head_attention(
@@ -119,6 +122,20 @@ def cross_attention_hypotheses(component: str) -> Iterator[Alternative]:
             "(src_attn(x, x, m) for src_attn(x, m, m)): the decoder does not read the source "
             "there (SPEC.md §3.5, §7.2)",
             pieces={"decoder_layer": _decoder_layer(keys, values, mask)},
+            nan="ignore",
+        )
+    # a stack that hands each layer its own input as the memory (``layer(h, memory=h)`` for
+    # ``layer(h, memory=encoder_out)``): the source mask fits only as many target as
+    # source tokens, so it is dropped, or kept where it fits
+    for mask in ("none", "source"):
+        yield Alternative(
+            "attention.cross_keys_from_decoder",
+            "the output is the spec's with the cross-attention's keys and values taken from "
+            "the decoder layer's own input instead of the encoder's memory (a stack that "
+            "passes each layer its hidden states as the memory, layer(h, h) for layer(h, m))"
+            + (", under the source padding mask" if mask == "source" else "")
+            + ": the decoder does not read the source (SPEC.md §3.5, §7.2)",
+            pieces={"decoder_layer": _decoder_layer("layer", "layer", mask)},
             nan="ignore",
         )
     yield Alternative(
