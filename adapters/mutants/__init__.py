@@ -220,6 +220,7 @@ NAMES: tuple[str, ...] = (
     # pair in the blended band shows it, which the suite's default (d_k = 6) lacks
     "rope_scaling_blend_swapped",
     "rope_table_interleaved",
+    "rope_sin_table_half_split",
     "heads_merged_feature_major",
     # the online softmax's running sum and accumulator kept in 16 bits (long rows show it)
     "softmax_online_half",
@@ -238,6 +239,7 @@ NAMES: tuple[str, ...] = (
     "gate_sigmoid_for_silu",
     "scores_masked_with_zero",
     "value_cache_holds_keys",
+    "cache_present_keys_twice",
     "rope_frequency_flat_index",
     "softmax_float32_fill_overflow",
     # a model-wide float32_steps declaration (its norms' statistics) beside an undeclared
@@ -427,6 +429,11 @@ NAMES: tuple[str, ...] = (
     "lm_positions_read_early",
     # a module-held static cache (the forward writes it too), its keys written at its start
     "cache_module_buffer_keys_at_start",
+    "mha_out_bias_missing",
+    "encoder_last_layer_skipped",
+    "heads_time_major_merged",
+    "decoder_ffn_residual_stale",
+    "decoder_memory_is_layer_input",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

@@ -38,6 +38,8 @@ The codes (SPEC.md Appendix B):
   every norm of one name: ``norm1`` of each layer), wherever a norm weight is not all ones;
 - ``blocks.layers_not_chained``: every layer of a stack computes from the stack's input
   instead of the layer before it (only the last layer reaches the output; §7.3);
+- ``params.unused`` (a layer skipped): the first or the last layer of a stack passes its
+  input on unchanged (``for block in blocks[:-1]``), its parameters loaded and never used;
 - ``blocks.layer_params_wrong``: every layer of a stack reads the first layer's parameters,
   or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
   layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3);
@@ -132,6 +134,14 @@ def _merge_heads_left_time_major(x: Any) -> np.ndarray:
     return oracle._f64(x).reshape(b, length, -1)
 
 
+def _merge_heads_transposed_time_major(x: Any) -> np.ndarray:
+    """(B, L, H, d) -> (B, L, H*d) by the spec's merge written for (B, H, L, d): the
+    transpose to (B, H, L, d) and a reshape to the known (B, L, H*d), which flattens the
+    heads' and positions' values together (``x.transpose(1, 2).reshape(B, N, C)``)."""
+    b, length = x.shape[:2]
+    return oracle._f64(x).transpose(0, 2, 1, 3).reshape(b, length, -1)
+
+
 def _residual_after_norm(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
     """A pre-LN sublayer whose residual is the normalised input: h = Norm(x); h + f(h)."""
     if conventions.norm_placement == "post":
@@ -191,30 +201,32 @@ def _norm_name(norm_prefix: str) -> str:
 
 
 def _residual_from_layer_input(
-    target: str, part: str = "residual"
+    target: str, part: str = "residual", source: str | None = None
 ) -> Callable[[], dict[str, Callable[..., Any]]]:
     """Pieces (built anew for each evaluation) under which every sublayer normalised by
-    ``target`` (a norm's name, such as ``norm2``) takes the input of its layer's first
-    sublayer (the layer's input) in place of its own input, for its residual
-    (``part="residual"``: ``out = x + ffn(norm2(h))`` for ``h + ffn(norm2(h))``, so the
-    earlier sublayers' outputs leave the residual stream) or for its branch
-    (``part="branch"``: ``out = h + ffn(norm2(x))``, the earlier sublayers' outputs never
-    reach the branch; SPEC.md §7.1)."""
+    ``target`` (a norm's name, such as ``norm2``) takes the input of an earlier sublayer of
+    its layer (the one normalised by ``source``; by default the layer's first, whose input
+    is the layer's) in place of its own input, for its residual (``part="residual"``:
+    ``out = x + ffn(norm2(h))`` for ``h + ffn(norm2(h))``, so the sublayers in between leave
+    the residual stream) or for its branch (``part="branch"``: ``out = h + ffn(norm2(x))``,
+    their outputs never reach the branch; SPEC.md §7.1)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
-        first: list[str] = []  # the norm prefix of a layer's first sublayer
-        layer_input: list[Any] = [None]
+        first: list[str] = []  # the norm name of a layer's first sublayer
+        inputs: dict[str, Any] = {}  # each sublayer's input in the current layer, by norm
 
         def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
             name = _norm_name(norm_prefix)
             if not first:
                 first.append(name)
             if name == first[0]:
-                layer_input[0] = x
-            if name != target or layer_input[0] is None or name == first[0]:
+                inputs.clear()
+            inputs[name] = x
+            earlier = first[0] if source is None else source
+            if name != target or name == earlier or earlier not in inputs:
                 return oracle._sublayer(x, params, norm_prefix, conventions, fn)
-            first_input = oracle._f64(layer_input[0])
-            base, into = (first_input, x) if part == "residual" else (oracle._f64(x), first_input)
+            stale = oracle._f64(inputs[earlier])
+            base, into = (stale, x) if part == "residual" else (oracle._f64(x), stale)
             if conventions.norm_placement == "post":
                 return oracle.norm(base + fn(into), params, norm_prefix, conventions)
             return base + fn(oracle.norm(into, params, norm_prefix, conventions))
@@ -228,7 +240,9 @@ def residual_from_layer_input_hypotheses(
     component: str, params: Arrays | None
 ) -> Iterator[Alternative]:
     """Each later sublayer (by the name of its norm: ``norm2``, ``norm3``) adding its output
-    to the layer's input, in every layer at once."""
+    to the layer's input, or to an earlier sublayer's input (a residual variable not
+    refreshed after the sublayer before it), in every layer at once; or computing its
+    branch from one of them."""
     if not reaches(component, "_sublayer") or not params:
         return
     names = sorted(
@@ -251,6 +265,24 @@ def residual_from_layer_input_hypotheses(
             "input): the earlier sublayer's output never reaches this one's branch, while "
             "the residual add is right (SPEC.md §7.1)",
             pieces=_residual_from_layer_input(name, "branch"),
+        )
+    # a layer of three sublayers: the third's residual or branch from the second's input
+    for earlier, name in itertools.combinations(names, 2):
+        yield Alternative(
+            "blocks.residual_from_layer_input",
+            f"the output is the spec's with the sublayer normalised by {name} adding its "
+            f"output to the input of the sublayer normalised by {earlier} instead of to its "
+            "own input (a residual variable not refreshed after that sublayer): its residual "
+            "add is lost from the stream (SPEC.md §7.1)",
+            pieces=_residual_from_layer_input(name, source=earlier),
+        )
+        yield Alternative(
+            "blocks.branch_from_layer_input",
+            f"the output is the spec's with the sublayer normalised by {name} computing its "
+            f"branch from the input of the sublayer normalised by {earlier} instead of from "
+            "its own input, while the residual add is right: that sublayer's output never "
+            "reaches this one's branch (SPEC.md §7.1)",
+            pieces=_residual_from_layer_input(name, "branch", earlier),
         )
 
 
@@ -426,6 +458,10 @@ def final_norm_one_stack_hypotheses(component: str, conventions: Any) -> Iterato
         )
 
 
+# The oracle's stacks of layers and the config field that counts each one's layers.
+STACKS = (("encoder", "n_layers"), ("decoder", "n_decoder_layers"))
+
+
 def _stack_normed_per_layer(name: str, count: str) -> Callable[..., Any]:
     """The stack ``name`` (``encoder``, ``decoder``) run one layer at a time, each as a
     stack of one layer that ends with the stack's final norm: the norm after every layer."""
@@ -449,11 +485,51 @@ def _stack_normed_per_layer(name: str, count: str) -> Callable[..., Any]:
     return per_layer
 
 
+def _stack_skipping(name: str, count: str, which: str) -> Callable[..., Any]:
+    """The stack ``name`` (``encoder``, ``decoder``) run without its ``which`` ("first" or
+    "last") layer: the other layers in order, then the stack's final norm."""
+    stack: Callable[..., Any] = getattr(oracle, name)
+
+    def skipping(x: Any, *args: Any, **kwargs: Any) -> Any:
+        params, config = args[-2], args[-1]
+        n = getattr(config, count)
+        if n < 2:
+            raise ValueError("a stack of one layer has no other layer to run")
+        kept = range(1, n) if which == "first" else range(n - 1)
+        shared = {k: v for k, v in params.items() if not k.startswith("layers.")}
+        layers = {
+            f"layers.{j}.{k.removeprefix(f'layers.{i}.')}": v
+            for j, i in enumerate(kept)
+            for k, v in params.items()
+            if k.startswith(f"layers.{i}.")
+        }
+        fewer = dataclasses.replace(config, **{count: n - 1})
+        return stack(x, *args[:-2], {**shared, **layers}, fewer, **kwargs)
+
+    return skipping
+
+
+def skipped_layer_hypotheses(component: str) -> Iterator[Alternative]:
+    """The first or the last layer of a stack never run (``for block in blocks[:-1]``, a
+    ``range(1, n)``, an off-by-one depth): its parameters are loaded and never used."""
+    for name, count in STACKS:
+        if not reaches(component, name):
+            continue
+        for which in ("last", "first"):
+            yield Alternative(
+                "params.unused",
+                f"the output is the spec's with the {name} stack's {which} layer skipped (its "
+                "input passed on unchanged): the stack loads that layer's parameters and never "
+                "applies it (a loop over layers[:-1] or range(1, n); SPEC.md §7.3, §0.2)",
+                pieces={name: _stack_skipping(name, count, which)},
+            )
+
+
 def final_norm_every_layer_hypotheses(component: str) -> Iterator[Alternative]:
     """A stack's final norm applied inside the loop over its layers, after each one (whisper's
     decoder, mmpretrain's ViT with the norm moved into the loop): each layer's output
     normalised with the final norm's weights, in every stack the component runs."""
-    for name, count in (("encoder", "n_layers"), ("decoder", "n_decoder_layers")):
+    for name, count in STACKS:
         if not reaches(component, name):
             continue
         yield Alternative(
@@ -559,6 +635,21 @@ def heads_time_major_hypotheses(component: str) -> Iterator[Alternative]:
             pieces={
                 "split_heads": _split_heads_left_time_major,
                 "merge_heads": _merge_heads_left_time_major,
+            },
+        )
+        # the same split, the merge still transposing as for (B, H, L, d): a fused qkv
+        # permuted (2, 0, 1, 3, 4) for (2, 0, 3, 1, 4), its output merged as the spec's
+        yield Alternative(
+            "attention.heads_split_wrong_order",
+            "the output is the spec's with the heads left as (B, L, H, d) (a fused qkv "
+            "permuted without the exchange of the token and head axes) for an attention "
+            "that reads (B, H, L, d), and its output merged as if it were (B, H, L, d): each "
+            "position attends over its own heads instead of each head over the positions; a "
+            "padding mask (B, 1, 1, Lk) no longer broadcasts, so masked calls raise (SPEC.md "
+            "§3.3)",
+            pieces={
+                "split_heads": _split_heads_left_time_major,
+                "merge_heads": _merge_heads_transposed_time_major,
             },
         )
 
@@ -1299,6 +1390,7 @@ def more_hypotheses(
     yield from gain_unused_hypotheses(component, params)
     yield from layer_params_hypotheses(params)
     yield from unchained_layer_hypotheses(component)
+    yield from skipped_layer_hypotheses(component)
     yield from gating_hypotheses(component)
     yield from normalised_logits_hypotheses(component)
     yield from one_norm_eps_hypotheses(component, params)
