@@ -360,5 +360,37 @@ def test_a_plain_name_reads_and_loads_across_singleton_dimensions() -> None:
     wide = adapter((2,))
     handle = wide.build(wide.subjects()[0], Config(d_model=8), seed=0)
     refused = r"weight has shape \(1,\), the module's g slot has \(2,\)"
-    with pytest.raises(ValueError, match=refused):
+    with pytest.raises(ValueError, match=refused) as raised:
         wide.load(handle, {"weight": np.array([3.5])})
+    assert raised.value.code == "params.shape_differs"  # an AdapterFailure too: a check's error
+
+
+def test_a_parameter_the_module_lacks_is_named_with_its_code() -> None:
+    """A module built without a parameter the map names for its config (a bias left out)
+    fails to load with ``params.names_differ``, naming the slot (SPEC.md §0.2); each check
+    that loads records it as that error, not as an adapter crash."""
+    from torch import nn
+
+    from tck.adapters import TorchEntry, TorchModuleAdapter
+    from tck.adapters.base import AdapterFailure
+    from tck.reference import Config
+
+    entry = TorchEntry(
+        "ffn",
+        make=lambda c: nn.Sequential(
+            nn.Linear(c.d_model, c.d_ff), nn.ReLU(), nn.Linear(c.d_ff, c.d_model, bias=False)
+        ),
+        forward=lambda m, x: m(x),
+        param_map={"fc1.weight": "0.weight", "fc1.bias": "0.bias", "fc2.weight": "2.weight",
+                   "fc2.bias": "2.bias"},
+    )  # fmt: skip
+    adapter = TorchModuleAdapter("no-bias", [entry])
+    config = Config(d_model=8, d_ff=16)
+    handle = adapter.build(adapter.subjects()[0], config, seed=0)
+    params = {
+        "fc1.weight": np.ones((16, 8)), "fc1.bias": np.zeros(16),
+        "fc2.weight": np.ones((8, 16)), "fc2.bias": np.zeros(8),
+    }  # fmt: skip
+    with pytest.raises(AdapterFailure, match=r"no parameter '2\.bias'") as raised:
+        adapter.load(handle, params)
+    assert raised.value.code == "params.names_differ"
