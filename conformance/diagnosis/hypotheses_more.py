@@ -67,7 +67,7 @@ import dataclasses
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -462,6 +462,22 @@ def final_norm_one_stack_hypotheses(component: str, conventions: Any) -> Iterato
 STACKS = (("encoder", "n_layers"), ("decoder", "n_decoder_layers"))
 
 
+def _with_layers(params: Arrays, indices: Iterable[int]) -> dict[str, Any]:
+    """A stack's parameters holding only its layers ``indices``, renumbered from 0 in that
+    order; the parameters outside its layers (the final norm) kept."""
+    kept = {k: v for k, v in params.items() if not k.startswith("layers.")}
+    for j, i in enumerate(indices):
+        prefix = f"layers.{i}."
+        kept.update(
+            {
+                f"layers.{j}.{k.removeprefix(prefix)}": v
+                for k, v in params.items()
+                if k.startswith(prefix)
+            }
+        )
+    return kept
+
+
 def _stack_normed_per_layer(name: str, count: str) -> Callable[..., Any]:
     """The stack ``name`` (``encoder``, ``decoder``) run one layer at a time, each as a
     stack of one layer that ends with the stack's final norm: the norm after every layer."""
@@ -471,15 +487,9 @@ def _stack_normed_per_layer(name: str, count: str) -> Callable[..., Any]:
         params, config = args[-2], args[-1]
         if not oracle.has_final_norm(kwargs.get("conventions", oracle.CANONICAL)):
             raise ValueError("the stack declares no final norm to repeat")
-        shared = {k: v for k, v in params.items() if not k.startswith("layers.")}
         one = dataclasses.replace(config, **{count: 1})
         for i in range(getattr(config, count)):
-            layer = {
-                f"layers.0.{k.removeprefix(f'layers.{i}.')}": v
-                for k, v in params.items()
-                if k.startswith(f"layers.{i}.")
-            }
-            x = stack(x, *args[:-2], {**shared, **layer}, one, **kwargs)
+            x = stack(x, *args[:-2], _with_layers(params, [i]), one, **kwargs)
         return x
 
     return per_layer
@@ -496,22 +506,17 @@ def _stack_skipping(name: str, count: str, which: str) -> Callable[..., Any]:
         if n < 2:
             raise ValueError("a stack of one layer has no other layer to run")
         kept = range(1, n) if which == "first" else range(n - 1)
-        shared = {k: v for k, v in params.items() if not k.startswith("layers.")}
-        layers = {
-            f"layers.{j}.{k.removeprefix(f'layers.{i}.')}": v
-            for j, i in enumerate(kept)
-            for k, v in params.items()
-            if k.startswith(f"layers.{i}.")
-        }
         fewer = dataclasses.replace(config, **{count: n - 1})
-        return stack(x, *args[:-2], {**shared, **layers}, fewer, **kwargs)
+        return stack(x, *args[:-2], _with_layers(params, kept), fewer, **kwargs)
 
     return skipping
 
 
 def skipped_layer_hypotheses(component: str) -> Iterator[Alternative]:
     """The first or the last layer of a stack never run (``for block in blocks[:-1]``, a
-    ``range(1, n)``, an off-by-one depth): its parameters are loaded and never used."""
+    ``range(1, n)``, an off-by-one depth): its parameters are loaded and never used. (In a
+    stack of two, the first skipped is also every layer computing from the stack's input,
+    ``blocks.layers_not_chained``, tried before.)"""
     for name, count in STACKS:
         if not reaches(component, name):
             continue
