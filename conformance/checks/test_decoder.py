@@ -578,6 +578,11 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
     for values_order, words in (
         ("keys", "each call stores its keys in the value cache (values[..., F:F + n] = keys)"),
         (
+            "keys_after_prefill",
+            "each call after the prefill appends its keys to the value cache (the prefill's "
+            "values stored right: a cache update whose first write differs from the others)",
+        ),
+        (
             "keys_stored",
             "each call attends its own values but returns a cache whose values are its keys "
             "(present = (key, key))",

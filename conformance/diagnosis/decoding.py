@@ -379,16 +379,17 @@ def cache_orders(
     position advanced by one per call, not by the call's n tokens: right for one token per
     call, a call of several overwrites its predecessors'), or, for the values only, the
     call's keys stored in the value cache (``"keys"``: ``values[..., F:F + n] = keys``, the
-    prefill's included; ``"keys_stored"``: the call attends its own values, and the cache it
-    returns holds its keys as values, ``present = (key, key)``). Query i of a call of n
-    tokens on T slots sees slots 0..T-n+i (bottom-right by index, SPEC.md §11.6; a sliding
-    ``window`` over slot indices, §4.5), each masked by the padding entry at the slot's
-    index (§11.7); the score of slot s uses the key held there, the weight multiplies the value
-    held there. ``swapped``: every call after the first reads the cached keys as values and
-    the cached values as keys (a ``(key, value)`` pair unpacked in the other order), and
-    then stores what it used (``"stored"``: transformers' ``present = (key, value)`` after
-    the concatenation, so the cached part is swapped at every other call) or leaves the
-    cache right (``"read"``).
+    prefill's included; ``"keys_after_prefill"``: the prefill's values right, the keys of
+    every later call's tokens appended as values; ``"keys_stored"``: the call attends its own
+    values, and the cache it returns holds its keys as values, ``present = (key, key)``).
+    Query i of a call of n tokens on T slots sees slots 0..T-n+i (bottom-right by index,
+    SPEC.md §11.6; a sliding ``window`` over slot indices, §4.5), each masked by the padding
+    entry at the slot's index (§11.7); the score of slot s uses the key held there, the
+    weight multiplies the value held there. ``swapped``: every call after the first reads the
+    cached keys as values and the cached values as keys (a ``(key, value)`` pair unpacked in
+    the other order), and then stores what it used (``"stored"``: transformers'
+    ``present = (key, value)`` after the concatenation, so the cached part is swapped at
+    every other call) or leaves the cache right (``"read"``).
 
     Returns (key (L, L), value (L, L), keep (B, 1, L, L)), indexed by query and slot: the
     token whose key (value) the slot holds, that number plus ``length`` where it holds the
@@ -411,8 +412,8 @@ def cache_orders(
         for name, order in (("keys", keys), ("values", values)):
             if order == "late":  # slot s holds token s - 1 once written, slot 0 never
                 used[name] = [EMPTY_SLOT, *range(stop - 1)]
-            elif order == "keys":  # the value slots hold the tokens' keys
-                used[name] = used[name] + [t + length for t in new]
+            elif order == "keys" or (order == "keys_after_prefill" and call):
+                used[name] = used[name] + [t + length for t in new]  # the tokens' keys
             elif order in ("start", "start_over_forward", "calls"):
                 # written at slot 0, or at the call's index; slots never written hold zeros,
                 # or what a full call on the same buffer left there (its own token's)
