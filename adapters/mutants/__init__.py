@@ -434,6 +434,9 @@ NAMES: tuple[str, ...] = (
     "heads_time_major_merged",
     "decoder_ffn_residual_stale",
     "decoder_memory_is_layer_input",
+    "value_cache_keys_after_prefill",
+    "encoder_attention_output_discarded",
+    "vit_features_before_last_layer",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter

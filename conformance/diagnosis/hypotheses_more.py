@@ -208,8 +208,9 @@ def _residual_from_layer_input(
     its layer (the one normalised by ``source``; by default the layer's first, whose input
     is the layer's) in place of its own input, for its residual (``part="residual"``:
     ``out = x + ffn(norm2(h))`` for ``h + ffn(norm2(h))``, so the sublayers in between leave
-    the residual stream) or for its branch (``part="branch"``: ``out = h + ffn(norm2(x))``,
-    their outputs never reach the branch; SPEC.md §7.1)."""
+    the residual stream), for its branch (``part="branch"``: ``out = h + ffn(norm2(x))``,
+    their outputs never reach the branch) or for both (``part="both"``: ``x + ffn(norm2(x))``,
+    the sublayers in between computed and discarded; SPEC.md §7.1)."""
 
     def pieces() -> dict[str, Callable[..., Any]]:
         first: list[str] = []  # the norm name of a layer's first sublayer
@@ -226,7 +227,8 @@ def _residual_from_layer_input(
             if name != target or name == earlier or earlier not in inputs:
                 return oracle._sublayer(x, params, norm_prefix, conventions, fn)
             stale = oracle._f64(inputs[earlier])
-            base, into = (stale, x) if part == "residual" else (oracle._f64(x), stale)
+            base = oracle._f64(x) if part == "branch" else stale
+            into = x if part == "residual" else stale
             if conventions.norm_placement == "post":
                 return oracle.norm(base + fn(into), params, norm_prefix, conventions)
             return base + fn(oracle.norm(into, params, norm_prefix, conventions))
@@ -265,6 +267,14 @@ def residual_from_layer_input_hypotheses(
             "input): the earlier sublayer's output never reaches this one's branch, while "
             "the residual add is right (SPEC.md §7.1)",
             pieces=_residual_from_layer_input(name, "branch"),
+        )
+        yield Alternative(
+            "blocks.residual_from_layer_input",
+            f"the output is the spec's with the sublayer normalised by {name} taking the "
+            "layer's input as both its input and its residual (out = x + f(norm(x)) for "
+            "h + f(norm(h)), h the earlier sublayer's output): the earlier sublayer is "
+            "computed and discarded (SPEC.md §7.1)",
+            pieces=_residual_from_layer_input(name, "both"),
         )
     # a layer of three sublayers: the third's residual or branch from the second's input
     for earlier, name in itertools.combinations(names, 2):
@@ -495,9 +505,12 @@ def _stack_normed_per_layer(name: str, count: str) -> Callable[..., Any]:
     return per_layer
 
 
-def _stack_skipping(name: str, count: str, which: str) -> Callable[..., Any]:
+def _stack_skipping(
+    name: str, count: str, which: str, final_norm: bool = True
+) -> Callable[..., Any]:
     """The stack ``name`` (``encoder``, ``decoder``) run without its ``which`` ("first" or
-    "last") layer: the other layers in order, then the stack's final norm."""
+    "last") layer: the other layers in order, then the stack's final norm (none where
+    ``final_norm`` is False: the output read before the last layer and the norm after it)."""
     stack: Callable[..., Any] = getattr(oracle, name)
 
     def skipping(x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -507,6 +520,11 @@ def _stack_skipping(name: str, count: str, which: str) -> Callable[..., Any]:
             raise ValueError("a stack of one layer has no other layer to run")
         kept = range(1, n) if which == "first" else range(n - 1)
         fewer = dataclasses.replace(config, **{count: n - 1})
+        if not final_norm:
+            declared = kwargs.get("conventions", oracle.CANONICAL)
+            if not oracle.has_final_norm(declared):
+                raise ValueError("the stack declares no final norm to leave out")
+            kwargs = {**kwargs, "conventions": dataclasses.replace(declared, final_norm="never")}
         return stack(x, *args[:-2], _with_layers(params, kept), fewer, **kwargs)
 
     return skipping
@@ -528,6 +546,14 @@ def skipped_layer_hypotheses(component: str) -> Iterator[Alternative]:
                 "applies it (a loop over layers[:-1] or range(1, n); SPEC.md §7.3, §0.2)",
                 pieces={name: _stack_skipping(name, count, which)},
             )
+        yield Alternative(
+            "params.unused",
+            f"the output is the spec's read before the {name} stack's last layer and its "
+            "final norm (out = hidden_states[-2], a features list indexed one too early): "
+            "the last layer's and the final norm's parameters are loaded and never used "
+            "(SPEC.md §7.3, §0.2)",
+            pieces={name: _stack_skipping(name, count, "last", final_norm=False)},
+        )
 
 
 def final_norm_every_layer_hypotheses(component: str) -> Iterator[Alternative]:
