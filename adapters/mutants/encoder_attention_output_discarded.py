@@ -25,7 +25,7 @@ class EncoderLayer(tutorial.EncoderLayer):
     ) -> Tensor:
         mask = self.make_mask(pad_mask, attn_mask)
         h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask, causal)))  # noqa: F841
-        return self.norm2(x + self.dropout(self.feed_forward(x)))  # BUG: (h) twice
+        return self.norm2(x + self.dropout(self.feed_forward(x)))  # BUG: h, not x, twice
 
 
 adapter = mutant(BUG_CLASS, encoder_layer_entry(EncoderLayer))

@@ -30,6 +30,9 @@ The codes (SPEC.md Appendix B):
 - ``blocks.residual_missing``: a sublayer without its residual add, in every sublayer or in
   one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
   other side of its residual add (the whole stack's placement is the convention field);
+- ``blocks.residual_from_layer_input`` / ``blocks.branch_from_layer_input``: a later sublayer
+  taking its residual, its branch or both from the layer's input or an earlier sublayer's
+  input (a residual variable not refreshed; the sublayers in between discarded);
 - ``attention.qkv_order_wrong``: the query, key and value projections taken in another order
   (a fused ``c_attn`` output split as k, q, v) or the fused weight read in the other layout,
   head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse (§3.4), wherever the
