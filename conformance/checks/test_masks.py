@@ -21,6 +21,7 @@ batch rows move, the leak is across the batch (§10.2), not through the mask.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tck.adapters import Unsupported
-from tck.conformance.toolkit.deltas import Delta, delta, note_worst, require_deterministic
+from tck.conformance.toolkit.deltas import (
+    Delta,
+    delta,
+    note_worst,
+    real_positions,
+    require_deterministic,
+)
 from tck.conformance.toolkit.harness import Harness, Instance
 from tck.conformance.toolkit.input_edits import batch_slice, perturb, rng, rows_where
 from tck.conformance.toolkit.instances import cached_instance
@@ -443,6 +450,16 @@ def declared_zero_rows(tck: Harness, probe: Probe, base: np.ndarray, queries: De
     """Padded query rows that ignore the keys while the real rows are right: the
     ``padded_query_rows='zero'`` convention (§4.2, PyTorch's nested-tensor encoder) when
     declared; undeclared, its code when the rows are exactly 0, else the rows were masked."""
+    real = np.broadcast_to(rows_where(probe.keep, base.ndim, probe.axis), base.shape)
+    if not np.isfinite(base[real]).all():
+        raise CheckFailure(
+            "numerics.nonfinite_output",
+            f"{probe.what}: padded query rows do not move with the keys ({queries.describe()}), "
+            f"but {int((~np.isfinite(base[real])).sum())} real position(s) are NaN or inf as "
+            "well: an output undefined where it must be defined says nothing about which rows "
+            "the mask reaches (SPEC.md §10.7)",
+            queries.metrics(),
+        )
     rows = rows_where(~probe.keep, base.ndim, probe.axis)
     zero = not np.abs(np.where(rows, base, 0.0)).max(initial=0.0)
     if tck.subject.conventions.padded_query_rows == "zero":
@@ -514,9 +531,11 @@ def test_causal_no_leak(
         )
 
 
-def causal_inputs(tck: Harness, inst: Instance, length: int) -> Inputs:
-    """A causal self-attention call without padding; mha gets one tensor as q, k and v."""
-    inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=length, masked=False, causal=True))
+def causal_inputs(tck: Harness, inst: Instance, length: int, padded: bool = False) -> Inputs:
+    """A causal self-attention call without padding (``padded``: a call with key padding and
+    no causal mask instead); mha gets one tensor as q, k and v."""
+    shape = Shape(batch=2, lq=length, lk=length, masked=padded, causal=not padded)
+    inputs = tck.inputs(inst, shape)
     if tck.component in QKV:
         x = inputs["query"]
         inputs.update(query=x, key=x, value=x)
@@ -537,7 +556,7 @@ def test_causal_diagonal(tck: Harness) -> None:
         return
     inputs = causal_inputs(tck, inst, length)
     out = tck.run(inst, inputs)
-    row0_defined(out[:, 0], "row 0 of the output")
+    row0_defined(tck, inst, length, out, lambda y: y[:, 0])
     if inst.params is None:
         pytest.skip(
             "row 0 is defined; telling a hidden diagonal apart in a whole layer needs "
@@ -570,8 +589,7 @@ def separate_kv_diagonal(
     inputs = tck.inputs(inst, Shape(batch=2, lq=length, lk=length, masked=False, causal=True))
     keys, axis = (("k", "v"), 2) if tck.component in HEADS else (("key", "value"), 1)
     out = tck.run(inst, inputs)
-    row0 = out[:, :, 0] if axis == 2 else out[:, 0]
-    row0_defined(row0, "row 0 of the output")
+    row0_defined(tck, inst, length, out, lambda y: y[:, :, 0] if axis == 2 else y[:, 0])
     if tck.component in HEADS:
         # Row 0 attends to key 0 alone: its weight is 1, its output v[0] exactly.
         own = delta(inputs["v"][:, :, :1], out[:, :, :1])
@@ -630,13 +648,44 @@ def empty_row_diagnosis(
     )
 
 
-def row0_defined(row0: np.ndarray, what: str) -> None:
-    if np.isnan(row0).any():
-        raise CheckFailure(
-            "mask.causal_diagonal_hidden",
-            f"{what} is NaN under a causal mask: the first token has no key to attend, so "
-            "the mask hides the diagonal (SPEC.md §4.3)",
-        )
+def row0_defined(
+    tck: Harness,
+    inst: Instance,
+    length: int,
+    out: np.ndarray,
+    row0: Callable[[np.ndarray], np.ndarray],
+) -> None:
+    """Row 0 of ``out``, the output of a causal call of ``length`` tokens (``row0`` picks
+    the row), is defined. NaN there says the diagonal is hidden only when the subject's
+    other masks leave its output defined: NaN at real positions without a mask, or under
+    key padding alone, says nothing about the diagonal (a mask built by arithmetic that
+    overflows, 0 * -inf, poisons every masked call; SPEC.md §10.7)."""
+    if not np.isnan(row0(out)).any():
+        return
+    others = {
+        "without a mask": {**causal_inputs(tck, inst, length), "causal": False},
+        "under key padding alone": causal_inputs(tck, inst, length, padded=True),
+    }
+    for what, other in others.items():
+        try:
+            found = tck.run(inst, other)
+        except Unsupported:  # a subject that is causal by construction
+            continue
+        undefined = ~np.isfinite(found[real_positions(other, found.shape)])
+        if undefined.any():
+            raise CheckFailure(
+                "numerics.nonfinite_output",
+                f"row 0 of the output is NaN under a causal mask, and {what} the output is "
+                f"NaN or inf at {int(undefined.sum())} real position(s) too: an output "
+                "undefined whatever the mask hides says nothing about the diagonal "
+                "(SPEC.md §10.7)",
+            )
+    raise CheckFailure(
+        "mask.causal_diagonal_hidden",
+        "row 0 of the output is NaN under a causal mask, where the same subject is defined "
+        "without a mask and under key padding: the first token has no key to attend, so the "
+        "mask hides the diagonal (SPEC.md §4.3)",
+    )
 
 
 # ------------------------------------------------------------------ fully-masked rows (§4.4)

@@ -211,6 +211,13 @@ def fits(
         ignore = undefined if ignore is None else ignore | undefined
     if nan == "ignore" and np.all(ignore):
         return False  # an alternative of NaN only is judged on no position: no evidence
+    judged = np.ones(test.shape, bool) if ignore is None else ~ignore
+    if not np.isfinite(test[judged]).any():
+        # An output that is inf or NaN wherever it is judged tells one thing: something
+        # overflowed or divided 0 by 0. Any alternative that empties or poisons a row which
+        # the layers then spread everywhere "reproduces" it; none is told apart from another
+        # by a single value, so none is evidence (the overflow is numerics.overflow's).
+        return False
     return within(test, gold, tolerance, ignore)
 
 
