@@ -37,6 +37,8 @@ on its inputs' device (``device=q.device``).
 from __future__ import annotations
 
 import inspect
+import linecache
+import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -427,6 +429,9 @@ class TorchModuleAdapter(Adapter):
         try:
             yield
         except (RuntimeError, NotImplementedError) as err:
+            transposed = _weight_multiplied_transposed(handle, err)
+            if transposed is not None:
+                raise transposed from err
             if handle.dtype == torch.float64 or "not implemented for" not in str(err):
                 raise
             first = str(err).strip().splitlines()[0]
@@ -538,6 +543,71 @@ def _owner(ref: ParamRef) -> str:
     if isinstance(ref, Absent):
         return ""
     return ref if isinstance(ref, str) else ref.name
+
+
+# torch's words for a 2-D product whose inner sizes differ: (n x width) @ (rows x cols)
+_PRODUCT_SHAPES = re.compile(
+    r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)"
+)
+
+
+def _weight_multiplied_transposed(handle: TorchHandle, err: BaseException) -> ParamsMismatch | None:
+    """``params.weight_reshaped`` for a product that raised because a weight was used in the
+    other orientation: an input of the layer's own input width met a (out x in) matrix, the
+    transpose of what fits (``x @ w.T`` on an [in, out] weight, or ``F.linear``, which
+    multiplies by ``w.T``, on one). The weight is the parameter of those sizes held by the
+    innermost module of the traceback (of several, the one its raising line names); its
+    canonical parameters (``param_map``) say its input width. A right weight handed a tensor
+    of its *output* width raises the same way and is not named: the canonical widths tell the
+    two apart. A square weight used so raises nothing and applies the transposed map
+    (SPEC.md §0.2)."""
+    found = _PRODUCT_SHAPES.search(str(err))
+    if found is None:
+        return None
+    width, rows, cols = (int(n) for n in found.groups()[1:])
+    if cols != width or rows == width:
+        return None
+    owners = {id(m): name for name, m in handle.module.named_modules()}
+    frames, tb = [], err.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):  # the innermost module of the model that raised
+        prefix = owners.get(id(frame.f_locals.get("self")))
+        if prefix is None:
+            continue
+        module = frame.f_locals["self"]
+        held = {
+            local: tensor
+            for local, tensor in module.named_parameters(recurse=False)
+            if tensor.ndim == 2 and sorted(tensor.shape) == sorted((rows, width))
+        }
+        if len(held) > 1:  # several of those sizes: the one the raising line names
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+            held = {local: t for local, t in held.items() if re.search(rf"\b{local}\b", line)}
+        if len(held) != 1:
+            return None
+        for local, tensor in held.items():
+            name = f"{prefix}.{local}" if prefix else local
+            shapes = [
+                handle.canonical_shape(canonical)
+                for canonical, ref in handle.param_map().items()
+                if _owner(ref) == name
+            ]
+            out = sum(shape[0] for shape in shapes if len(shape) == 2)
+            if shapes and out == rows and all(s[-1:] == (width,) for s in shapes):
+                return ParamsMismatch(
+                    "params.weight_reshaped",
+                    f"{handle.subject.name}: {name} (stored {tuple(tensor.shape)}) got an input "
+                    f"of its own input width {width} and the product raised with a {rows}x{cols} "
+                    "matrix, the transpose of the one that fits: the weight is multiplied in "
+                    "the other orientation (x @ w.T on an [in, out] weight, or F.linear, which "
+                    "takes w.T, on one), as ports between (in, out) and (out, in) layouts do; a "
+                    "square weight used so applies the transposed map silently (SPEC.md §0.2). "
+                    f"torch: {found.group(0)}",
+                )
+        return None
+    return None
 
 
 def _singletons_apart(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -765,9 +765,10 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "params.weight_reshaped",
         "cause",
         "0.2",
-        "a weight is read by a reshape where its axes should be exchanged: an (out, in) kernel "
-        "viewed as (in, out) by .reshape or .view instead of flattened and transposed (a "
-        "square weight used transposed), as ports between (in, out) and (out, in) layouts do",
+        "a weight is read in the other orientation: an (out, in) kernel viewed as (in, out) "
+        "by .reshape or .view instead of flattened and transposed, or an (in, out) kernel "
+        "multiplied as (out, in) (x @ w.T, F.linear on it; a square one applies the transposed "
+        "map, another raises on its shapes), as ports between (in, out) and (out, in) layouts do",
     ),
     (
         "params.read_from_other_module",

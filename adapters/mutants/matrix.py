@@ -25,11 +25,16 @@ def _document(source: str | Path | Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def failing_codes(document: Mapping[str, Any]) -> dict[str, list[str]]:
-    """check -> the sorted diagnosis codes of its failing results (over all subjects)."""
+    """check -> the sorted diagnosis codes of its failing results (over all subjects). An
+    error counts when its code names a cause (the implementation raised in a way the suite
+    names, as a weight multiplied in the wrong orientation); a bare ``adapter.*`` error does
+    not."""
     found: dict[str, set[str]] = {}
     for result in document["results"]:
-        if result["status"] == "fail":
-            found.setdefault(result["check"], set()).add(result["diagnosis"]["code"])
+        code = (result.get("diagnosis") or {}).get("code", "")
+        named = result["status"] == "error" and code and not code.startswith("adapter.")
+        if result["status"] == "fail" or named:
+            found.setdefault(result["check"], set()).add(code)
     return {check: sorted(codes) for check, codes in sorted(found.items())}
 
 

@@ -308,3 +308,64 @@ def test_readme_layout_adapter_runs_with_no_failure(tmp_path: Path) -> None:
     passed = {r["check"] for r in document["results"] if r["status"] == "pass"}
     assert {"equality.oracle", "params.count", "params.round_trip"} <= passed, passed
     assert any(c.startswith("gradients.") for c in passed), passed
+
+
+class _KernelFFN(nn.Module):
+    """An FFN with kernels stored [in, out] as Flax and Paddle store them; ``linear`` says how
+    its first product multiplies (right: ``x @ w``; the torch habit: ``F.linear``, x @ w.T);
+    ``wrong_input`` hands the second layer the FFN's input instead of the hidden units."""
+
+    def __init__(self, c: Config, linear: bool = False, wrong_input: bool = False):
+        super().__init__()
+        self.kernel_1 = nn.Parameter(torch.zeros(c.d_model, c.d_ff))
+        self.bias_1 = nn.Parameter(torch.zeros(c.d_ff))
+        self.kernel_2 = nn.Parameter(torch.zeros(c.d_ff, c.d_model))
+        self.bias_2 = nn.Parameter(torch.zeros(c.d_model))
+        self.linear, self.wrong_input = linear, wrong_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.linear:
+            hidden = torch.relu(nn.functional.linear(x, self.kernel_1, self.bias_1))
+        else:
+            hidden = torch.relu(x @ self.kernel_1 + self.bias_1)
+        return (x if self.wrong_input else hidden) @ self.kernel_2 + self.bias_2
+
+
+def _kernel_ffn(**kw: bool) -> tuple[TorchModuleAdapter, object]:
+    entry = TorchEntry(
+        "ffn",
+        make=lambda c: _KernelFFN(c, **kw),
+        forward=lambda m, x: m(x),
+        param_map={
+            "fc1.weight": Param("kernel_1", permute=(1, 0)),
+            "fc1.bias": "bias_1",
+            "fc2.weight": Param("kernel_2", permute=(1, 0)),
+            "fc2.bias": "bias_2",
+        },
+    )
+    adapter = TorchModuleAdapter("kernels", [entry])
+    config = Config(d_model=8, d_ff=24)
+    handle = adapter.build(adapter.subjects()[0], config, seed=0)
+    adapter.load(handle, init_params("ffn", config, np.random.default_rng(0)))
+    return adapter, handle
+
+
+def test_a_kernel_multiplied_in_the_other_orientation_is_named() -> None:
+    """SPEC.md §0.2: an [in, out] kernel multiplied through F.linear raises on its shapes;
+    the adapter names the weight and its orientation (params.weight_reshaped)."""
+    adapter, handle = _kernel_ffn(linear=True)
+    x = {"x": np.ones((2, 3, 8))}
+    with pytest.raises(ValueError) as raised:
+        adapter.run(handle, x)
+    assert getattr(raised.value, "code", None) == "params.weight_reshaped"
+    assert "kernel_1" in str(raised.value) and "input width 8" in str(raised.value)
+    right, handle = _kernel_ffn()
+    assert right.run(handle, x).shape == (2, 3, 8)
+
+
+def test_a_right_kernel_given_the_wrong_input_is_not_called_transposed() -> None:
+    """The same torch error from a right kernel handed a tensor of its output width (the
+    FFN's input to its second layer): the canonical widths say it is not the orientation."""
+    adapter, handle = _kernel_ffn(wrong_input=True)
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        adapter.run(handle, {"x": np.ones((2, 3, 8))})
