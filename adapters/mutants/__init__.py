@@ -437,6 +437,12 @@ NAMES: tuple[str, ...] = (
     "value_cache_keys_after_prefill",
     "encoder_attention_output_discarded",
     "vit_features_before_last_layer",
+    # a keep-mask cast to float16 before its float64 minimum: every masked call NaN
+    "encoder_keep_mask_half_scaled",
+    # [in, out] kernels multiplied through F.linear: every non-square product raises
+    "ffn_kernel_in_out_linear",
+    # a drop path of rate 0.1 per image left on in a ViT's last block
+    "vit_last_block_drop_path",
 )
 
 # mutant name -> module path; ``<path>:adapter`` is its adapter
