@@ -424,7 +424,57 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2 only: bug id -> (expected codes, class without a code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # hooked_transformer
+    "ht.kv_keys_tiled": (["attention.kv_heads_tiled"], ""),
+    "ht.rotary_table_adjacent_pairs": (["rope.table_layout_mismatch", "rope.not_norm_preserving", "rope.not_relative"], ""),
+    "ht.rotate_every_two_sign_lost": (["rope.not_norm_preserving", "rope.not_relative"], ""),
+    "ht.cached_keys_rotated_at_offset": (["cache.rope_offset_wrong"], ""),
+    "ht.query_offset_dropped": (["cache.rope_offset_wrong"], ""),
+    "ht.causal_mask_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "ht.padding_mask_over_queries": (["mask.applied_to_queries"], ""),
+    "ht.scale_by_d_model": (["attention.scale_wrong"], ""),
+    "ht.W_O_flattened_head_last": (["attention.heads_merged_wrong_order"], ""),
+    "ht.gate_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "ht.rms_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "ht.rms_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "ht.final_norm_only_for_layernorm": (["blocks.final_norm_missing", "params.unused"], ""),
+    "ht.attention_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "ht.cache_keys_prepended": (["cache.keys_prepended"], ""),
+    "ht.padding_mask_not_accumulated": (["cache.padding_dropped_in_steps"], ""),
+    "ht.rope_exponent_over_full_dim": (["positional.frequency_wrong", "positional.base_wrong"], ""),
+    # espnet_encoder
+    "es.mask_polarity_inverted": (["mask.polarity_inverted"], ""),
+    "es.mask_fill_constant_overflows_half": (["numerics.fill_value_overflow"], ""),
+    "es.scale_by_d_k": (["attention.scale_wrong"], ""),
+    "es.keys_split_without_transpose": (["attention.heads_split_wrong_order"], ""),
+    "es.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "es.softmax_over_queries_unmasked": (["attention.softmax_axis_wrong", "attention.weights_not_normalized"], ""),
+    "es.ffn_activation_swish": (["ffn.activation_wrong"], ""),
+    "es.ffn_adds_its_input": ([], "The feed-forward network adds its own input to its output (a skip connection inside the branch, FFN(x) + x), so a layer that adds its residual as well puts the sublayer's (normalised) input into the stream a second time; no meaning names an extra residual inside a sublayer."),
+    "es.layer_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "es.ffn_residual_dropped": (["blocks.residual_missing"], ""),
+    "es.keys_values_from_unnormed_input": (["blocks.norm_bypassed"], ""),
+    "es.norm2_shares_norm1": (["params.read_from_other_module", "params.count_wrong"], ""),
+    "es.layers_post_ln_in_pre_ln_stack": (["blocks.norm_placement_post", "blocks.final_norm_extra"], ""),
+    "es.values_from_key_input": (["attention.input_read_wrong"], ""),
+    "es.attention_dropout_functional": (["dropout.active_in_eval"], ""),
+    # dino_vit
+    "dv.qkv_heads_and_tokens_swapped": (["attention.softmax_axis_wrong"], ""),
+    "dv.qkv_read_per_head_interleaved": (["attention.qkv_order_wrong"], ""),
+    "dv.scale_inverted": (["attention.scale_inverted"], ""),
+    "dv.queries_keys_exchanged": (["attention.qkv_order_wrong"], ""),
+    "dv.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "dv.mlp_reads_norm1": (["params.read_from_other_module", "params.unused"], ""),
+    "dv.drop_path_active_in_eval": (["dropout.active_in_eval"], ""),
+    "dv.mlp_gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "dv.patches_column_major": (["vit.patch_order"], ""),
+    "dv.pos_embed_always_interpolated": (["vit.pos_embed_transformed"], ""),
+    "dv.class_token_appended": (["vit.pooling_wrong_token", "vit.pos_embed_transformed"], ""),
+    "dv.mean_pool_with_class_token": (["vit.pooling_mean_with_cls"], ""),
+    "dv.intermediate_output_not_normed": (["blocks.final_norm_missing", "params.unused"], ""),
+    "dv.mask_fill_negative_infinity": (["mask.fully_masked_rows_nan"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
