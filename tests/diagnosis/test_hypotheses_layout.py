@@ -108,9 +108,12 @@ def test_patch_layouts_cover_every_grid_order_and_exclude_the_spec() -> None:
     assert any(np.allclose(gold, column_major) for gold in golds)
 
 
-def test_a_one_token_call_that_is_all_nan_is_the_hidden_diagonal() -> None:
-    """triu(diagonal=0) with a -inf fill: a one-token call has no key at all, so the whole
-    output is NaN where the spec's is finite; the hypothesis names that, not an overflow."""
+def test_an_output_nan_everywhere_is_evidence_for_no_alternative() -> None:
+    """A one-token call that is NaN at every position is reproduced by triu(diagonal=0) with a
+    -inf fill, but also by any alternative that empties a row the layers then spread: a single
+    value tells none apart, so the explainer credits none and names the overflow. The hidden
+    diagonal is named by the mask check, which first probes that the subject is defined
+    without a mask and under key padding (``decoder_causal_diagonal`` above)."""
     from tck.conformance.diagnosis.explain import explain
 
     adapter = load_adapter("reference")
@@ -122,7 +125,8 @@ def test_a_one_token_call_that_is_all_nan_is_the_hidden_diagonal() -> None:
     assert np.isfinite(gold).all()
     test = np.full_like(gold, np.nan)
     code, message = explain(tck, inst, inputs, test, tck.compare(inst, test, gold))
-    assert code == "mask.causal_diagonal_hidden", message
+    assert code == "numerics.overflow", message
+    assert "the spec's with" not in message
 
 
 def test_cls_position_hypotheses_only_for_vit() -> None:
