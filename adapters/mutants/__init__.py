@@ -123,6 +123,7 @@ NAMES: tuple[str, ...] = (
     "softmax_batch_axis",
     "mask_added_padding",
     "decoder_causal_diagonal",
+    "decoder_out_proj_heads_read_feature_major",
     "vit_patch_grid_column_major",
     "vit_pos_before_cls",
     # decoder options (SPEC.md §4.5, §2.6): a sliding window one key too wide, Llama 3.1's
@@ -431,6 +432,7 @@ NAMES: tuple[str, ...] = (
     "cache_module_buffer_keys_at_start",
     "mha_out_bias_missing",
     "encoder_last_layer_skipped",
+    "encoder_layers_post_ln_final_norm_kept",
     "heads_time_major_merged",
     "decoder_ffn_residual_stale",
     "decoder_memory_is_layer_input",

@@ -637,7 +637,10 @@ def matching_combination(
     once) under which the oracle reproduces ``test``; None when none does.
 
     A field none of whose alternatives changes the oracle's output on these inputs is
-    left out (it cannot be told apart here), and the search stops after
+    left out (it cannot be told apart here); a field that is live keeps every value, the
+    ones that change nothing alone included: a field can depend on another (§7.3's
+    ``final_norm='always'`` equals the declared ``'pre_only'`` on a pre-LN stack, and is
+    what keeps the final norm of a stack whose layers went post-LN). The search stops after
     ``COMBINATION_BUDGET`` oracle evaluations, the first ``COMBINATION_SEARCHES`` times
     per check (hypothesis may explain many failing examples)."""
     if h.combination_searches >= COMBINATION_SEARCHES:
@@ -651,13 +654,17 @@ def matching_combination(
         return None
     options: dict[str, list[Any]] = {}
     for field in names:
+        values, live = [], False
         for value in alternatives(field, getattr(declared, field)):
             try:
                 gold = gold_under(h, inst, inputs, dataclasses.replace(declared, **{field: value}))
             except (ValueError, KeyError):
                 continue
-            if gold.shape == base.shape and not np.array_equal(gold, base, equal_nan=True):
-                options.setdefault(field, []).append(value)
+            if gold.shape == base.shape:
+                values.append(value)
+                live = live or not np.array_equal(gold, base, equal_nan=True)
+        if live:
+            options[field] = values
     budget = COMBINATION_BUDGET
     for size in range(2, max_fields + 1):
         for combo in itertools.combinations(options, size):
