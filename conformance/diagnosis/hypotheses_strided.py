@@ -7,7 +7,9 @@ feature j of head h (``x.view(B, L, H, d)``). A view as (d, H) and a transpose b
 before the reshape (``ctx.transpose(1, 2).reshape(B, L, H*d)`` on a (B*L, H, d) context), put
 feature j of head h at channel ``j*H + h`` instead: every head gets a strided comb of the
 position's channels, and nothing crosses positions (the layouts that do cross positions, a
-view without the transpose, are ``hypotheses_more`` and ``hypotheses_folded``).
+view without the transpose, are ``hypotheses_more`` and ``hypotheses_folded``). The inverse
+permutation, channel ``h*d + j`` holding channel ``j*H + h``, is what an output projection
+computes whose weight reads its input axis as (d, H): a merge read feature-major.
 
 Each hypothesis replaces the oracle's ``split_heads`` (for q, k, v or any of them, in the
 order the oracle splits them) or ``merge_heads``, so it is tested on every component whose
@@ -49,6 +51,17 @@ def merge_feature_major(x: Any) -> np.ndarray:
     x = oracle._f64(x)
     b, h, length, d = x.shape
     return x.transpose(0, 2, 3, 1).reshape(b, length, d * h)
+
+
+def merge_read_feature_major(x: Any) -> np.ndarray:
+    """(B, H, L, d) merged as the spec merges it, then read back as (d, H): channel h*d + j
+    holds the spec's channel j*H + h. What an output projection computes whose weight's input
+    axis is laid out (d, H) while the context is (H, d) (a (H, d, D) weight permuted to
+    (d, H, D) before it is flattened): ``merge_feature_major``'s inverse, the same when
+    H = d."""
+    merged = oracle.merge_heads(oracle._f64(x))
+    b, h, length, d = np.shape(x)
+    return merged.reshape(b, length, d, h).transpose(0, 1, 3, 2).reshape(b, length, h * d)
 
 
 # Tensor parallelism (Megatron-LM's column-parallel attention) gives each of g ranks H/g
@@ -101,6 +114,15 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
             "to (B, L, d, H) before the reshape to (B, L, H*d)), so the output projection "
             "reads the heads' features interleaved (SPEC.md §3.3)",
             pieces={"merge_heads": merge_feature_major},
+        )
+        yield Alternative(
+            registered("attention.heads_merged_wrong_order"),
+            "the output is the spec's with the merged heads read feature-major by the output "
+            "projection: its weight's input axis is laid out (d_head, head) while the context "
+            "is (head, d_head) (a (H, d, D) weight permuted to (d, H, D) before the flatten, "
+            "an einsum over the axes in the other order), so each output channel weighs "
+            "another head's features (SPEC.md §3.3)",
+            pieces={"merge_heads": merge_read_feature_major},
         )
         for groups in RANK_GROUPS:
             yield Alternative(
