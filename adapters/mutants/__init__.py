@@ -400,6 +400,7 @@ NAMES: tuple[str, ...] = (
     "vit_mean_before_head_norm",
     # rotate_half writing its halves interleaved beside a half-split table
     "rope_rotate_half_stacked",
+    "llama_block_rotate_half_unsigned",
     # a tiled kernel whose every key tile reads the mask's first columns
     "attention_tile_mask_from_start",
     # a sequence-first ViT handed its tokens batch-first

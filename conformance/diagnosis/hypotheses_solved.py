@@ -8,6 +8,8 @@ parameterised families that no list of candidate values covers, solved numerical
   (``tck.reference.variants.reaches(component, "rope_rows")``) under ``positions='rope'``.
 - ``rope.rotation_inverted``: every rotation by -theta instead of theta (the sign of sin
   flipped: ``x * cos - rotate_half(x) * sin``), in every component whose oracle runs RoPE.
+- ``rope.not_norm_preserving``: rotate_half with its minus sign lost (``[x2, x1]``) or
+  doubled (``[-x2, -x1]``), in every component whose oracle runs RoPE: no rotation at all.
 - A convention field with a continuum of values (the catalogue's ``NUMERIC`` fields: an eps,
   a RoPE or sinusoidal base): the value is solved for by a one-dimensional search on a log
   scale, so a base of 1e6 or 123456 is named as well as the three usual ones; its code is
@@ -236,6 +238,47 @@ def rope_direction_hypotheses(component: str) -> Iterator[Alternative]:
         "sign), so the score q_i . k_j depends on j - i instead of i - j (SPEC.md §2.3)",
         pieces={"rope": _rope_turned_back},
     )
+
+
+def _rope_sign_lost(spec_half: int) -> Callable[..., np.ndarray]:
+    """§2.3 with rotate_half's negation lost or doubled: ``[x2, x1]`` (``spec_half=1``: the
+    first member of each pair gets ``a cos + b sin``, the second the spec's) or
+    ``[-x2, -x1]`` (``spec_half=0``: the first the spec's, the second ``b cos - a sin``).
+    Each half is the spec's rotation or the one turned back, so it is built from those two."""
+
+    def rope(x, positions=None, **kw):  # type: ignore[no-untyped-def]
+        length = np.shape(x)[-2]
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        spec = oracle.rope(x, positions, **kw)
+        back = oracle.rope(x, -positions, **kw)
+        halves = [spec, back] if spec_half == 0 else [back, spec]
+        d = spec.shape[-1]
+        if kw.get("layout", "interleaved") == "interleaved":
+            first, second = slice(0, None, 2), slice(1, None, 2)
+        else:
+            first, second = slice(0, d // 2), slice(d // 2, None)
+        out = np.empty_like(spec)
+        out[..., first], out[..., second] = halves[0][..., first], halves[1][..., second]
+        return out
+
+    return rope
+
+
+def rope_sign_lost_hypotheses(component: str) -> Iterator[Alternative]:
+    """rotate_half without its minus sign (``cat((x2, x1))``) or with two (``cat((-x2,
+    -x1))``): ``x cos + rotate_half(x) sin`` is then no rotation, in every component whose
+    oracle runs RoPE."""
+    if not reaches(component, "rope"):
+        return
+    for spec_half, helper in ((1, "[x2, x1]"), (0, "[-x2, -x1]")):
+        yield Alternative(
+            registered("rope.not_norm_preserving"),
+            f"the output is the spec's with rotate_half returning {helper} instead of "
+            "[-x2, x1]: x * cos + rotate_half(x) * sin then gives both members of a pair the "
+            "same sign of sin, which is no rotation, so a vector's norm changes with its "
+            "position and q_i . k_j is no function of i - j (SPEC.md §2.3, §2.4)",
+            pieces={"rope": _rope_sign_lost(spec_half)},
+        )
 
 
 def _sdpa_scaled_by(factor: float) -> Callable[..., np.ndarray]:
