@@ -124,6 +124,7 @@ NAMES: tuple[str, ...] = (
     "mask_added_padding",
     "decoder_causal_diagonal",
     "decoder_out_proj_heads_read_feature_major",
+    "cache_unrotated_keys_prepended",
     "vit_patch_grid_column_major",
     "vit_pos_before_cls",
     # decoder options (SPEC.md §4.5, §2.6): a sliding window one key too wide, Llama 3.1's

@@ -484,10 +484,18 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
     unpadded_inputs = {k: v for k, v in inputs.items() if k != "key_padding"}
     window = conv.sliding_window
 
-    def over_slots(**order: Any) -> np.ndarray:
+    def over_slots(rotated_when_read: bool = False, **order: Any) -> np.ndarray:
         """The oracle over the cache's two rows of slots laid out by ``cache_orders``."""
         orders = cache_orders(b, length, ranges, key_padding, window=window, **order)
-        return decoder_only_over_slots(component, unpadded_inputs, p, c, conv, orders)
+        return decoder_only_over_slots(
+            component,
+            unpadded_inputs,
+            p,
+            c,
+            conv,
+            orders,
+            keys_rotated_when_read=rotated_when_read,
+        )
 
     spec_keep, _ = cache_slots(b, length, ranges, key_padding, window=window)
     for code, message, layout in (
@@ -527,6 +535,22 @@ def cache_hypotheses(tck: Harness, inst: Instance, inputs: Inputs, ranges: list[
             "weight of a cached key multiplies another token's value (SPEC.md §11.6)",
             over_slots(keys=keys_order, values=values_order),
         )
+    # a cache that holds unrotated keys and rotates them when read, by slot index
+    # (TransformerLens' apply_rotary over the concatenated cache): keys put before the cached
+    # ones are then also turned to another token's angle
+    given = inputs.get("positions")
+    if conv.positions == "rope" and (
+        given is None or bool(np.all(np.asarray(given) == np.arange(length)))
+    ):
+        for values_order, which in (("append", "keys"), ("prepend", "keys and values")):
+            yield (
+                "cache.keys_prepended",
+                f"each call's {which} are put before the cached ones instead of after them, in "
+                "a cache that holds its keys unrotated and rotates each at the index of its "
+                "slot when read: a key slot holds another token's key, turned to another "
+                "token's angle (SPEC.md §11.6, §2.3)",
+                over_slots(rotated_when_read=True, keys="prepend", values=values_order),
+            )
     # only one of the two written one slot too far into a preallocated cache
     # (cache_k[:, :, F + 1:F + n + 1] = k beside cache_v[:, :, F:F + n] = v)
     for keys_order, values_order, which, other in (

@@ -10,7 +10,7 @@ comparison fails, so the failure names the bug class. Nothing here imports the h
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -448,11 +448,18 @@ def cache_orders(
     return key_at, value_at, keep[:, None]
 
 
-def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.ndarray) -> Any:
+def _attention_over_slots(
+    key_at: np.ndarray,
+    value_at: np.ndarray,
+    keep: np.ndarray,
+    rotate_at_slots: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+) -> Any:
     """The oracle's attention where query i's slot s holds the key of token key_at[i, s] and
     the value of token value_at[i, s] (a number past the tokens: that token's other tensor,
     ``cache_orders``), slots kept by ``keep`` (B, 1, L, L); the oracle's own
-    mask (the causal triangle, replaced here) is not used. A row with no slot is 0."""
+    mask (the causal triangle, replaced here) is not used. A row with no slot is 0.
+    ``rotate_at_slots(keys, key_at)``: the keys as read, turned to the slot they are read
+    at (``keys_rotated_at_slots``)."""
     from tck.reference import oracle
 
     def scaled_dot_product_attention(q, k, v, keep_mask=None, *, scale=None, **kw):  # type: ignore[no-untyped-def]
@@ -469,6 +476,8 @@ def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.nda
         pool_v = np.concatenate([v, k, zero_v] if both else [v, zero_v], axis=-2)
         keys = pool_k[..., np.minimum(key_at, pool_k.shape[-2] - 1), :]
         values = pool_v[..., np.minimum(value_at, pool_v.shape[-2] - 1), :]
+        if rotate_at_slots is not None:
+            keys = rotate_at_slots(keys, key_at)
         scores = np.einsum("bhid,bhisd->bhis", q, keys) * scale
         scores = np.where(keep, scores, -np.inf)
         top = np.max(scores, axis=-1, keepdims=True)
@@ -480,6 +489,28 @@ def _attention_over_slots(key_at: np.ndarray, value_at: np.ndarray, keep: np.nda
     return scaled_dot_product_attention
 
 
+def keys_rotated_at_slots(conventions: Any) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """For a cache that holds its keys unrotated and rotates them when read, at the index of
+    the slot that holds them (RoPE applied to the whole concatenated cache at positions 0..T-1,
+    as TransformerLens' ``apply_rotary`` on the cached keys does): right while slot s holds
+    token s, another token's angle wherever a slot order is wrong. The keys arrive rotated at
+    their own token's position t (unpadded rows: position id t), so each is turned on by
+    s - t (RoPE's rotations compose, SPEC.md §2.3). ``keys`` (B, H, L, L, d) by query and
+    slot, ``key_at`` (L, L) as ``cache_orders`` gives it."""
+    from tck.reference import oracle
+
+    def rotate(keys: np.ndarray, key_at: np.ndarray) -> np.ndarray:
+        queries, slots = key_at.shape
+        tokens = np.where(key_at < slots, key_at, np.arange(slots)[None, :])  # keys only
+        turn = (np.arange(slots)[None, :] - tokens).reshape(-1).astype(np.float64)
+        flat = keys.reshape(*keys.shape[:-3], queries * slots, keys.shape[-1])
+        omega = oracle.rope_frequencies_of(keys.shape[-1], conventions)
+        turned = oracle.rope(flat, turn, layout=conventions.rope_layout, frequencies=omega)
+        return turned.reshape(keys.shape)
+
+    return rotate
+
+
 def decoder_only_over_slots(
     component: str,
     inputs: Arrays,
@@ -487,12 +518,18 @@ def decoder_only_over_slots(
     config: Config,
     conventions: Any,
     orders: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    keys_rotated_when_read: bool = False,
 ) -> np.ndarray:
     """The decoder-only component's oracle (SPEC.md §11) with attention over the cache's
-    slots as ``cache_orders`` lays them out."""
+    slots as ``cache_orders`` lays them out; ``keys_rotated_when_read``: the cache holds
+    unrotated keys and rotates each at its slot's index (``keys_rotated_at_slots``)."""
     from tck.reference.variants import oracle_variant
 
-    variant = oracle_variant({"scaled_dot_product_attention": _attention_over_slots(*orders)})
+    rotate = keys_rotated_at_slots(conventions) if keys_rotated_when_read else None
+    variant = oracle_variant(
+        {"scaled_dot_product_attention": _attention_over_slots(*orders, rotate)}
+    )
     length = orders[0].shape[0]
     unpadded = {k: v for k, v in inputs.items() if k != "key_padding"}
     everything = np.ones((length, length), bool)  # the slots' keep replaces the triangle
