@@ -399,6 +399,14 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("blocks.residual_missing", "cause", "7.1 7.2", "a sublayer's residual connection is missing"),
     (
+        "blocks.residual_added_twice",
+        "cause",
+        "7.1",
+        "a sublayer's branch adds its own input to its output (a skip connection inside the "
+        "feed-forward or attention module) while the layer adds the residual as well, so the "
+        "sublayer's input reaches the stream twice",
+    ),
+    (
         "blocks.norm_on_branch",
         "cause",
         "7.1",

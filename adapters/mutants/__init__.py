@@ -435,6 +435,7 @@ NAMES: tuple[str, ...] = (
     "mha_out_bias_missing",
     "encoder_last_layer_skipped",
     "encoder_layers_post_ln_final_norm_kept",
+    "encoder_ffn_adds_its_input",
     "heads_time_major_merged",
     "decoder_ffn_residual_stale",
     "decoder_memory_is_layer_input",

@@ -30,6 +30,8 @@ The codes (SPEC.md Appendix B):
 - ``blocks.residual_missing``: a sublayer without its residual add, in every sublayer or in
   one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
   other side of its residual add (the whole stack's placement is the convention field);
+- ``blocks.residual_added_twice``: a sublayer's branch that adds its own input to its output
+  while the layer adds the residual too, ``x + h + f(h)``, in every sublayer or in one alone;
 - ``blocks.residual_from_layer_input`` / ``blocks.branch_from_layer_input``: a later sublayer
   taking its residual, its branch or both from the layer's input or an earlier sublayer's
   input (a residual variable not refreshed; the sublayers in between discarded);
@@ -179,6 +181,17 @@ def _residual_dropped(x: Any, params: Any, norm_prefix: str, conventions: Any, f
     if conventions.norm_placement == "post":
         return oracle.norm(fn(x), params, norm_prefix, conventions)
     return fn(oracle.norm(x, params, norm_prefix, conventions))
+
+
+def _residual_inside_branch(
+    x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any
+) -> Any:
+    """A sublayer whose branch adds its own input to its output, the layer's residual add
+    kept: x + (h + f(h)) with h = Norm(x) pre-LN, Norm(x + (x + f(x))) post-LN (§7.1)."""
+    if conventions.norm_placement == "post":
+        return oracle.norm(x + x + fn(x), params, norm_prefix, conventions)
+    h = oracle.norm(x, params, norm_prefix, conventions)
+    return x + h + fn(h)
 
 
 def _post_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
@@ -814,6 +827,25 @@ def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternat
             "residual add (f(norm(x)) pre-LN, norm(f(x)) post-LN); the other sublayers are "
             "right (SPEC.md §7.1)",
             pieces=_residual_after_norm_in(which, _residual_dropped),
+        )
+    added_twice = (
+        "its branch adding its own input to its output (f(h) + h, a skip connection inside "
+        "the module) while the layer adds the residual as well (x + h + f(h) pre-LN, "
+        "norm(2x + f(x)) post-LN): the sublayer's input reaches the stream twice (SPEC.md "
+        "§7.1)"
+    )
+    yield Alternative(
+        "blocks.residual_added_twice",
+        f"the output is the spec's with every sublayer {added_twice}",
+        pieces={"_sublayer": _residual_inside_branch},
+    )
+    for which in range(sublayers if sublayers > 1 else 0):
+        yield Alternative(
+            "blocks.residual_added_twice",
+            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
+            f"the layers run them: attention, [cross-attention,] FFN per layer) {added_twice}; "
+            "the other sublayers are right",
+            pieces=_residual_after_norm_in(which, _residual_inside_branch),
         )
     # the whole stack's placement is the norm_placement convention (tried first); here one
     # sublayer alone normalises on the other side of its residual add
