@@ -31,7 +31,8 @@ The codes (SPEC.md Appendix B):
   one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
   other side of its residual add (the whole stack's placement is the convention field);
 - ``blocks.residual_added_twice``: a sublayer's branch that adds its own input to its output
-  while the layer adds the residual too, ``x + h + f(h)``, in every sublayer or in one alone;
+  while the layer adds the residual too, ``x + h + f(h)``, in every sublayer, in one alone, or
+  in every sublayer of one kind (by its norm's name);
 - ``blocks.residual_from_layer_input`` / ``blocks.branch_from_layer_input``: a later sublayer
   taking its residual, its branch or both from the layer's input or an earlier sublayer's
   input (a residual variable not refreshed; the sublayers in between discarded);
@@ -600,12 +601,10 @@ def _by_norm_name(name: str, variant: Callable[..., Any]) -> dict[str, Callable[
     return {"_sublayer": sublayer}
 
 
-def norm_on_branch_by_name_hypotheses(
-    component: str, params: Arrays | None
-) -> Iterator[Alternative]:
+def sublayer_kind_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
     """Each sublayer kind (by the name of its norm) normalising its own output before the
-    residual add, in every layer at once (the one-sublayer variants are in
-    ``residual_hypotheses``)."""
+    residual add, or adding its own input inside its branch, in every layer at once (the
+    one-sublayer variants are in ``residual_hypotheses``)."""
     if not reaches(component, "_sublayer") or not params:
         return
     names = sorted({m.group(2) for k in params if (m := _NORM_WEIGHT.search(k))})
@@ -617,6 +616,14 @@ def norm_on_branch_by_name_hypotheses(
             f"{name}(f(x)), where post-LN is {name}(x + f(x)) and pre-LN x + f({name}(x))): the "
             "residual stream is never normalised there (SPEC.md §7.1)",
             pieces=_by_norm_name(name, _norm_on_branch),
+        )
+        yield Alternative(
+            "blocks.residual_added_twice",
+            f"the output is the spec's with the sublayer normalised by {name}, in every layer, "
+            "adding its own input inside its branch (f(h) + h, a skip connection inside the "
+            "module) while the layer adds the residual as well (x + h + f(h) pre-LN, "
+            f"{name}(2x + f(x)) post-LN): its input reaches the stream twice (SPEC.md §7.1)",
+            pieces=_by_norm_name(name, _residual_inside_branch),
         )
 
 
@@ -1447,7 +1454,7 @@ def more_hypotheses(
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
     yield from residual_from_layer_input_hypotheses(component, params)
-    yield from norm_on_branch_by_name_hypotheses(component, params)
+    yield from sublayer_kind_hypotheses(component, params)
     yield from norm_bypass_hypotheses(component, conventions, params)
     yield from final_norm_one_stack_hypotheses(component, conventions)
     yield from final_norm_every_layer_hypotheses(component)
