@@ -367,7 +367,57 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2 only: bug id -> (expected codes, class without code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # vllm_llama
+    "vl.silu_and_mul_halves_swapped": (["ffn.gate_up_swapped"], ""),
+    "vl.rmsnorm_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "vl.fused_add_residual_not_carried": (["blocks.residual_from_layer_input"], ""),
+    "vl.rope_not_neox_style": (["rope.layout_interleaved"], ""),
+    "vl.rope_inv_freq_step_one": (["positional.frequency_wrong"], ""),
+    "vl.cos_sin_cache_halves_swapped": (["rope.not_identity_at_zero"], ""),
+    "vl.qkv_split_key_value_swapped": (["attention.qkv_order_wrong"], ""),
+    "vl.scale_from_hidden_size": (["attention.scale_wrong"], ""),
+    "vl.gqa_heads_tiled_not_grouped": (["attention.kv_heads_tiled"], ""),
+    "vl.causal_bias_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "vl.padding_mask_inverted": (["mask.polarity_inverted"], ""),
+    "vl.slot_mapping_from_zero": (["cache.ignored", "cache.unwritten_slots_read"], ""),
+    "vl.derived_positions_restart": (["cache.rope_offset_wrong"], ""),
+    "vl.every_layer_is_layer_zero": (["blocks.layer_params_wrong"], ""),
+    "vl.ffn_norm_uses_attention_norm": (["params.read_from_other_module"], ""),
+    "vl.rmsnorm_statistics_in_half": (["numerics.norm_statistics_low_precision"], ""),
+    "vl.embedding_scaled_by_sqrt_d": (["embedding.scale_on_embeddings"], ""),
+    # joeynmt_encoder
+    "jn.scale_by_model_size": (["attention.scale_wrong"], ""),
+    "jn.mask_polarity_inverted": (["mask.polarity_inverted"], ""),
+    "jn.mask_fills_zero": (["mask.added_as_bias"], ""),
+    "jn.query_heads_not_transposed": (["attention.heads_split_wrong_order"], ""),
+    "jn.value_uses_key_projection": (["attention.value_uses_key_projection"], ""),
+    "jn.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "jn.ffn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "jn.attention_reads_unnormed_input": (["blocks.norm_bypassed"], ""),
+    "jn.relu_maps_to_silu": (["ffn.activation_wrong"], ""),
+    "jn.final_norm_dropped": (["blocks.final_norm_missing"], ""),
+    "jn.layers_read_embeddings": (["blocks.layers_not_chained"], ""),
+    "jn.ffn_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "jn.subsequent_mask_upper": (["mask.causal_leak"], ""),
+    "jn.output_layer_without_bias": (["params.count_wrong", "params.names_differ"], ""),
+    # blip_vit
+    "bv.qkv_read_head_major": (["attention.qkv_order_wrong"], ""),
+    "bv.scale_from_dim": (["attention.scale_wrong"], ""),
+    "bv.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "bv.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "bv.attn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "bv.mlp_uses_norm1": (["params.read_from_other_module"], ""),
+    "bv.gelu_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "bv.vit_norm_default_eps": (["layer_norm.eps_wrong"], ""),
+    "bv.pos_embed_cls_row_broadcast": (["vit.pos_embed_transformed", "positional.positions_ignored"], ""),
+    "bv.cls_token_appended": (["vit.pooling_wrong_token", "vit.pos_embed_transformed"], ""),
+    "bv.mean_pooling": (["vit.pooling_mean_with_cls"], ""),
+    "bv.patches_column_major": (["vit.patch_order"], ""),
+    "bv.patch_view_without_transpose": (["vit.patch_order"], ""),
+    "bv.last_block_skipped": (["params.unused"], ""),
+    "bv.blocks_without_qkv_bias": (["params.count_wrong", "params.names_differ"], ""),
+}
 
 
 def _locate(impl: str, original: str) -> tuple[int, str]:
