@@ -513,14 +513,7 @@ class TorchModuleAdapter(Adapter):
         """The module's tensor of ``ref``: a Chunk's or a Param's slice, as a view."""
         name = _owner(ref)
         if name not in named:
-            raise ParamsMismatch(
-                "params.names_differ",
-                f"{self.name}:{handle.subject.name}: the module has no parameter {name!r}, "
-                "which its param_map names for a canonical parameter of this config: the "
-                "module was built without it (a bias left out where the config has one), "
-                f"or the map names it wrongly (it has {', '.join(sorted(named)) or 'none'}; "
-                "SPEC.md §0.2)",
-            )
+            raise self._not_built(handle, named, name)
         tensor = named[name]
         if isinstance(ref, Chunk):
             return ref.of(tensor)
@@ -528,6 +521,39 @@ class TorchModuleAdapter(Adapter):
             dim, start, stop = ref.slice
             return tensor.narrow(dim, start, stop - start)
         return tensor
+
+    def _not_built(
+        self, handle: TorchHandle, named: Mapping[str, Any], name: str
+    ) -> ParamsMismatch:
+        """The error for a parameter ``name`` that ``param_map`` names and the module lacks.
+        When every parameter the module has is mapped (no name the map could have meant
+        instead) and what is missing is a stack's final norm (§7.3, §9.4, §11.1: canonical
+        ``norm.*``, ``encoder.norm.*``, ``decoder.norm.*``), the module was built without
+        that norm: ``blocks.final_norm_missing``, the cause, not the names."""
+        mapping = handle.param_map()
+        canonical = sorted(c for c, r in mapping.items() if _owner(r) == name)
+        unmapped = set(named) - {_owner(r) for r in mapping.values()}
+        where = f"{self.name}:{handle.subject.name}"
+        if not unmapped and canonical and all(_FINAL_NORM.fullmatch(c) for c in canonical):
+            return ParamsMismatch(
+                "blocks.final_norm_missing",
+                f"{where}: the module has no parameter {name!r}, the stack's final norm "
+                f"({', '.join(canonical)}), and no parameter its param_map leaves unnamed: "
+                "the stack was built without its final norm, which this config's norm "
+                "placement ends it with (SPEC.md §7.3, §0.2)",
+            )
+        return ParamsMismatch(
+            "params.names_differ",
+            f"{where}: the module has no parameter {name!r}, which its param_map names for a "
+            "canonical parameter of this config: the module was built without it (a bias "
+            "left out where the config has one), or the map names it wrongly (it has "
+            f"{', '.join(sorted(named)) or 'none'}; SPEC.md §0.2)",
+        )
+
+
+# a stack's final norm among the canonical names (SPEC.md §0.2): ``norm.weight`` of an
+# encoder, decoder or causal LM, ``encoder.norm.bias`` of a seq2seq model or a ViT
+_FINAL_NORM = re.compile(r"((encoder|decoder)\.)?norm\.(weight|bias)")
 
 
 def _named_parameters(module: nn.Module) -> dict[str, torch.Tensor]:

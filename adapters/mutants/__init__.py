@@ -376,6 +376,8 @@ NAMES: tuple[str, ...] = (
     "encoder_ffn_reads_layer_input",
     # one stack of an encoder-decoder without its final norm
     "seq2seq_encoder_final_norm_missing",
+    # a pre-LN stack built without its final norm, the map naming it
+    "encoder_final_norm_not_built",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # a tensor-parallel rank's heads merged feature-major on the rank

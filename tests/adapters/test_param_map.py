@@ -394,3 +394,45 @@ def test_a_parameter_the_module_lacks_is_named_with_its_code() -> None:
     with pytest.raises(AdapterFailure, match=r"no parameter '2\.bias'") as raised:
         adapter.load(handle, params)
     assert raised.value.code == "params.names_differ"
+
+
+def test_a_stack_built_without_its_final_norm_is_named_as_that() -> None:
+    """A pre-LN encoder whose module has no final norm while its map names the canonical
+    ``norm.*`` (the norm's constructor condition inverted) fails to load with
+    ``blocks.final_norm_missing`` (SPEC.md §7.3); with a module parameter the map leaves
+    unnamed (the map may mean it: a typo), the same gap stays ``params.names_differ``."""
+    from torch import nn
+
+    from tck.adapters import TorchEntry, TorchModuleAdapter
+    from tck.adapters.base import AdapterFailure
+    from tck.adapters.mutants import tutorial
+    from tck.reference import Config, param_shapes
+    from tck.reference.conventions import Conventions
+
+    config = Config(d_model=8, n_heads=2, d_ff=16, n_layers=2)
+    pre = Conventions(norm_placement="pre")
+    params = {k: np.ones(s) for k, s in param_shapes("encoder", config, pre).items()}
+
+    def load(make_norm) -> AdapterFailure:  # type: ignore[no-untyped-def]
+        def make(c: Config) -> nn.Module:
+            stack = tutorial.Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff)
+            del stack.norm
+            if make_norm is not None:
+                stack.final_ln = make_norm(c.d_model)  # built under another name
+            return stack
+
+        entry = TorchEntry(
+            "encoder",
+            make=make,
+            forward=lambda m, x: m(x),
+            param_map=tutorial.stack_map,
+            conventions=pre,
+        )
+        adapter = TorchModuleAdapter("stack", [entry])
+        handle = adapter.build(adapter.subjects()[0], config, seed=0)
+        with pytest.raises(AdapterFailure, match=r"no parameter 'norm\.") as raised:
+            adapter.load(handle, params)
+        return raised.value
+
+    assert load(None).code == "blocks.final_norm_missing"
+    assert load(nn.LayerNorm).code == "params.names_differ"
