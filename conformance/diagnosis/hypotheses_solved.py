@@ -235,7 +235,11 @@ def rope_direction_hypotheses(component: str) -> Iterator[Alternative]:
         registered("rope.rotation_inverted"),
         "the output is the spec's with the rotary encoding turned the other way: each pair is "
         "rotated by -theta (x * cos - rotate_half(x) * sin, or sin taken with the wrong "
-        "sign), so the score q_i . k_j depends on j - i instead of i - j (SPEC.md §2.3)",
+        "sign), so the score q_i . k_j depends on j - i instead of i - j (SPEC.md §2.3). "
+        "Where the attention's output is all that is seen, a table whose cos and sin are "
+        "exchanged gives the same scores (a rotation by pi/2 - theta: the constant quarter "
+        "turn cancels in q . k); an adapter entry for the rope component tells the two "
+        "apart (RoPE(x, 0) = x, SPEC.md §2.4)",
         pieces={"rope": _rope_turned_back},
     )
 

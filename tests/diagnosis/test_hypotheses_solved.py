@@ -263,24 +263,36 @@ def test_the_second_call_draws_new_inputs_of_the_same_kind() -> None:
                 assert np.array_equal(second[name], value), name
 
 
-def _rope_sin_flipped(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
-    """RoPE written with the sign of sin flipped (pairs turned by -theta), by hand."""
-    x = np.asarray(x, dtype=np.float64)
-    length, d = x.shape[-2], x.shape[-1]
-    positions = np.arange(length) if positions is None else np.asarray(positions)
-    omega = base ** (-np.arange(0, d, 2) / d) if frequencies is None else frequencies
-    theta = positions[:, None] * omega
-    if layout == "interleaved":
-        a, b = x[..., 0::2], x[..., 1::2]
-    else:
-        a, b = x[..., : d // 2], x[..., d // 2 :]
-    ra, rb = a * np.cos(theta) + b * np.sin(theta), -a * np.sin(theta) + b * np.cos(theta)
-    out = np.empty_like(x)
-    if layout == "interleaved":
-        out[..., 0::2], out[..., 1::2] = ra, rb
-    else:
-        out[..., : d // 2], out[..., d // 2 :] = ra, rb
-    return out
+def _rope_by_hand(turn):  # type: ignore[no-untyped-def]
+    """A RoPE written by hand whose pairs (a, b) at angle theta become ``turn(a, b, theta)``."""
+
+    def rope(x, positions=None, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+        x = np.asarray(x, dtype=np.float64)
+        length, d = x.shape[-2], x.shape[-1]
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        omega = base ** (-np.arange(0, d, 2) / d) if frequencies is None else frequencies
+        theta = positions[:, None] * omega
+        first, second = (
+            (slice(0, None, 2), slice(1, None, 2))
+            if layout == "interleaved"
+            else (slice(0, d // 2), slice(d // 2, None))
+        )
+        out = np.empty_like(x)
+        out[..., first], out[..., second] = turn(x[..., first], x[..., second], theta)
+        return out
+
+    return rope
+
+
+# the sign of sin flipped: pairs turned by -theta
+_rope_sin_flipped = _rope_by_hand(
+    lambda a, b, t: (a * np.cos(t) + b * np.sin(t), -a * np.sin(t) + b * np.cos(t))
+)
+# the packed table's halves read the wrong way round (``sin, cos = cos_sin.chunk(2)``):
+# ``x * sin + rotate_half(x) * cos``, pairs turned by pi/2 - theta
+_rope_cos_sin_exchanged = _rope_by_hand(
+    lambda a, b, t: (a * np.sin(t) - b * np.cos(t), b * np.sin(t) + a * np.cos(t))
+)
 
 
 @pytest.mark.parametrize("component", ["rope", "causal_self_attention", "decoder_block"])
@@ -296,6 +308,21 @@ def test_a_rotation_turned_the_other_way_is_named(component: str, layout: str) -
         conventions = dataclasses.replace(declared, rope_layout=layout)
     (code, message), _ = _explained(component, turned, conventions)
     assert code == "rope.rotation_inverted", message
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half_split"])
+def test_cos_and_sin_exchanged_are_named_with_the_turn_they_cannot_be_told_from(
+    layout: str,
+) -> None:
+    """A table read with cos and sin exchanged turns each pair by pi/2 - theta: q and k
+    share the quarter turn, so every score, and the attention's output, is the inverted
+    rotation's. The diagnosis names that code and says which other cause gives the same
+    output, and how to tell them apart (SPEC.md §2.3, §2.4)."""
+    rope = dataclasses.replace(DECODER_CANONICAL, positions="rope", rope_layout=layout)
+    exchanged = Alternative("", "", pieces={"rope": _rope_cos_sin_exchanged})
+    (code, message), _ = _explained("causal_self_attention", exchanged, rope)
+    assert code == "rope.rotation_inverted", message
+    assert "cos and sin are exchanged" in message and "RoPE(x, 0) = x" in message
 
 
 @pytest.mark.parametrize("component", ["rope", "causal_self_attention"])
