@@ -432,8 +432,58 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "flatten(1, 2) of [B, gh, gw, C] is the same row-major [B, gh*gw, C] reshape."),
 ]
 
-# Phase 2: bug id -> (expected codes, class without code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected codes, class without code), from each frozen class and the
+# registry's meanings (SPEC.md Appendix C), read only after the phase-1 commit.
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "bc.wpack_read_interleaved": (["attention.qkv_order_wrong"], ""),
+    "bc.rope_inv_freq_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "bc.rope_cos_by_call_index": (["rope.not_norm_preserving", "rope.positions_ignored"], ""),
+    "bc.rotate_half_sign_dropped": (["rope.not_norm_preserving", "rope.not_relative"], ""),
+    "bc.key_sine_term_from_queries": ([], "RoPE builds each rotated key from two different tensors: the key's cosine term with the key and its rotate_half (sine) term with the query of the same token, so query content leaks into the keys; no code names a rotation that mixes the queries into the keys (rope.applied_to_wrong_tensors names the rotation skipped or applied to the values, attention.input_read_wrong a projection's input)."),
+    "bc.cache_new_keys_first": (["cache.keys_prepended"], ""),
+    "bc.chunk_causal_block_first": (["cache.causal_top_left", "cache.causal_offset_wrong", "mask.causal_leak"], ""),
+    "bc.causal_mask_hides_diagonal": (["mask.causal_diagonal_hidden", "mask.causal_leak"], ""),
+    "bc.padding_mask_over_queries": (["mask.applied_to_queries"], ""),
+    "bc.softmax_always_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "bc.heads_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "bc.mlp_gate_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "bc.rms_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "bc.rms_centred_variance": (["layer_norm.rms_wrong_statistics"], ""),
+    "bc.ffn_norm_uses_attention_norm": (["params.read_from_other_module", "params.unused"], ""),
+    "bc.stack_adds_layer_input_again": (["blocks.residual_added_twice"], ""),
+    "bc.every_layer_reads_layer0_cache": (["cache.layers_share_pool"], ""),
+    "bc.default_positions_restart_each_call": (["cache.rope_offset_wrong"], ""),
+    "bc.embeddings_scaled_by_sqrt_d": (["embedding.scale_on_embeddings"], ""),
+    "es.scores_scaled_twice": (["attention.scale_wrong"], ""),
+    "es.query_split_without_transpose": (["attention.heads_split_wrong_order", "batch.rows_interact"], ""),
+    "es.output_merged_without_transpose": (["attention.heads_merged_wrong_order", "batch.rows_interact"], ""),
+    "es.padding_mask_over_queries": (["mask.applied_to_queries"], ""),
+    "es.attn_mask_transposed": (["mask.causal_leak"], ""),
+    "es.values_mixed_by_transposed_weights": (["attention.weights_not_normalized", "attention.softmax_axis_wrong"], ""),
+    "es.gelu_tanh_approximation": (["ffn.activation_gelu_tanh"], ""),
+    "es.layernorm_unbiased_variance": (["layer_norm.unbiased_variance"], ""),
+    "es.layernorm_mean_not_subtracted": (["layer_norm.not_centred", "layer_norm.not_shift_invariant"], ""),
+    "es.layernorm_shift_before_gain": ([], "The LayerNorm's affine step composes its two parameters in the wrong order, adding the shift before applying the gain (weight * (x_hat + bias) instead of weight * x_hat + bias); no code names a norm whose shift is scaled by its gain (params.bias_unused is for a bias never added, layer_norm.gain_* for a gain misread or unused)."),
+    "es.ffn_residual_added_twice": (["blocks.residual_added_twice"], ""),
+    "es.layers_applied_in_reverse": (["blocks.layer_params_wrong"], ""),
+    "es.output_reshaped_not_transposed": (["batch.rows_interact"], ""),
+    "es.padding_mask_dropped_when_padded": (["mask.ignored"], ""),
+    "es.final_norm_uses_last_layer_norm": (["params.read_from_other_module", "params.unused"], ""),
+    "vt.scores_multiplied_by_sqrt_dk": (["attention.scale_inverted"], ""),
+    "vt.query_heads_split_by_reshape": (["attention.heads_split_wrong_order"], ""),
+    "vt.heads_merged_by_reshape": (["attention.heads_merged_wrong_order"], ""),
+    "vt.class_token_appended": (["vit.pooling_wrong_token", "vit.pos_embed_transformed"], ""),
+    "vt.head_reads_last_token": (["vit.pooling_wrong_token"], ""),
+    "vt.patches_column_major": (["vit.patch_order"], ""),
+    "vt.mlp_dropout_always_on": (["dropout.active_in_eval"], ""),
+    "vt.norm1_epsilon_1e6": (["layer_norm.eps_wrong"], ""),
+    "vt.ffn_residual_from_block_input": (["blocks.residual_from_layer_input"], ""),
+    "vt.attention_residual_normalised": (["blocks.residual_after_norm"], ""),
+    "vt.softmax_over_heads": (["attention.softmax_axis_wrong"], ""),
+    "vt.class_token_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "vt.projection_biases_dropped": (["params.bias_unused"], ""),
+    "vt.values_from_key_projection": (["attention.value_uses_key_projection", "params.unused"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
