@@ -386,6 +386,8 @@ NAMES: tuple[str, ...] = (
     "causal_masks_combined_with_and",
     # a tensor-parallel rank's fused q, k, v rows (per head) split as three blocks
     "qkv_per_head_read_as_blocks",
+    # a fused [q | k | v] output read interleaved channel by channel ([D, 3])
+    "decoder_wpack_read_channel_interleaved",
     # the tanh GELU's sqrt(2/pi) written as an eight-digit literal (1e-10 off)
     "gelu_constant_truncated",
     # exact GELU's erf argument x / 2 for x / sqrt(2)

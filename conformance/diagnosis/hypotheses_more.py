@@ -38,8 +38,9 @@ The codes (SPEC.md Appendix B):
   input (a residual variable not refreshed; the sublayers in between discarded);
 - ``attention.qkv_order_wrong``: the query, key and value projections taken in another order
   (a fused ``c_attn`` output split as k, q, v) or the fused weight read in the other layout,
-  head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse (§3.4), wherever the
-  canonical parameters hold q, k and v projections of one shape;
+  head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse, or interleaved channel
+  by channel ``[D, 3]`` (§3.4), wherever the canonical parameters hold q, k and v projections
+  of one shape;
 - ``layer_norm.gain_unused``: the norm's gain is loaded but never multiplied (every norm, or
   every norm of one name: ``norm1`` of each layer), wherever a norm weight is not all ones;
 - ``blocks.layers_not_chained``: every layer of a stack computes from the stack's input
@@ -1077,6 +1078,27 @@ def qkv_hypotheses(config: Any, params: Arrays | None) -> Iterator[Alternative]:
                 "the wrong slices of the fused weight (SPEC.md §3.4, §0.2)",
                 params=out,
             )
+    # the finest head-major layout, one channel a "head": q, k and v interleaved channel by
+    # channel ([D, 3], rows 3c, 3c + 1, 3c + 2; ``unflatten(-1, (D, 3))`` of a [q | k | v]
+    # output), read for the stacked blocks or the reverse
+    width = int(np.shape(params[f"{prefixes[0]}q.weight"])[0]) if prefixes else 0
+    if not width or width == n_heads:
+        return  # one channel a head: the head-major layouts above
+    words = (
+        ("part_major", "stacked [q | k | v]", "interleaved channel by channel [D, 3]"),
+        ("head_major", "interleaved channel by channel [D, 3]", "stacked [q | k | v]"),
+    )
+    for stored, layout, read in words:
+        out = _fused_relaid(params, prefixes, width, stored, 1)
+        if out is None:
+            return
+        yield Alternative(
+            "attention.qkv_order_wrong",
+            f"the output is the spec's with the fused qkv projection stored {layout} and read "
+            f"{read}: every query, key and value channel is taken from another row of the "
+            "fused weight, a mix of all three projections (SPEC.md §3.4, §0.2)",
+            params=out,
+        )
 
 
 def _fused_cut(params: Arrays, prefixes: list[str], order: tuple[str, ...]) -> Arrays:
