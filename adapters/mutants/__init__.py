@@ -190,6 +190,9 @@ NAMES: tuple[str, ...] = (
     # under left padding only: SPEC.md §4.2, §11.7)
     "causal_padding_polarity",
     "causal_padding_on_queries",
+    # the same over the queries as additive finfo.min biases summed with the causal one,
+    # in a whole causal LM: the pad rows average their causal keys
+    "lm_additive_padding_on_queries",
     # wiring: a later sublayer's residual from the block input, a norm computing with its
     # sibling's weights, an untied head computing with the token embedding
     "ffn_residual_from_block_input",

@@ -1142,11 +1142,16 @@ def padding_on_queries(tck: Harness, inst: Instance, inputs: Inputs, out: np.nda
     On real rows of a causal subject that is the output without padding (each real query
     sees every earlier key, pads included): what tells the two apart is the pad rows, left
     with no key, which follow a fully-masked-row policy (§4.4: 0, uniform, or non-finite
-    exactly there) instead of attending their keys."""
+    exactly there; or the mean of the keys the causal mask left, where both fills are
+    added) instead of attending their keys."""
     from tck.conformance.diagnosis.explain import padding_over_queries
 
-    variant = oracle_variant(padding_over_queries())
-    for policy in ("zero", "uniform", "nan"):
+    # the pad rows follow a §4.4 policy, or average the keys the causal mask left them
+    for pieces, policy in (
+        *((padding_over_queries(), policy) for policy in ("zero", "uniform", "nan")),
+        (padding_over_queries(causal_uniform=True), "zero"),
+    ):
+        variant = oracle_variant(pieces)
         conventions = dataclasses.replace(inst.conventions, fully_masked_rows=policy)
         try:
             gold = expected_under(

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tck.conformance.toolkit.harness import CAUSAL_SUBJECTS, Harness, Instance, _area
-from tck.reference import Conventions, record
+from tck.reference import Conventions, oracle, record
 from tck.reference.catalogue import convention_code, plain_words
 from tck.reference.codes import code as registered
 from tck.reference.conventions import CHOICES
@@ -436,7 +436,9 @@ def _hypotheses(
             if hidden and found.code in SIMPLER_ON_HIDDEN_ROWS:
                 # on rows whose every key is hidden a bias constant over the row cancels in
                 # softmax: the mask ignored fits as well, and is the simpler account
-                simpler = [a for a in _mask_hypotheses(inputs) if a.code == "mask.ignored"]
+                simpler = [
+                    a for a in _mask_hypotheses(component, inputs) if a.code == "mask.ignored"
+                ]
                 found = first_fit(simpler, evaluate, test, spec, tolerance, unpromised) or found
             note_degenerate(h.note, found.code if hidden else "")
         return found
@@ -447,7 +449,7 @@ def _hypotheses(
             _convention_alternatives(component, inst.conventions),
             params_alternatives(),
             mask_bias_hypotheses(component, inputs),  # before mask.ignored, its c = 0
-            _mask_hypotheses(inputs),
+            _mask_hypotheses(component, inputs),
             finite_fill_inverted_hypotheses(component, inputs),
             combined_inverted_hypotheses(component),
             batch_flat_causal_hypotheses(component),
@@ -722,7 +724,7 @@ def _precision_hint(h: Harness, inst: Instance) -> str | None:
     return hint(inst.handle) if callable(hint) else None
 
 
-def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
+def _mask_hypotheses(component: str, inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
     masks = [
         k for k in ("keep_mask", "key_padding", "attn_mask", "memory_key_padding") if k in inputs
     ]
@@ -747,16 +749,19 @@ def _mask_hypotheses(inputs: Mapping[str, np.ndarray]) -> Iterable[Alternative]:
     if "key_padding" in inputs:
         # key_padding[:, None, :, None] for key_padding[:, None, None, :]: the padded query
         # rows have no key left, the real ones still read the padded keys (self-attention:
-        # queries and keys are the same positions). Every name the oracle calls it by.
-        yield Alternative(
-            "mask.applied_to_queries",
-            "the output is the spec's with the key-padding mask broadcast over the query "
-            "axis instead of the key axis (mask[:, None, :, None] for mask[:, None, None, :]): "
-            "the padded queries are hidden from every key, and the real queries still attend "
-            "the padded keys (SPEC.md §4.2)",
-            pieces=padding_over_queries(),
-            nan="ignore",
-        )
+        # queries and keys are the same positions). Every name the oracle calls it by. The
+        # padded rows follow the declared §4.4 policy, or, in a causal subject (an additive
+        # padding fill plus an additive causal fill), average the keys the causal mask left.
+        for causal_uniform in (False, True) if component in CAUSAL_SUBJECTS else (False,):
+            yield Alternative(
+                "mask.applied_to_queries",
+                "the output is the spec's with the key-padding mask broadcast over the query "
+                "axis instead of the key axis (mask[:, None, :, None] for "
+                "mask[:, None, None, :]): the padded queries are hidden from every key, and "
+                "the real queries still attend the padded keys (SPEC.md §4.2)",
+                pieces=padding_over_queries(causal_uniform),
+                nan="ignore",
+            )
 
 
 # The oracle's names for §4.2's key-padding mask (aliases of one function).
@@ -771,10 +776,32 @@ def _padding_on_queries(keep: Any) -> np.ndarray:
     return keep[:, None, :, None]
 
 
-def padding_over_queries() -> dict[str, Any]:
+def padding_over_queries(causal_uniform: bool = False) -> dict[str, Any]:
     """The oracle pieces that lay §4.2's key-padding mask over the queries, under every
-    name the oracle calls it by: the ``pieces`` of an alternative or an ``oracle_variant``."""
-    return dict.fromkeys(PADDING_PIECES, _padding_on_queries)
+    name the oracle calls it by: the ``pieces`` of an alternative or an ``oracle_variant``.
+    ``causal_uniform``: the rows left without a key average the values of the keys a
+    causal mask aligned bottom-right leaves them, instead of following §4.4's policy."""
+    pieces: dict[str, Any] = dict.fromkeys(PADDING_PIECES, _padding_on_queries)
+    if causal_uniform:
+        pieces["scaled_dot_product_attention"] = _empty_rows_causal_uniform
+    return pieces
+
+
+def _empty_rows_causal_uniform(q, k, v, keep_mask=None, *, scale=None, fully_masked_rows="zero"):  # type: ignore[no-untyped-def]
+    """§3.1 whose rows with no key (§4.4) average the values of the keys a causal mask
+    leaves them: what a finite padding fill (``finfo.min``) added to a finite causal fill
+    gives, the causal part overflowing to -inf and the rest equal (transformers' older
+    ``_expand_mask(...) + _make_causal_mask(...)``)."""
+    out = oracle.scaled_dot_product_attention(
+        q, k, v, keep_mask, scale=scale, fully_masked_rows="zero"
+    )
+    if keep_mask is None:
+        return out
+    lq, lk = np.shape(q)[-2], np.shape(k)[-2]
+    empty = ~np.broadcast_to(keep_mask, (*np.shape(out)[:-1], lk)).any(axis=-1)
+    causal = np.tril(np.ones((lq, lk)), k=lk - lq)
+    mean = (causal / causal.sum(axis=-1, keepdims=True)) @ np.asarray(v)
+    return np.where(empty[..., None], mean, out)
 
 
 def _table_not_added(params: Mapping[str, np.ndarray] | None) -> Iterable[Alternative]:
