@@ -443,6 +443,10 @@ NAMES: tuple[str, ...] = (
     "encoder_last_layer_skipped",
     "encoder_layers_post_ln_final_norm_kept",
     "encoder_ffn_adds_its_input",
+    # a sublayer adding the residual stream to its branch, the layer adding it again; a
+    # stack loop adding each layer's input to its output
+    "encoder_layer_ffn_adds_residual",
+    "lm_loop_adds_layer_input",
     "heads_time_major_merged",
     "decoder_ffn_residual_stale",
     "decoder_memory_is_layer_input",

@@ -31,8 +31,9 @@ The codes (SPEC.md Appendix B):
   one only; ``blocks.norm_placement_post`` / ``_pre``: one sublayer alone normalised on the
   other side of its residual add (the whole stack's placement is the convention field);
 - ``blocks.residual_added_twice``: a sublayer's branch that adds its own input to its output
-  while the layer adds the residual too, ``x + h + f(h)``, in every sublayer, in one alone, or
-  in every sublayer of one kind (by its norm's name);
+  while the layer adds the residual too, ``x + h + f(h)``, or adds the residual stream itself,
+  ``2x + f(h)``, in every sublayer, in one alone, or in every sublayer of one kind (by its
+  norm's name); every layer's input added to its output again by the code around it;
 - ``blocks.residual_from_layer_input`` / ``blocks.branch_from_layer_input``: a later sublayer
   taking its residual, its branch or both from the layer's input or an earlier sublayer's
   input (a residual variable not refreshed; the sublayers in between discarded);
@@ -194,6 +195,32 @@ def _residual_inside_branch(
         return oracle.norm(x + x + fn(x), params, norm_prefix, conventions)
     h = oracle.norm(x, params, norm_prefix, conventions)
     return x + h + fn(h)
+
+
+def _residual_added_again(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+    """A sublayer whose branch adds the layer's residual stream to its output, the layer's
+    residual add kept: 2x + f(Norm(x)) pre-LN (``x = fc2(x) + residual`` followed by
+    ``x = residual + x``), Norm(2x + f(x)) post-LN (§7.1)."""
+    if conventions.norm_placement == "post":
+        return oracle.norm(x + x + fn(x), params, norm_prefix, conventions)
+    return x + x + fn(oracle.norm(x, params, norm_prefix, conventions))
+
+
+# The two ways a sublayer's input reaches the stream twice (pre-LN: the branch adds its own
+# normalised input, or the stream itself; post-LN the two are one)
+ADDED_TWICE = (
+    (
+        _residual_inside_branch,
+        "adding its own input inside its branch (f(h) + h, a skip connection inside the "
+        "module) while the layer adds the residual as well (x + h + f(h) pre-LN, "
+        "norm(2x + f(x)) post-LN)",
+    ),
+    (
+        _residual_added_again,
+        "adding the residual stream to its branch's output while the layer adds it as well "
+        "(2x + f(norm(x)) pre-LN, norm(2x + f(x)) post-LN)",
+    ),
+)
 
 
 def _post_ln(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
@@ -618,14 +645,13 @@ def sublayer_kind_hypotheses(component: str, params: Arrays | None) -> Iterator[
             "residual stream is never normalised there (SPEC.md §7.1)",
             pieces=_by_norm_name(name, _norm_on_branch),
         )
-        yield Alternative(
-            "blocks.residual_added_twice",
-            f"the output is the spec's with the sublayer normalised by {name}, in every layer, "
-            "adding its own input inside its branch (f(h) + h, a skip connection inside the "
-            "module) while the layer adds the residual as well (x + h + f(h) pre-LN, "
-            f"{name}(2x + f(x)) post-LN): its input reaches the stream twice (SPEC.md §7.1)",
-            pieces=_by_norm_name(name, _residual_inside_branch),
-        )
+        for variant, words in ADDED_TWICE:
+            yield Alternative(
+                "blocks.residual_added_twice",
+                f"the output is the spec's with the sublayer normalised by {name}, in every "
+                f"layer, {words}: its input reaches the stream twice (SPEC.md §7.1)",
+                pieces=_by_norm_name(name, variant),
+            )
 
 
 def sublayer_calls(evaluate: Callable[[Alternative], np.ndarray]) -> list[str]:
@@ -836,25 +862,22 @@ def residual_hypotheses(component: str, sublayers: int = 0) -> Iterator[Alternat
             "right (SPEC.md §7.1)",
             pieces=_residual_after_norm_in(which, _residual_dropped),
         )
-    added_twice = (
-        "its branch adding its own input to its output (f(h) + h, a skip connection inside "
-        "the module) while the layer adds the residual as well (x + h + f(h) pre-LN, "
-        "norm(2x + f(x)) post-LN): the sublayer's input reaches the stream twice (SPEC.md "
-        "§7.1)"
-    )
-    yield Alternative(
-        "blocks.residual_added_twice",
-        f"the output is the spec's with every sublayer {added_twice}",
-        pieces={"_sublayer": _residual_inside_branch},
-    )
-    for which in range(sublayers if sublayers > 1 else 0):
+    for variant, words in ADDED_TWICE:
         yield Alternative(
             "blocks.residual_added_twice",
-            f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the order "
-            f"the layers run them: attention, [cross-attention,] FFN per layer) {added_twice}; "
-            "the other sublayers are right",
-            pieces=_residual_after_norm_in(which, _residual_inside_branch),
+            f"the output is the spec's with every sublayer {words}: the sublayer's input "
+            "reaches the stream twice (SPEC.md §7.1)",
+            pieces={"_sublayer": variant},
         )
+        for which in range(sublayers if sublayers > 1 else 0):
+            yield Alternative(
+                "blocks.residual_added_twice",
+                f"the output is the spec's with sublayer {which + 1} of {sublayers} (in the "
+                "order the layers run them: attention, [cross-attention,] FFN per layer) "
+                f"{words}: its input reaches the stream twice; the other sublayers are right "
+                "(SPEC.md §7.1)",
+                pieces=_residual_after_norm_in(which, variant),
+            )
     # the whole stack's placement is the norm_placement convention (tried first); here one
     # sublayer alone normalises on the other side of its residual add
     # (the declared placement's own variant equals the spec: never evidence)
@@ -1276,6 +1299,32 @@ def unchained_layer_hypotheses(component: str) -> Iterator[Alternative]:
             )
 
 
+def _layers_add_input(piece: str) -> dict[str, Callable[..., Any]]:
+    """Pieces under which every call of the layer function ``piece`` returns its output
+    plus its input."""
+
+    def layer(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return oracle._f64(x) + getattr(oracle, piece)(x, *args, **kwargs)
+
+    return {piece: layer}
+
+
+def layer_input_added_hypotheses(component: str) -> Iterator[Alternative]:
+    """Every layer's input added to its output by the code around it (a stack's loop
+    ``hidden = layer(hidden)[0] + hidden``, or a block whose caller adds the residual it
+    already added): each layer's residual counted twice (SPEC.md §7.1, §7.3)."""
+    for piece in select(level="layer"):
+        if reaches(component, piece):
+            yield Alternative(
+                "blocks.residual_added_twice",
+                "the output is the spec's with every layer's input added to the layer's "
+                "output again (hidden = layer(hidden) + hidden, the layer having added its "
+                "residuals already): the skip path is counted twice at every layer (SPEC.md "
+                "§7.1, §7.3)",
+                pieces=_layers_add_input(piece),
+            )
+
+
 def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
     """Every layer of a stack reading the first layer's parameters, or the last layer's."""
     stacks: dict[str, dict[int, dict[str, str]]] = {}  # stack prefix -> layer -> rest -> key
@@ -1485,6 +1534,7 @@ def more_hypotheses(
     yield from gain_unused_hypotheses(component, params)
     yield from layer_params_hypotheses(params)
     yield from unchained_layer_hypotheses(component)
+    yield from layer_input_added_hypotheses(component)
     yield from skipped_layer_hypotheses(component)
     yield from gating_hypotheses(component)
     yield from normalised_logits_hypotheses(component)
