@@ -381,6 +381,8 @@ NAMES: tuple[str, ...] = (
     "seq2seq_encoder_final_norm_missing",
     # a pre-LN stack built without its final norm, the map naming it
     "encoder_final_norm_not_built",
+    # a stack's final norm computed with its last layer's norm (NaN rows spread as declared)
+    "encoder_final_norm_from_last_layer",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # a tensor-parallel rank's heads merged feature-major on the rank

@@ -112,8 +112,14 @@ def test_fully_masked_rows_causal_left_padded(tck: Harness) -> None:
         # The rows with keys differ: judged and explained as an oracle comparison there (the
         # empty rows left out). This call may be the only one whose mask is not a prefix of
         # the keys (left padding under a causal mask), so no other check need have seen it.
+        # Under the declared policy when it places every non-finite value the output has
+        # (a 'nan' row spread by IEEE arithmetic, 0 * NaN, to the later layers' real rows,
+        # as the implementation spreads it); else with the empty rows left out.
+        spread = np.array_equal(~np.isfinite(out), ~np.isfinite(gold))
         tck.assert_matches_oracle(
-            without_empty_rows(inst), inputs, what="a causal call with a left-padded row"
+            inst if spread else without_empty_rows(inst),
+            inputs,
+            what="a causal call with a left-padded row",
         )
         pytest.skip(
             "the rows with keys already differ from the oracle (see equality.oracle), so the "

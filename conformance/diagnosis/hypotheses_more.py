@@ -1431,6 +1431,51 @@ def other_module_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
             )
 
 
+def stack_module_from_layer_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
+    """A module of a stack outside its layers (the final norm) computing with the parameters
+    of a module of the same leaves and shapes in the stack's first or last layer:
+    ``self.layers[-1].final_layer_norm(x)`` for ``self.emb_layer_norm_after(x)``, the stack's
+    own module loaded and never used (SPEC.md §0.2, §7.3)."""
+    if not params:
+        return
+    # module prefix -> {leaf: key}, for every module of weight/bias leaves
+    modules: dict[str, dict[str, str]] = {}
+    for key in params:
+        match = _MODULE_KEY.match(key)
+        if match:
+            modules.setdefault(f"{match['parent']}{match['module']}.", {})[match["leaf"]] = key
+    for reader, leaves in modules.items():
+        if _LAYER.match(reader):
+            continue  # a layer's own module: other_module_hypotheses
+        stack = reader.rsplit(".", 2)[0] + "." if reader.count(".") > 1 else ""
+        indices = sorted(
+            {int(m.group(2)) for k in modules if (m := _LAYER.match(k)) and k.startswith(stack)}
+        )
+        for index in {indices[0], indices[-1]} if indices else ():
+            for source, theirs in modules.items():
+                m = _LAYER.match(source)
+                if (
+                    m is None
+                    or not source.startswith(stack)
+                    or int(m.group(2)) != index
+                    or set(theirs) != set(leaves)
+                    or any(
+                        np.shape(params[theirs[f]]) != np.shape(params[k])
+                        for f, k in leaves.items()
+                    )
+                    or all(np.array_equal(params[theirs[f]], params[k]) for f, k in leaves.items())
+                ):
+                    continue
+                yield Alternative(
+                    "params.read_from_other_module",
+                    f"the output is the spec's with the module {reader[:-1]!r} computing with "
+                    f"the parameters of {source[:-1]!r}, a module of the stack's "
+                    f"{'first' if index == indices[0] else 'last'} layer: a wrong attribute "
+                    f"path, {reader[:-1]!r} loaded and never used (SPEC.md §0.2, §7.3)",
+                    params={**params, **{k: params[theirs[f]] for f, k in leaves.items()}},
+                )
+
+
 def _activated_after_gating(x: Any, params: Any, *, activation: str = "silu") -> np.ndarray:
     """§11.3 with the activation applied to the gating product: down(act(gate(x) * up(x)))."""
     act = oracle.GATE_ACTIVATIONS[activation]
@@ -1540,6 +1585,7 @@ def more_hypotheses(
     yield from normalised_logits_hypotheses(component)
     yield from one_norm_eps_hypotheses(component, params)
     yield from other_module_hypotheses(params)
+    yield from stack_module_from_layer_hypotheses(params)
     yield from unused_param_hypotheses(component, params)
     yield from reshaped_weight_hypotheses(params)
 
