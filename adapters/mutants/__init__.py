@@ -449,6 +449,9 @@ NAMES: tuple[str, ...] = (
     # stack loop adding each layer's input to its output
     "encoder_layer_ffn_adds_residual",
     "lm_loop_adds_layer_input",
+    # a stack run in reverse order; an attention whose four projections drop their biases
+    "encoder_layers_reversed",
+    "attention_projections_without_bias",
     "heads_time_major_merged",
     "decoder_ffn_residual_stale",
     "decoder_memory_is_layer_input",

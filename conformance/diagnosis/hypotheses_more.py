@@ -19,7 +19,8 @@ The codes (SPEC.md Appendix B):
   instead of ``x.view(B, L, H, d).transpose(1, 2)``: each "head" is a block of positions'
   channels, positions and heads interleaved before the scores;
 - ``params.bias_unused``: a projection's bias is loaded but never added (a port that reads
-  only the weights, ``F.linear(x, w)`` without ``b``);
+  only the weights, ``F.linear(x, w)`` without ``b``): the named groups, each module's
+  biases, and every bias under one parent module (an attention's four projections);
 - ``layer_norm.gain_plus_one``: the norm multiplies by ``1 + weight`` (Gemma's RMSNorm
   convention) where the weights are stored for ``weight`` (or the reverse, ``weight - 1``);
 - ``blocks.residual_after_norm``: a pre-LN sublayer adds its output to the *normalised*
@@ -966,15 +967,40 @@ def branch_scale_hypotheses(
 BRANCH_SCALE_RANGE = (math.log(1e-8), math.log(1e3))
 
 
+def _bias_groups(params: Arrays) -> Iterator[tuple[str, list[str]]]:
+    """The groups of biases a bug drops together: the named groups (``BIAS_GROUPS``), then
+    those the parameter tree gives, every layer at once: the biases of one module
+    (``layers.*.self_attn.k.bias``), and all the biases under one parent module (the
+    attention's q, k, v and o: one projection class that drops its bias, used inside it)."""
+    for words, leaves in BIAS_GROUPS:
+        yield words, [k for k in params if _leaf(k) in leaves or k in leaves]
+    by_module: dict[str, list[str]] = {}
+    by_parent: dict[str, list[str]] = {}
+    for key in params:
+        if not key.endswith(".bias"):
+            continue
+        path = _LAYER_INDEX.sub(".*.", "." + key)[1:]
+        module = path[: -len(".bias")]
+        by_module.setdefault(module, []).append(key)
+        if "." in module:
+            by_parent.setdefault(module.rsplit(".", 1)[0], []).append(key)
+    for module, keys in by_module.items():
+        yield f"the module {module!r}", keys
+    for parent, keys in by_parent.items():
+        if len({_LAYER_INDEX.sub(".*.", "." + k) for k in keys}) > 1:
+            yield f"every module under {parent!r}", keys
+
+
 def param_hypotheses_more(component: str, params: Arrays | None) -> Iterator[Alternative]:
     """Biases never added; a norm gain read as 1 + weight (or weight - 1)."""
     if not params:
         return
-    for words, leaves in BIAS_GROUPS:
-        keys = [k for k in params if _leaf(k) in leaves or k in leaves]
+    tried: set[frozenset[str]] = set()
+    for words, keys in _bias_groups(params):
         nonzero = [k for k in keys if np.any(np.asarray(params[k]) != 0)]
-        if not nonzero:
+        if not nonzero or frozenset(keys) in tried:
             continue
+        tried.add(frozenset(keys))
         dropped = {**params, **{k: np.zeros_like(np.asarray(params[k])) for k in keys}}
         shown = ", ".join(sorted(keys)[:6]) + (", ..." if len(keys) > 6 else "")
         yield Alternative(
@@ -1326,7 +1352,8 @@ def layer_input_added_hypotheses(component: str) -> Iterator[Alternative]:
 
 
 def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
-    """Every layer of a stack reading the first layer's parameters, or the last layer's."""
+    """Every layer of a stack reading the first layer's parameters, or the last layer's; or
+    the layers run in reverse order (layer i computing with layer n - 1 - i's)."""
     stacks: dict[str, dict[int, dict[str, str]]] = {}  # stack prefix -> layer -> rest -> key
     for key in params or {}:
         match = _LAYER.match(key)
@@ -1351,6 +1378,21 @@ def layer_params_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
             "looked up without the layer index (SPEC.md §7.3)",
             params=out,
         )
+    out = dict(params)
+    for layers in stacks.values():
+        order = sorted(layers)
+        for own, source in zip(order, reversed(order), strict=True):
+            for rest, key in layers[own].items():
+                theirs = layers[source].get(rest)
+                if theirs is not None and np.shape(params[theirs]) == np.shape(params[key]):
+                    out[key] = params[theirs]
+    yield Alternative(
+        "blocks.layer_params_wrong",
+        "the output is the spec's with the stack's layers run in reverse order (for layer in "
+        "reversed(self.layers)): the last layer's weights act on the input first, and each "
+        "layer position computes with another layer's parameters (SPEC.md §7.3)",
+        params=out,
+    )
 
 
 # A module key: "<parent><module>.<leaf>", the parent holding any layer index.
