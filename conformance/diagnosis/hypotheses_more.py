@@ -51,7 +51,8 @@ The codes (SPEC.md Appendix B):
   input on unchanged (``for block in blocks[:-1]``), its parameters loaded and never used;
 - ``blocks.layer_params_wrong``: every layer of a stack reads the first layer's parameters,
   or the last's (a loop that indexes ``layers[0]``, a dict of weights keyed without the
-  layer index), wherever the canonical parameters hold ``layers.<i>.`` prefixes (§7.3);
+  layer index), or the layers run in reverse order, wherever the canonical parameters hold
+  ``layers.<i>.`` prefixes (§7.3);
 - ``ffn.activation_after_gating``: a gated FFN computing ``down(act(gate(x) * up(x)))``,
   wherever the oracle runs the gated FFN (§11.3);
 - ``model.returns_log_probabilities`` / ``model.returns_probabilities``: the (log-)softmax
@@ -985,6 +986,8 @@ def _bias_groups(params: Arrays) -> Iterator[tuple[str, list[str]]]:
         if "." in module:
             by_parent.setdefault(module.rsplit(".", 1)[0], []).append(key)
     for module, keys in by_module.items():
+        if all(_leaf(k) == "k.bias" for k in keys):
+            continue  # q . b_k is one constant per score row: softmax never sees it (§3.1)
         yield f"the module {module!r}", keys
     for parent, keys in by_parent.items():
         if len({_LAYER_INDEX.sub(".*.", "." + k) for k in keys}) > 1:
