@@ -411,6 +411,8 @@ NAMES: tuple[str, ...] = (
     # rotate_half writing its halves interleaved beside a half-split table
     "rope_rotate_half_stacked",
     "llama_block_rotate_half_unsigned",
+    # RoPE's cos gathered by the index in the call, its sin at the position ids
+    "rope_cos_by_call_index",
     # a tiled kernel whose every key tile reads the mask's first columns
     "attention_tile_mask_from_start",
     # a sequence-first ViT handed its tokens batch-first

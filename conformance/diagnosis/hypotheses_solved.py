@@ -9,7 +9,9 @@ parameterised families that no list of candidate values covers, solved numerical
 - ``rope.rotation_inverted``: every rotation by -theta instead of theta (the sign of sin
   flipped: ``x * cos - rotate_half(x) * sin``), in every component whose oracle runs RoPE.
 - ``rope.not_norm_preserving``: rotate_half with its minus sign lost (``[x2, x1]``) or
-  doubled (``[-x2, -x1]``), in every component whose oracle runs RoPE: no rotation at all.
+  doubled (``[-x2, -x1]``), or the cos (or sin) table gathered by the token's index in the
+  call while the other is gathered at its position id, in every component whose oracle
+  runs RoPE: no rotation at all.
 - A convention field with a continuum of values (the catalogue's ``NUMERIC`` fields: an eps,
   a RoPE or sinusoidal base): the value is solved for by a one-dimensional search on a log
   scale, so a base of 1e6 or 123456 is named as well as the three usual ones; its code is
@@ -282,6 +284,44 @@ def rope_sign_lost_hypotheses(component: str) -> Iterator[Alternative]:
             "same sign of sin, which is no rotation, so a vector's norm changes with its "
             "position and q_i . k_j is no function of i - j (SPEC.md §2.3, §2.4)",
             pieces={"rope": _rope_sign_lost(spec_half)},
+        )
+
+
+def _rope_factor_by_index(by_index: str) -> Callable[..., np.ndarray]:
+    """§2.3 with one factor of the rotation, ``cos`` or ``sin``, taken at the token's index
+    in the call (rows 0 .. L-1 of the table: ``cos[:seq_len]``) and the other at its
+    position id. From the spec's rotations alone: x cos(t) = (R(t) x + R(-t) x) / 2 and
+    rotate_half(x) sin(t) = (R(t) x - R(-t) x) / 2."""
+
+    def rope(x, positions=None, **kw):  # type: ignore[no-untyped-def]
+        index = np.arange(np.shape(x)[-2])
+        positions = index if positions is None else np.asarray(positions)
+        at = {"cos": positions, "sin": positions, by_index: np.broadcast_to(index, positions.shape)}
+        cos_at, sin_at = at["cos"], at["sin"]
+        cos_term = (oracle.rope(x, cos_at, **kw) + oracle.rope(x, -cos_at, **kw)) / 2
+        sin_term = (oracle.rope(x, sin_at, **kw) - oracle.rope(x, -sin_at, **kw)) / 2
+        return cos_term + sin_term
+
+    return rope
+
+
+def rope_factor_by_index_hypotheses(component: str) -> Iterator[Alternative]:
+    """RoPE's cos (or sin) gathered by the token's index in the call while the other factor
+    is gathered at its position ids (``cos = cos[:seq_len]`` beside ``sin =
+    sin[position_ids]``): wherever the ids are not 0 .. L-1 (a cached step, left padding,
+    long positions) the two factors belong to different angles, cos^2 + sin^2 != 1, and
+    the map is no rotation, in every component whose oracle runs RoPE."""
+    if not reaches(component, "rope"):
+        return
+    for by_index in ("cos", "sin"):
+        other = "sin" if by_index == "cos" else "cos"
+        yield Alternative(
+            registered("rope.not_norm_preserving"),
+            f"the output is the spec's with RoPE's {by_index} taken at each token's index in "
+            f"the call (rows 0 .. L-1 of the table) and its {other} at the token's position "
+            "id: where the ids are not 0 .. L-1 the two factors belong to different angles, "
+            "so the map is no rotation and a vector's norm changes (SPEC.md §2.3, §2.4)",
+            pieces={"rope": _rope_factor_by_index(by_index)},
         )
 
 

@@ -762,14 +762,18 @@ def _result(
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         result.status = "skip"
         result.diagnosis = {"code": "skip", "message": reason.removeprefix("Skipped: ")}
-    elif report.failed and excinfo is not None and (named := _named(excinfo.value, metrics)):
+    elif (
+        report.failed
+        and excinfo is not None
+        and (named := _named(_leading(excinfo.value), metrics))
+    ):
         # An exception that names an implementation bug (a fill value the dtype cannot
         # hold, state carried between calls): a failure with its cause, not a crash.
         result.status = "fail"
         result.diagnosis = {"code": named[0], "message": named[1]}
         result.repro = _repro(item, subject, excinfo)
-    elif report.failed and excinfo is not None and _is_check_failure(excinfo.value):
-        err = excinfo.value
+    elif report.failed and excinfo is not None and _is_check_failure(_leading(excinfo.value)):
+        err = _leading(excinfo.value)
         result.status = "fail"
         result.diagnosis = {"code": err.code, "message": err.message}
         result.metrics.update(err.metrics)
@@ -844,6 +848,17 @@ def _result(
 def _named(error: BaseException, metrics: dict[str, Any]) -> tuple[str, str] | None:
     dtype = metrics.get("dtype")
     return named_exception(error, dtype if isinstance(dtype, str) else None)
+
+
+def _leading(error: BaseException) -> BaseException:
+    """The failure an exception group stands for (hypothesis raises one when a property
+    fails in several distinct ways): its first check failure, else its first member;
+    any other exception is itself."""
+    group = getattr(error, "exceptions", None)  # an ExceptionGroup (or its 3.10 backport)
+    if not isinstance(group, tuple) or not group:
+        return error
+    members = [_leading(e) for e in group if isinstance(e, BaseException)]
+    return next((e for e in members if _is_check_failure(e)), members[0] if members else error)
 
 
 def _is_check_failure(error: BaseException) -> bool:

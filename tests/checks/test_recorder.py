@@ -57,3 +57,23 @@ def test_a_guarded_run_records_side_effects_and_hands_back_copies():
     assert set(record.side_effects) == {"adapter.input_modified", "adapter.output_reused"}
     with pytest.raises(CheckFailure, match="not a numpy array"):
         guarded_run(lambda h, i: [1.0], None, {}, record, outputs)
+
+
+def test_a_property_failing_in_several_ways_is_recorded_as_its_first_check_failure():
+    """hypothesis raises an exception group when a property fails in distinct ways; the row
+    is that check's failure with its code, not an adapter crash."""
+    import builtins
+
+    from tck.conformance.runner.plugin import _leading
+
+    # the builtin from 3.11; hypothesis raises the backport's on 3.10
+    group_of = getattr(builtins, "ExceptionGroup", None)
+    if group_of is None:
+        group_of = pytest.importorskip("exceptiongroup").ExceptionGroup
+    first = CheckFailure("rope.not_relative", "the score depends on m and n", {})
+    other = ValueError("not a check's")
+    group = group_of("Hypothesis found 2 distinct failures.", [other, first])
+    assert _leading(group) is first
+    assert _leading(group_of("nested", [group_of("inner", [first])])) is first
+    assert _leading(group_of("no check failure", [other])) is other
+    assert _leading(other) is other
