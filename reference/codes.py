@@ -402,9 +402,9 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "blocks.residual_added_twice",
         "cause",
         "7.1",
-        "a sublayer's branch adds its own input to its output (a skip connection inside the "
-        "feed-forward or attention module) while the layer adds the residual as well, so the "
-        "sublayer's input reaches the stream twice",
+        "a sublayer's branch adds its own input (or the residual stream) to its output while "
+        "the layer adds the residual as well, or the code around a layer adds the layer's input "
+        "to its output again: that input reaches the stream twice",
     ),
     (
         "blocks.norm_on_branch",
@@ -736,6 +736,21 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "(a fused qkv weight split as k, q, v, or read head-major instead of part-major)",
     ),
     ("layer_norm.gain_unused", "cause", "5.1 5.3", "the norm's gain (weight) is never applied"),
+    (
+        "layer_norm.shift_before_gain",
+        "cause",
+        "5.1",
+        "the norm adds its shift before applying its gain: weight * (x_hat + bias) instead of "
+        "weight * x_hat + bias",
+    ),
+    (
+        "rope.tensors_mixed",
+        "cause",
+        "2.3 11.1",
+        "one tensor's rotation takes a term from the other tensor (k cos + rotate_half(q) sin, "
+        "a copy-pasted line with one q left in): query content leaks into the keys, or key "
+        "content into the queries",
+    ),
     (
         "params.unused",
         "cause",

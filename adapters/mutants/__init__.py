@@ -167,6 +167,8 @@ NAMES: tuple[str, ...] = (
     "qkv_split_k_v_swapped",
     "rms_norm_gain_unused",
     "lm_layers_share_weights",
+    # a LayerNorm adding its shift before its gain, weight * (x_hat + bias)
+    "layer_norm_shift_before_gain",
     # RoPE turned the other way (the sign of sin flipped)
     "rope_rotation_inverted",
     # SwiGLU's activation applied after the gating product
@@ -413,6 +415,8 @@ NAMES: tuple[str, ...] = (
     "llama_block_rotate_half_unsigned",
     # RoPE's cos gathered by the index in the call, its sin at the position ids
     "rope_cos_by_call_index",
+    # the keys' rotate_half term computed from the queries
+    "rope_key_sin_term_from_queries",
     # a tiled kernel whose every key tile reads the mask's first columns
     "attention_tile_mask_from_start",
     # a sequence-first ViT handed its tokens batch-first

@@ -1225,6 +1225,41 @@ def gain_unused_hypotheses(component: str, params: Arrays | None) -> Iterator[Al
         )
 
 
+def shift_before_gain_hypotheses(component: str, params: Arrays | None) -> Iterator[Alternative]:
+    """Every norm adding its shift before its gain, ``weight * (x_hat + bias)``, then each
+    norm name's alone: the spec's norm with each bias replaced by ``weight * bias``."""
+    if not params:
+        return
+    pairs = {
+        k: k[: -len("weight")] + "bias"
+        for k in _norm_weights(component, params)
+        if k[: -len("weight")] + "bias" in params
+    }
+    moved = {
+        w: b
+        for w, b in pairs.items()
+        if not np.allclose(np.asarray(params[w]) * np.asarray(params[b]), params[b])
+    }
+    groups: dict[str, list[str]] = {}
+    for k in moved:
+        groups.setdefault(_leaf(k), []).append(k)
+    for keys in [list(moved)] + (list(groups.values()) if len(groups) > 1 else []):
+        if not keys:
+            continue
+        scaled = {
+            moved[w]: np.asarray(params[w], dtype=np.float64) * np.asarray(params[moved[w]])
+            for w in keys
+        }
+        shown = ", ".join(keys[:4]) + (", ..." if len(keys) > 4 else "")
+        yield Alternative(
+            "layer_norm.shift_before_gain",
+            f"the output is the spec's with the norms of {shown} adding their shift before "
+            "their gain: weight * (x_hat + bias) for weight * x_hat + bias, so the shift is "
+            "scaled by the gain (SPEC.md §5.1)",
+            params={**params, **scaled},
+        )
+
+
 _BIAS = re.compile(r"(^|\.)bias$")
 
 
@@ -1622,6 +1657,7 @@ def more_hypotheses(
     yield from param_hypotheses_more(component, params)
     yield from qkv_hypotheses(config, params)
     yield from gain_unused_hypotheses(component, params)
+    yield from shift_before_gain_hypotheses(component, params)
     yield from layer_params_hypotheses(params)
     yield from unchained_layer_hypotheses(component)
     yield from layer_input_added_hypotheses(component)

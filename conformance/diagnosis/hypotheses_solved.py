@@ -118,10 +118,11 @@ def searches_left(owner: Any) -> bool:
 
 
 def _causal_self_attention_rotating(
-    targets: tuple[str, ...], turned_back: str = ""
+    targets: tuple[str, ...], turned_back: str = "", mixed: tuple[str, str] | None = None
 ) -> Callable[..., np.ndarray]:
     """§11.1 with RoPE applied to ``targets`` (of q, k, v) instead of to q and k, the one
-    named by ``turned_back`` rotated the other way (by -theta)."""
+    named by ``turned_back`` rotated the other way (by -theta); ``mixed`` = (a, b): a's
+    rotation takes its rotate_half term from b, ``a cos + rotate_half(b) sin``."""
 
     def causal_self_attention(
         x: Any,
@@ -153,14 +154,25 @@ def _causal_self_attention_rotating(
         )
         # §2.6: the declared frequency scaling, as the spec's own §11.1 applies it
         omega = oracle.rope_frequencies_of(heads["q"].shape[-1], conventions)
+        plain = dict(heads)
+
+        def turned(x: np.ndarray, name: str, sign: int) -> np.ndarray:
+            angle = sign * np.asarray(at.get(name, pos))
+            return oracle.rope_rows(x, angle, layout=conventions.rope_layout, frequencies=omega)
+
         for name in targets:
             sign = -1 if name == turned_back else 1
-            heads[name] = oracle.rope_rows(
-                heads[name],
-                sign * np.asarray(at.get(name, pos)),
-                layout=conventions.rope_layout,
-                frequencies=omega,
-            )
+            heads[name] = turned(plain[name], name, sign)
+        if mixed is not None:  # x cos = (R x + R' x) / 2, rotate_half(y) sin = (R y - R' y) / 2
+            name, other = mixed
+            if plain[name].shape != plain[other].shape:
+                raise ValueError("the two tensors have different head counts")
+            heads[name] = (
+                turned(plain[name], name, 1)
+                + turned(plain[name], name, -1)
+                + turned(plain[other], name, 1)
+                - turned(plain[other], name, -1)
+            ) / 2
         rep = n_heads // n_kv_heads
         k, v = oracle.repeat_kv(heads["k"], rep), oracle.repeat_kv(heads["v"], rep)
         if causal_keep is None:  # §4.3, §4.5: the causal triangle, cut to the sliding window
@@ -196,6 +208,27 @@ def rope_target_hypotheses(component: str, conventions: Any) -> Iterator[Alterna
             "RoPE rotates q and k, never v, so that the score q_i . k_j depends on i - j "
             "(SPEC.md §2.3, §11.1)",
             pieces={"causal_self_attention": _causal_self_attention_rotating(targets)},
+        )
+
+
+def rope_tensors_mixed_hypotheses(component: str, conventions: Any) -> Iterator[Alternative]:
+    """One tensor's rotation taking its rotate_half (sin) term from the other: ``k_embed =
+    k * cos + rotate_half(q) * sin`` (the q_embed line copied with one q left in), or the
+    queries' from the keys, where queries and keys have as many heads."""
+    if getattr(conventions, "positions", None) != "rope" or not reaches(component, "rope_rows"):
+        return
+    for name, other in (("k", "q"), ("q", "k")):
+        yield Alternative(
+            registered("rope.tensors_mixed"),
+            f"the output is the spec's with the {_TENSOR_WORDS[name]} rotated as "
+            f"{name} * cos + rotate_half({other}) * sin: their sin term is computed from the "
+            f"{_TENSOR_WORDS[other]}, so the {_TENSOR_WORDS[other]}' content leaks into the "
+            f"{_TENSOR_WORDS[name]} (SPEC.md §2.3, §11.1)",
+            pieces={
+                "causal_self_attention": _causal_self_attention_rotating(
+                    ("q", "k"), mixed=(name, other)
+                )
+            },
         )
 
 
