@@ -765,7 +765,8 @@ def _result(
     elif (
         report.failed
         and excinfo is not None
-        and (named := _named(_leading(excinfo.value), metrics))
+        # the group itself first: hypothesis's FlakyFailure is one, and names carried state
+        and (named := _named(excinfo.value, metrics) or _named(_leading(excinfo.value), metrics))
     ):
         # An exception that names an implementation bug (a fill value the dtype cannot
         # hold, state carried between calls): a failure with its cause, not a crash.
