@@ -169,6 +169,8 @@ NAMES: tuple[str, ...] = (
     "lm_layers_share_weights",
     # a LayerNorm adding its shift before its gain, weight * (x_hat + bias)
     "layer_norm_shift_before_gain",
+    # a LayerNorm whose numerator is not centred, its variance still about the mean
+    "layer_norm_numerator_not_centred",
     # RoPE turned the other way (the sign of sin flipped)
     "rope_rotation_inverted",
     # SwiGLU's activation applied after the gating product

@@ -31,8 +31,9 @@ parameterised families that no list of candidate values covers, solved numerical
 - RoPE's inverse frequencies rounded to float16 or bfloat16 before the angles are formed
   (``numerics.rope_angles_low_precision``), in every component whose oracle runs RoPE.
 - A norm with the other norm's statistics: LayerNorm without its mean subtraction
-  (``layer_norm.not_centred``), RMSNorm with one (``layer_norm.rms_wrong_statistics``), in
-  every component whose oracle runs that norm.
+  (``layer_norm.not_centred``; or without it in the numerator alone, the deviation still
+  about the mean), RMSNorm with one (``layer_norm.rms_wrong_statistics``), in every
+  component whose oracle runs that norm.
 - RoPE's angles rounded to float16 or bfloat16 before their cosine or sine is taken, or its
   position ids rounded before the angles are formed (``numerics.rope_angles_low_precision``),
   in any subject.
@@ -941,6 +942,30 @@ def _layer_norm_not_centred(
     return y if bias is None else y + oracle._f64(bias)
 
 
+def _layer_norm_numerator_not_centred(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    eps: float = 1e-5,
+    eps_placement: str = "inside_sqrt",
+    variance: str = "biased",
+) -> np.ndarray:
+    """§5.1 (under the declared eps placement and variance) with the mean dropped from the
+    numerator only: x / sigma for (x - mean) / sigma, sigma still the deviation about the
+    mean (``mean = 0`` where ``std = x.std(-1)`` stays). sigma is read off the spec's own
+    norm of the rows: (x - mean) / sigma at the row's largest deviation."""
+    x = oracle._f64(x)
+    deviation = x - x.mean(axis=-1, keepdims=True)
+    normed = oracle.layer_norm(x, eps=eps, eps_placement=eps_placement, variance=variance)
+    at = np.abs(deviation).argmax(axis=-1)[..., None]
+    largest = np.take_along_axis(deviation, at, axis=-1)
+    inverse = np.take_along_axis(normed, at, axis=-1) / np.where(largest == 0, 1.0, largest)
+    y = x * inverse
+    y = y if weight is None else y * oracle._f64(weight)
+    return y if bias is None else y + oracle._f64(bias)
+
+
 def _rms_norm_centred(x: Any, weight: Any = None, *, eps: float = 1e-5) -> np.ndarray:
     """§5.3 with the rows centred first: the variance where the mean square belongs."""
     x = oracle._f64(x)
@@ -960,6 +985,14 @@ def norm_kind_hypotheses(component: str) -> Iterator[Alternative]:
             "sqrt(mean(x^2) + eps) * weight + bias instead of (x - mean) / sqrt(var + eps) * "
             "weight + bias, so the normalised rows are not centred (SPEC.md §5.1)",
             pieces={"layer_norm": _layer_norm_not_centred},
+        )
+        yield Alternative(
+            registered("layer_norm.not_centred"),
+            "the output is the spec's with the mean no longer subtracted in the numerator: "
+            "x / sigma * weight + bias for (x - mean) / sigma * weight + bias, sigma still "
+            "the deviation about the mean (mean = 0 where std = x.std(-1) stays), so the "
+            "normalised rows are not centred (SPEC.md §5.1)",
+            pieces={"layer_norm": _layer_norm_numerator_not_centred},
         )
     if reaches(component, "rms_norm"):
         yield Alternative(
