@@ -417,15 +417,17 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "blocks.residual_from_layer_input",
         "cause",
         "7.1 7.2",
-        "a sublayer adds its output to the layer's input (or to an earlier sublayer's input), "
-        "skipping the sublayer before it",
+        "a sublayer adds its output to the layer's input (or to an earlier sublayer's input, "
+        "or to the previous sublayer's branch output before its residual add), skipping the "
+        "sublayer before it",
     ),
     (
         "blocks.branch_from_layer_input",
         "cause",
         "7.1 7.2",
         "a later sublayer computes its branch from the layer's input (or an earlier "
-        "sublayer's input) instead of the sublayer before it (its residual add right)",
+        "sublayer's input, or the previous sublayer's branch output before its residual add) "
+        "instead of the residual stream after the sublayer before it (its residual add right)",
     ),
     (
         "blocks.final_norm_every_layer",

@@ -381,6 +381,9 @@ NAMES: tuple[str, ...] = (
     # a stack whose layers all compute from the stack's input
     "encoder_layers_not_chained",
     "encoder_ffn_reads_layer_input",
+    # the FFN's residual, or its branch, from the attention's branch output
+    "encoder_ffn_residual_from_attention_branch",
+    "encoder_ffn_reads_attention_branch",
     # one stack of an encoder-decoder without its final norm
     "seq2seq_encoder_final_norm_missing",
     # a pre-LN stack built without its final norm, the map naming it

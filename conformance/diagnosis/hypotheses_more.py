@@ -37,7 +37,8 @@ The codes (SPEC.md Appendix B):
   norm's name); every layer's input added to its output again by the code around it;
 - ``blocks.residual_from_layer_input`` / ``blocks.branch_from_layer_input``: a later sublayer
   taking its residual, its branch or both from the layer's input or an earlier sublayer's
-  input (a residual variable not refreshed; the sublayers in between discarded);
+  input (a residual variable not refreshed; the sublayers in between discarded), or its
+  residual or its branch from the previous sublayer's branch output (before its add);
 - ``attention.qkv_order_wrong``: the query, key and value projections taken in another order
   (a fused ``c_attn`` output split as k, q, v) or the fused weight read in the other layout,
   head-major ``[H, 3, d]`` for part-major ``[3, H, d]`` or the reverse, or interleaved channel
@@ -285,6 +286,38 @@ def _residual_from_layer_input(
     return pieces
 
 
+def _from_previous_branch(target: str, part: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation) under which the sublayer normalised by
+    ``target`` reads the previous sublayer's branch output (its f(norm(x)), before that
+    sublayer's residual add) where the residual stream belongs: for its residual
+    (``part="residual"``: ``b + f(norm(h))`` for ``h + f(norm(h))``, the stream before the
+    earlier add lost) or for its branch (``part="branch"``: ``h + f(norm(b))``; SPEC.md §7.1).
+    """
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        previous: list[Any] = []  # the branch output of the sublayer before, in this layer
+
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            x = oracle._f64(x)
+            post = conventions.norm_placement == "post"
+
+            def norm(v: Any) -> Any:
+                return oracle.norm(v, params, norm_prefix, conventions)
+
+            if _norm_name(norm_prefix) == target and previous:
+                stale = previous.pop()
+                base, into = (stale, x) if part == "residual" else (x, stale)
+                branch = fn(into if post else norm(into))
+                return norm(base + branch) if post else base + branch
+            branch = fn(x if post else norm(x))
+            previous[:] = [branch]
+            return norm(x + branch) if post else x + branch
+
+        return {"_sublayer": sublayer}
+
+    return pieces
+
+
 def residual_from_layer_input_hypotheses(
     component: str, params: Arrays | None
 ) -> Iterator[Alternative]:
@@ -322,6 +355,22 @@ def residual_from_layer_input_hypotheses(
             "h + f(norm(h)), h the earlier sublayer's output): the earlier sublayer is "
             "computed and discarded (SPEC.md §7.1)",
             pieces=_residual_from_layer_input(name, "both"),
+        )
+        yield Alternative(
+            "blocks.residual_from_layer_input",
+            f"the output is the spec's with the sublayer normalised by {name} adding its "
+            "output to the previous sublayer's branch output (before that sublayer's residual "
+            "add) instead of to the residual stream (out = b + f(norm(h)) for h + f(norm(h)), "
+            "h = x + b): the stream before the earlier add is lost (SPEC.md §7.1)",
+            pieces=_from_previous_branch(name, "residual"),
+        )
+        yield Alternative(
+            "blocks.branch_from_layer_input",
+            f"the output is the spec's with the sublayer normalised by {name} computing its "
+            "branch from the previous sublayer's branch output instead of the residual stream "
+            "(out = h + f(norm(b)) for h + f(norm(h)), h = x + b), while its residual add is "
+            "right (SPEC.md §7.1)",
+            pieces=_from_previous_branch(name, "branch"),
         )
     # a layer of three sublayers: the third's residual or branch from the second's input
     for earlier, name in itertools.combinations(names, 2):
