@@ -390,6 +390,8 @@ NAMES: tuple[str, ...] = (
     "encoder_final_norm_not_built",
     # a stack's final norm computed with its last layer's norm (NaN rows spread as declared)
     "encoder_final_norm_from_last_layer",
+    # a float32 softmax in a float64 build, its finfo(float64).min fill overflowing to -inf
+    "encoder_softmax_in_float32",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # a tensor-parallel rank's heads merged feature-major on the rank

@@ -110,6 +110,21 @@ def test_a_nan_empty_row_joins_the_overflow_of_the_same_subject() -> None:
     assert [c["code"] for c in alone] == ["mask.fully_masked_rows_nan"]
 
 
+def test_a_nan_empty_row_joins_the_float32_step_that_made_its_fill_minus_infinity() -> None:
+    """A float32 softmax in a float64 build: finfo(float64).min cast to float32 is -inf, so a
+    row whose keys are all masked is 0/0. The NaN rows are that island's consequence, however
+    many checks show them."""
+    results = [
+        _result("encoder_layer", "mask.fully_masked_rows_nan"),
+        _result("encoder_layer", "mask.fully_masked_rows_nan"),
+        _result("encoder_layer", "mask.fully_masked_rows_nan"),
+        _result("encoder_layer", "numerics.float32_island"),
+    ]
+    causes = root_causes(results)
+    assert [c["code"] for c in causes] == ["numerics.float32_island"]
+    assert len(causes[0]["symptoms"]) == 4
+
+
 def test_a_model_s_nan_rows_join_the_overflow_of_its_attention() -> None:
     """The stress that shows the overflow runs on the attention alone; the model's padded
     rows, 0/0 from the same softmax, and their symptoms join it."""
