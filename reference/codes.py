@@ -513,6 +513,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
     ),
     ("vit.pooling_mean_with_cls", "cause", "9.5", "mean pooling counts the class token"),
     (
+        "vit.channel_order_wrong",
+        "cause",
+        "9.1",
+        "the image's channels are read in another order before the patch projection (RGB "
+        "read as BGR, a channel flip), so each kernel channel meets another colour",
+    ),
+    (
         "vit.patch_order",
         "cause",
         "9.1",

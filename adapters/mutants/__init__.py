@@ -394,6 +394,8 @@ NAMES: tuple[str, ...] = (
     "encoder_softmax_in_float32",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
+    # the image's channels reversed (RGB read as BGR) before the patch kernel
+    "vit_image_channels_reversed",
     # a tensor-parallel rank's heads merged feature-major on the rank
     "heads_merged_per_rank",
     # a decoder's removal masks (future, padding) combined with AND where OR belongs

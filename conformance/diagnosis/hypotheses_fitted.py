@@ -32,6 +32,9 @@ components:
 - **The patch kernel transposed within each patch** (``vit.patch_kernel_transposed``): the
   kernel's rows and columns swapped (an einsum ``dcqp`` for ``dcpq``, a ``weight.transpose(2,
   3)``), wherever the parameters hold a square ``patch_embed.weight``.
+- **The image's channels in another order** (``vit.channel_order_wrong``): RGB read as BGR
+  (``pixel_values.flip(1)``) or any other order of up to four channels, as the kernel's
+  input channels read in the inverse order.
 - **The class token appended after the patches** (``vit.pooling_wrong_token``): the position
   table added to the tokens in their new order, so token 0, the pooled one, is a patch
   (under mean pooling, ``vit.pooling_mean_with_cls``: the mean counts the class token).
@@ -46,6 +49,7 @@ value is evidence only where it also holds on a second call (``explain``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -653,7 +657,8 @@ def activation_family_hypotheses(
 
 
 def patch_kernel_hypotheses(params: Any) -> Iterator[Alternative]:
-    """The patch kernel (D, C, p, p) applied with its rows and columns swapped."""
+    """The patch kernel (D, C, p, p) applied with its rows and columns swapped, or to the
+    image's channels in another order."""
     weight = None if not params else params.get("patch_embed.weight")
     if weight is None or np.ndim(weight) != 4 or np.shape(weight)[2] != np.shape(weight)[3]:
         return
@@ -664,6 +669,20 @@ def patch_kernel_hypotheses(params: Any) -> Iterator[Alternative]:
         "flattened in (c, x, y) order against patches in (c, y, x); SPEC.md §9.1)",
         params={**params, "patch_embed.weight": np.swapaxes(np.asarray(weight), 2, 3)},
     )
+    # the image's channels in another order before the kernel (RGB read as BGR: x.flip(1)),
+    # which is the kernel's input channels read in the inverse order; every order of up to four
+    channels = np.shape(weight)[1]
+    for order in itertools.permutations(range(channels)) if 1 < channels <= 4 else ():
+        if order == tuple(range(channels)):
+            continue
+        reversed_ = order == tuple(reversed(range(channels)))
+        yield Alternative(
+            registered("vit.channel_order_wrong"),
+            f"the output is the spec's with the image's channels read in the order {order}"
+            f"{' (reversed: RGB read as BGR)' if reversed_ else ''} before the patch "
+            "projection: each kernel channel meets another colour (SPEC.md §9.1)",
+            params={**params, "patch_embed.weight": np.asarray(weight)[:, np.argsort(order)]},
+        )
 
 
 def _vit_tokens_class_last(images: Any, params: Any, config: Any, conventions: Any) -> Any:
