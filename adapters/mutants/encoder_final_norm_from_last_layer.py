@@ -7,12 +7,11 @@ layers' real rows, as the spec's own arithmetic does (SPEC.md §0.2, §4.4, §7.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from tck.reference import Conventions
 
-from . import tutorial
+from . import fully_masked_nan, tutorial
 from .tutorial import encoder_entry, mutant
 
 BUG_CLASS = "encoder_final_norm_from_last_layer"
@@ -20,26 +19,9 @@ EXPECTED_CODES = frozenset({"params.read_from_other_module"})
 NAN_ROWS = Conventions(norm_placement="pre", fully_masked_rows="nan")
 
 
-class ScaledDotProductAttention(tutorial.ScaledDotProductAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        attn = q @ k.transpose(-2, -1) / self.temperature
-        if causal:
-            lq, lk = attn.shape[-2:]
-            future = torch.ones(lq, lk, dtype=torch.bool, device=attn.device).triu(1)
-            attn = attn.masked_fill(future, float("-inf"))
-        if mask is not None:
-            attn = attn.masked_fill(mask == 0, float("-inf"))
-        return self.dropout(torch.softmax(attn, dim=-1)) @ v  # a query with no key: NaN
-
-
-class MultiHeadAttention(tutorial.MultiHeadAttention):
-    attention_class = ScaledDotProductAttention
-
-
 class EncoderLayer(tutorial.EncoderLayer):
-    attention_class = MultiHeadAttention
+    # -inf fills and no guard: a row with no key is NaN, right here (declared 'nan')
+    attention_class = fully_masked_nan.MultiHeadAttention
 
 
 class Encoder(tutorial.Encoder):
