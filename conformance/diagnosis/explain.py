@@ -803,7 +803,7 @@ def _empty_rows_causal_uniform(q, k, v, keep_mask=None, *, scale=None, fully_mas
         return out
     lq, lk = np.shape(q)[-2], np.shape(k)[-2]
     empty = ~np.broadcast_to(keep_mask, (*np.shape(out)[:-1], lk)).any(axis=-1)
-    causal = np.tril(np.ones((lq, lk)), k=lk - lq)
+    causal = oracle.causal_keep_mask(lq, lk, alignment="bottom_right").astype(np.float64)
     mean = (causal / causal.sum(axis=-1, keepdims=True)) @ np.asarray(v)
     return np.where(empty[..., None], mean, out)
 
