@@ -668,7 +668,8 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "numerics.norm_statistics_low_precision",
         "cause",
         "5.1 5.3 10.10",
-        "norm statistics are formed in the input dtype",
+        "norm statistics are formed in the input dtype, or in a 16-bit dtype pinned whatever "
+        "the build's dtype (a float32 or float64 model's norm of x.half())",
     ),
     (
         "numerics.norm_variance_cancels",
@@ -681,13 +682,15 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "numerics.softmax_low_precision",
         "cause",
         "3.1 10.10",
-        "the softmax is formed in the input dtype",
+        "the softmax is formed in the input dtype, or in a 16-bit dtype pinned whatever the "
+        "build's dtype (softmax(..., dtype=torch.float16) in a float32 or float64 model)",
     ),
     (
         "numerics.rope_angles_low_precision",
         "cause",
         "2.3 10.10",
-        "RoPE angles are formed in low precision",
+        "RoPE angles are formed in low precision (16-bit positions or frequencies, in a "
+        "16-bit build or pinned in any)",
     ),
     (
         "numerics.table_low_precision",

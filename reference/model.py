@@ -43,11 +43,14 @@ _HALF = (torch.float16, torch.bfloat16)
 _IN_INPUT_DTYPE: frozenset[str] = frozenset()
 
 
-# SPEC.md §10.12: quantities a float64 run forms in float32 and rounds back once, as a float64
-# build with float32 islands does (Llama's RMSNorm of ``x.float()``, its float32 RoPE angles,
-# an eager softmax in float32): the yardstick such a subject is held to
-# (``tck.conformance.toolkit.careful.island_careful``).
+# SPEC.md §10.12: quantities a float64 run forms in a lower dtype and rounds back once: in
+# float32, as a float64 build with float32 islands does (Llama's RMSNorm of ``x.float()``, its
+# float32 RoPE angles, an eager softmax in float32), the yardstick such a subject is held to
+# (``tck.conformance.toolkit.careful.island_careful``); in float16 or bfloat16, the hypothesis
+# of a step pinned to 16 bits whatever the build's dtype (``softmax(..., dtype=torch.float16)``;
+# ``tck.conformance.diagnosis.islands``).
 _IN_FLOAT32: frozenset[str] = frozenset()
+_ISLAND_DTYPE: torch.dtype = torch.float32
 
 
 @contextlib.contextmanager
@@ -74,7 +77,24 @@ def computed_in_input_dtype(*quantities: str) -> contextlib.AbstractContextManag
 def computed_in_float32(*quantities: str) -> contextlib.AbstractContextManager[None]:
     """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) of float64
     tensors in float32 and rounds each result back to float64 once (SPEC.md §10.12)."""
-    return _switched("_IN_FLOAT32", quantities)
+    return computed_in("float32", *quantities)
+
+
+@contextlib.contextmanager
+def computed_in(dtype: str, *quantities: str) -> Iterator[None]:
+    """Within the block, the model forms ``quantities`` (of ``QUANTITIES``) of float64 tensors
+    in ``dtype`` ('float32', 'float16' or 'bfloat16') and rounds each result back to float64
+    once (SPEC.md §10.12; a 16-bit step in a float64 build is a bug, §10.10)."""
+    global _ISLAND_DTYPE
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"unknown island dtype {dtype!r}: 'float32', 'float16' or 'bfloat16'")
+    before = _ISLAND_DTYPE
+    _ISLAND_DTYPE = getattr(torch, dtype)
+    try:
+        with _switched("_IN_FLOAT32", quantities):
+            yield
+    finally:
+        _ISLAND_DTYPE = before
 
 
 def _careful(x: Tensor, quantity: str) -> bool:
@@ -83,12 +103,14 @@ def _careful(x: Tensor, quantity: str) -> bool:
 
 
 def _island(x: Tensor, quantity: str) -> bool:
-    """Is ``quantity`` of a float64 ``x`` to be formed in float32 (§10.12)?"""
+    """Is ``quantity`` of a float64 ``x`` to be formed in ``_ISLAND_DTYPE`` (§10.12)?"""
     return x.dtype == torch.float64 and quantity in _IN_FLOAT32
 
 
 def _working(x: Tensor, quantity: str) -> Tensor:
-    return x.float() if _careful(x, quantity) or _island(x, quantity) else x
+    if _careful(x, quantity):
+        return x.float()
+    return x.to(_ISLAND_DTYPE) if _island(x, quantity) else x
 
 
 # A matrix product of 16-bit tensors is formed in float32 and rounded to their dtype once:
@@ -295,8 +317,10 @@ def rope(
     if x.dtype in _HALF and not _careful(x, "rope_angles"):  # §10.10's hypothesis: 16-bit angles
         omega = omega.to(x.dtype)
         theta = positions.to(device=x.device, dtype=x.dtype)[:, None] * omega
-    elif _island(x, "rope_angles"):  # §10.12: angles, cos and sin in float32
-        theta = positions.to(device=x.device, dtype=torch.float32)[:, None] * omega.float()
+    elif _island(x, "rope_angles"):  # §10.12: angles, cos and sin in float32 (or 16 bits)
+        theta = positions.to(device=x.device, dtype=_ISLAND_DTYPE)[:, None] * omega.to(
+            _ISLAND_DTYPE
+        )
     else:  # §10.10: the angle pos * w formed in float64, rounded once as cos and sin
         theta = positions.to(device=x.device, dtype=torch.float64)[:, None] * omega  # (L, d/2)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
@@ -767,7 +791,8 @@ def rope_at(
         omega = omega.to(x.dtype)
         theta = positions.to(device=x.device, dtype=x.dtype)[:, None, :, None] * omega
     elif _island(x, "rope_angles"):  # §10.12, as rope()
-        theta = positions.to(device=x.device, dtype=torch.float32)[:, None, :, None] * omega.float()
+        angles = positions.to(device=x.device, dtype=_ISLAND_DTYPE)[:, None, :, None]
+        theta = angles * omega.to(_ISLAND_DTYPE)
     else:
         theta = positions.to(device=x.device, dtype=torch.float64)[:, None, :, None] * omega
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)  # (B, 1, L, d/2)

@@ -392,6 +392,11 @@ NAMES: tuple[str, ...] = (
     "encoder_final_norm_from_last_layer",
     # a float32 softmax in a float64 build, its finfo(float64).min fill overflowing to -inf
     "encoder_softmax_in_float32",
+    # a softmax pinned to 16 bits in a float64 build: float16 (a causal LM), bfloat16 (a layer)
+    "lm_softmax_in_float16",
+    "encoder_softmax_in_bfloat16",
+    # a decoder layer that drops the cache while the model's mask counts it: the step raises
+    "lm_block_drops_cache",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

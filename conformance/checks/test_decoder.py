@@ -286,6 +286,22 @@ def step_outputs(
         raise
     except Exception as err:  # the implementation's own error while decoding
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        length = int(inputs[token_input(tck.component)].shape[1])
+        sizes = keys_of_the_call_alone(str(err), prefill, chunk, length)
+        # a chunk's causal mask not widened over the cache is the other reading of a chunk's
+        # sizes: then the same cache fed one token a call runs
+        if sizes is not None and (
+            chunk == 1 or not one_token_steps_run(tck, inst, inputs, prefill, give_positions)
+        ):
+            raise CheckFailure(
+                "cache.ignored",
+                f"a decoding step with the cache failed: {type(err).__name__}: {first[:200]}; "
+                f"it sets {sizes[0]} against {sizes[1]} on one axis: the call's own tokens "
+                f"against the cache and the call ({sizes[1]} keys). Something sized for the "
+                "keys (a mask, the positions) counts the cached ones while the scores have the "
+                "call's alone: the cache never reaches the attention (SPEC.md §11.6)",
+                {"inferred_from": "exception"},
+            ) from err
         if CONCAT_ERRORS.search(str(err)):
             shared = layers_share_cache(tck, inst, unpadded(tck, inst, 2, 11, seed=509))
             if shared is not None:  # a one-layer build decodes right: not the axis
@@ -323,6 +339,31 @@ def step_outputs(
                 {"shape": list(out.shape)},
             )
     return np.concatenate(outs, axis=1), ranges
+
+
+# A shape in an error message: (2, 1, 1, 5) or torch.Size([2, 1, 1, 5]); and torch's
+# broadcasting error, "The size of tensor a (1) must match the size of tensor b (5) at
+# non-singleton dimension 3".
+_SHAPE = re.compile(r"[(\[]\s*(\d+(?:\s*,\s*\d+)+)\s*,?\s*[)\]]")
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def keys_of_the_call_alone(
+    message: str, prefill: int, chunk: int, length: int
+) -> tuple[int, int] | None:
+    """(chunk, total) when ``message``, the error of a decoding step of ``chunk`` tokens,
+    names two sizes of one axis (two shapes that differ only in their last axis, or torch's
+    broadcasting error), one the call's tokens and the other those and the cache before them
+    (``prefill`` or more, up to ``length``, the sequence's): keys counted without the cache
+    where something else (a mask, the positions) counts them with it. None otherwise."""
+    pairs = [(int(a), int(b)) for a, b in _BROADCAST.findall(message)]
+    shapes = [tuple(int(n) for n in found.split(",")) for found in _SHAPE.findall(message)]
+    pairs += [(a[-1], b[-1]) for a in shapes for b in shapes if a[:-1] == b[:-1] != ()]
+    for a, b in pairs:
+        own, total = min(a, b), max(a, b)
+        if own == chunk and prefill + chunk <= total <= length:
+            return own, total
+    return None
 
 
 def one_token_steps_run(

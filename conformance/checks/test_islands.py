@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tck.conformance.diagnosis import islands
+from tck.conformance.diagnosis import islands, precision
 from tck.conformance.toolkit.harness import Harness
 from tck.conformance.toolkit.results import CheckFailure
 from tck.reference.tolerance import ISLAND_GROWTH
@@ -36,6 +36,8 @@ def test_float32_islands(tck: Harness) -> None:
             "§10.12)",
             {"max_abs_err": found.max_abs_err, "float32_roundoffs": found.roundoffs},
         )
+    if found.sixteen_bit is not None:  # a declared float32 step does not cover 16 bits
+        _sixteen_bit_step(tck, found, *found.sixteen_bit)
     if declared:
         # the summary's convention line names the field and the steps declared
         tck.note({"field": "float32_steps", "declared": list(declared), "canonical": []})
@@ -68,5 +70,28 @@ def test_float32_islands(tck: Harness) -> None:
             "float32_roundoffs": found.roundoffs,
             "bound": found.bound,
             "candidate_steps": list(steps),
+        },
+    )
+
+
+def _sixteen_bit_step(tck: Harness, found: islands.Island, quantity: str, dtype: str) -> None:
+    """A float64 subject reproduced by the torch reference with one quantity formed in
+    ``dtype`` (float16 or bfloat16): that step is pinned to 16 bits whatever the build's
+    dtype, a precision bug in every dtype above it (SPEC.md §10.10)."""
+    code = precision.CODES[quantity]
+    raise CheckFailure(
+        code,
+        f"forms {precision.QUANTITY_WORDS[quantity]} in {dtype} inside a float64 build: "
+        f"{found.describe()}, and the torch reference with that one step in {dtype} is at "
+        f"least {islands.SIXTEEN_BIT_MARGIN:g} times closer to the output than the oracle on "
+        f"every call. A dtype pinned to 16 bits (a softmax(..., dtype=torch.{dtype}), a "
+        f"`.half()` before the step) rounds a float32 or float64 model to {dtype} there; form "
+        "it in the input's dtype or float32 (SPEC.md §10.10, §10.12)",
+        {
+            "max_abs_err": found.max_abs_err,
+            "quantity": quantity,
+            "island_dtype": dtype,
+            "reproduced_by": code,
+            "reproduced_at": "float64",
         },
     )

@@ -80,6 +80,14 @@ WORDS = {
 }
 
 
+# What each quantity is, in words (the findings of a step pinned to a dtype).
+QUANTITY_WORDS = {
+    "norm_statistics": "the norm statistics (mean, variance, mean square)",
+    "softmax": "the softmax's exponentials and their sum",
+    "rope_angles": "the RoPE angles pos * w",
+}
+
+
 def hypothesis(
     tck: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], *quantities: str
 ) -> np.ndarray:

@@ -275,3 +275,67 @@ def test_an_output_cast_to_float32_is_a_finding_whatever_is_declared() -> None:
         test_islands.test_float32_islands(tck)
     assert failure.value.code == islands.FINDING
     assert "rounded to float32" in failure.value.message
+
+
+@pytest.mark.parametrize(
+    ("mutant", "dtype"),
+    [("lm_softmax_in_float16", "float16"), ("encoder_softmax_in_bfloat16", "bfloat16")],
+)
+def test_a_softmax_pinned_to_16_bits_is_named_with_its_dtype(mutant: str, dtype: str) -> None:
+    """A float64 build whose softmax is taken in a 16-bit dtype (``softmax(..., dtype=
+    torch.float16)``) is beyond the float32-island bound, and the torch reference with that
+    one step in that dtype reproduces it: the finding names the quantity and the dtype, as
+    reproduced (the strongest evidence, so it leads the symptoms it causes)."""
+    adapter = load_adapter(f"mutants.{mutant}")
+    subject = next(iter(adapter.subjects()))
+    tck = Harness(adapter, subject, seed=0, record=Recorder())
+    found = islands.measure(tck)
+    assert isinstance(found, islands.Island) and found.status == "beyond", found
+    assert found.sixteen_bit == ("softmax", dtype)
+    with pytest.raises(CheckFailure) as failure:
+        test_islands.test_float32_islands(tck)
+    assert failure.value.code == "numerics.softmax_low_precision"
+    assert dtype in failure.value.message
+    assert failure.value.metrics["reproduced_by"] == "numerics.softmax_low_precision"
+
+
+def test_a_declared_float32_step_does_not_cover_16_bits() -> None:
+    """A subject that declares its softmax in float32 and takes it in bfloat16 is named too:
+    the declaration covers float32 rounding, and bfloat16's is beyond its bound."""
+    from tck.adapters.mutants import encoder_softmax_in_bfloat16 as bug
+    from tck.adapters.mutants import tutorial
+
+    adapter = tutorial.mutant(
+        "declared_float32_softmax_in_bfloat16",
+        tutorial.encoder_layer_entry(
+            bug.EncoderLayer, conventions=Conventions(float32_steps=("softmax",))
+        ),
+    )
+    subject = next(iter(adapter.subjects()))
+    tck = Harness(adapter, subject, seed=0, record=Recorder())
+    with pytest.raises(CheckFailure) as failure:
+        test_islands.test_float32_islands(tck)
+    assert failure.value.code == "numerics.softmax_low_precision"
+
+
+def test_the_reference_forms_a_quantity_in_the_dtype_asked_for() -> None:
+    """``computed_in(dtype, quantity)`` rounds that step of a float64 run to ``dtype`` and
+    nothing else: the softmax of float16 scores, as ``softmax(s, dtype=torch.float16)``."""
+    import torch
+
+    from tck.reference import model
+
+    q = torch.randn(2, 3, 5, 4, dtype=torch.float64) * 3  # d_k = 4: the scale is 1/2
+    values = torch.randn(2, 3, 5, 4, dtype=torch.float64)
+    plain = model.scaled_dot_product_attention(q, q, values)
+    for dtype in ("float32", "float16", "bfloat16"):
+        with model.computed_in(dtype, "softmax"):
+            pinned = model.scaled_dot_product_attention(q, q, values)
+        scores = (q @ q.transpose(-2, -1) / 2.0).to(getattr(torch, dtype))
+        by_hand = torch.softmax(scores, dim=-1).to(torch.float64) @ values
+        assert torch.allclose(pinned, by_hand, rtol=0, atol=1e-12)
+        assert not torch.equal(pinned, plain)
+    assert model._ISLAND_DTYPE == torch.float32  # restored
+    with pytest.raises(ValueError, match="island dtype"):
+        with model.computed_in("int8", "softmax"):
+            pass
