@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import math
 import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -474,6 +475,32 @@ class TorchModuleAdapter(Adapter):
         parts = [held] if isinstance(held, nn.Module) else list(held)
         unique = {id(p): p for part in parts for p in part.parameters()}
         return sum(p.numel() for p in unique.values())
+
+    def unmapped_count(self, handle: TorchHandle) -> dict[str, int]:
+        """The scalars of module tensors that ``param_map`` reads in slices (``Param.slice``,
+        ``Chunk``) and no canonical parameter reads, by tensor: a position table's offset
+        rows (OPT's, BioGPT's and BART's learned tables keep 2 rows before position 0, read
+        as ``Param(table, slice=(0, 2, 2 + max_len))``). ``params.count`` shows them as
+        held beyond the spec instead of failing (SPEC.md §10.3)."""
+        named = _named_parameters(handle.module)
+        held = handle.entry.holds(handle.module) if handle.entry.holds else handle.module
+        parts = [held] if isinstance(held, nn.Module) else list(held)
+        counted = {id(p) for part in parts for p in part.parameters()}
+        read: dict[str, int] = {}
+        sliced: set[str] = set()
+        for canonical, ref in handle.param_map().items():
+            if isinstance(ref, Chunk) or (isinstance(ref, Param) and ref.slice is not None):
+                sliced.add(ref.name)
+            owner = _owner(ref)
+            if owner:
+                size = math.prod(handle.canonical_shape(canonical))
+                read[owner] = read.get(owner, 0) + size
+        out = {}
+        for name in sorted(sliced):
+            tensor = named.get(name)
+            if tensor is not None and id(tensor) in counted and tensor.numel() > read[name]:
+                out[name] = tensor.numel() - read[name]
+        return out
 
     def load(self, handle: TorchHandle, params: Arrays) -> None:
         named = _named_parameters(handle.module)

@@ -629,6 +629,13 @@ _ROWS: list[tuple[str, str, str, str]] = [
         "a parameter read back differs from what was loaded",
     ),
     ("params.count_wrong", "cause", "10.3", "the parameter count is not the spec's"),
+    (
+        "params.unmapped_slices",
+        "cause",
+        "10.3",
+        "scalars of tensors the parameter map reads in slices that no canonical parameter "
+        "reads (a position table's offset rows), shown (a convention result)",
+    ),
     # --- gradients
     ("gradients.missing", "cause", "10.8", "grad() returned no gradient for an input or parameter"),
     ("gradients.wrong_shape", "cause", "10.8", "a gradient has the wrong shape"),

@@ -397,6 +397,7 @@ def gpt_entry(
     step=_gpt_step,
     conventions: Conventions | None = None,
     derives_positions: bool | str = "padding",
+    param_map: Callable[[Config], dict[str, Any]] = gpt_map,
     **kw: Any,
 ) -> TorchEntry:
     """causal_lm, GPT-2 style (learned positions, tied head); q, k and v with or without
@@ -421,7 +422,7 @@ def gpt_entry(
         forward=forward,
         step=step,
         derives_positions=derives_positions,
-        param_map=gpt_map,
+        param_map=param_map,
         conventions=conventions
         or dataclasses.replace(DECODER_CANONICAL, fully_masked_rows="zero", activation="gelu_tanh"),
         **kw,
