@@ -16,19 +16,10 @@ EXPECTED_CODES = frozenset({"numerics.softmax_low_precision"})
 
 
 class ScaledDotProductAttention(tutorial.ScaledDotProductAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        attn = q @ k.transpose(-2, -1) / self.temperature
-        if causal:
-            lq, lk = attn.shape[-2:]
-            future = torch.ones(lq, lk, dtype=torch.bool, device=attn.device).triu(1)
-            attn = attn.masked_fill(future, float("-inf"))
-        if mask is not None:
-            attn = attn.masked_fill(mask == 0, float("-inf"))
+    def weights(self, scores: Tensor) -> Tensor:
         # BUG: dtype=torch.bfloat16 (dtype=torch.float32, or none)
-        attn = torch.softmax(attn, dim=-1, dtype=torch.bfloat16).to(q.dtype).nan_to_num(0.0)
-        return self.dropout(attn) @ v
+        pinned = torch.softmax(scores, dim=-1, dtype=torch.bfloat16)
+        return pinned.to(scores.dtype).nan_to_num(0.0)
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):

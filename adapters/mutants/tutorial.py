@@ -49,8 +49,11 @@ class ScaledDotProductAttention(nn.Module):
             attn = attn.masked_fill(future, float("-inf"))
         if mask is not None:
             attn = attn.masked_fill(mask == 0, float("-inf"))
-        attn = torch.softmax(attn, dim=-1).nan_to_num(0.0)  # a query with no key: zeros
-        return self.dropout(attn) @ v
+        return self.dropout(self.weights(attn)) @ v
+
+    def weights(self, scores: Tensor) -> Tensor:
+        """Softmax over the keys; a query with no key (-inf everywhere): zeros."""
+        return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
 class MultiHeadAttention(nn.Module):
