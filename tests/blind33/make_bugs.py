@@ -396,7 +396,51 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2 only: bug id -> (expected codes, class without a code).
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "mp.key_heads_split_d_h": (["attention.heads_split_wrong_order"], ""),
+    "mp.context_merged_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "mp.cached_keys_concat_head_dim": (["cache.wrong_axis"], ""),
+    "mp.causal_mask_skipped_when_caching": (["mask.causal_leak"], ""),
+    "mp.past_position_from_head_axis": (["cache.rope_offset_wrong"], ""),
+    "mp.derived_positions_restart_each_call": (["cache.rope_offset_wrong"], ""),
+    "mp.causal_mask_top_left": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "mp.padding_fill_minus_1e4": (["mask.added_as_bias"], ""),
+    "mp.softmax_scale_per_kv_group": (["attention.scale_wrong"], ""),
+    "mp.gqa_heads_tiled": (["attention.kv_heads_tiled"], ""),
+    "mp.rope_freq_exponent_halved": (["positional.frequency_wrong", "positional.base_wrong"], ""),
+    "mp.rope_args_swapped": (["positional.base_wrong"], ""),
+    "mp.rope_angles_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "mp.attn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "mp.ffn_reads_unnormed": (["blocks.norm_bypassed", "params.unused"], ""),
+    "mp.final_norm_uses_last_block_norm": (["params.read_from_other_module", "params.unused"], ""),
+    "mp.functional_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "sq.heads_reshaped_not_permuted": (["attention.heads_split_wrong_order"], ""),
+    "sq.context_merged_without_permute": (["attention.heads_merged_wrong_order"], ""),
+    "sq.scale_by_sequence_length": (["attention.scale_wrong"], ""),
+    "sq.mask_transposed_for_ncw": (["mask.applied_to_queries", "mask.causal_leak"], ""),
+    "sq.mask_fill_float32_min": (["numerics.fill_value_overflow", "numerics.overflow", "mask.fully_masked_rows_nan"], ""),
+    "sq.softmax_over_queries": (["attention.softmax_axis_wrong", "attention.weights_not_normalized"], ""),
+    "sq.post_attention_args_swapped": ([], "a sublayer's two residual-add operands exchanged: the output projection applied to the residual stream (the layer input) and the unprojected attention context added as the residual, so the stream reaches the norm only through the projection"),
+    "sq.ffn_residual_from_layer_input": (["blocks.residual_from_layer_input"], ""),
+    "sq.ffn_reads_attention_context": (["blocks.branch_from_layer_input"], ""),
+    "sq.layer_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "sq.layers_shared_by_list_multiplication": (["blocks.layer_params_wrong", "params.count_wrong"], ""),
+    "sq.query_from_key_conv": (["params.read_from_other_module", "params.unused"], ""),
+    "sq.gelu_maps_to_tanh": (["ffn.activation_gelu_tanh"], ""),
+    "lv.split_last_heads_reversed": (["attention.head_count_wrong", "attention.heads_split_wrong_order"], ""),
+    "lv.scale_float32_constant": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "lv.mask_polarity_inverted": (["mask.polarity_inverted"], ""),
+    "lv.mask_not_passed_to_blocks": (["mask.ignored"], ""),
+    "lv.gelu_tanh_from_flax": (["ffn.activation_gelu_tanh"], ""),
+    "lv.attention_norm_bypassed": (["blocks.norm_bypassed", "params.unused"], ""),
+    "lv.ffn_uses_norm1": (["params.read_from_other_module", "params.unused"], ""),
+    "lv.output_projection_skipped": (["params.unused"], ""),
+    "lv.keys_from_query_projection": (["params.read_from_other_module", "params.unused"], ""),
+    "lv.softmax_implicit_dim": (["attention.softmax_axis_wrong"], ""),
+    "lv.pool_last_token": (["vit.pooling_wrong_token"], ""),
+    "lv.patches_column_major": (["vit.patch_order"], ""),
+    "lv.layer_norm_eps_torch_default": (["layer_norm.eps_wrong"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
