@@ -219,6 +219,13 @@ class TorchHandle:
             return {name: name for name in shapes}
         return mapping(self.config) if callable(mapping) else mapping
 
+    def owners(self) -> dict[str, str]:
+        """Canonical parameter -> the module tensor it is read from (a fused qkv weight's
+        three parts share one; an ``Absent`` one has none): which canonical parameters are
+        separate modules and which are slices of one (the diagnosis names a projection read
+        from its neighbour by that, SPEC.md §0.2, §3.4)."""
+        return {name: _owner(ref) for name, ref in self.param_map().items() if _owner(ref)}
+
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return next((k for k, v in TORCH_DTYPES.items() if v == dtype), str(dtype))

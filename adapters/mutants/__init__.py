@@ -397,6 +397,8 @@ NAMES: tuple[str, ...] = (
     "encoder_softmax_in_bfloat16",
     # a decoder layer that drops the cache while the model's mask counts it: the step raises
     "lm_block_drops_cache",
+    # the queries from the key projection, the projections separate modules
+    "encoder_queries_from_key_projection",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

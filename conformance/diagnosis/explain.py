@@ -482,7 +482,17 @@ def _hypotheses(
         h.note({"explained_by": combination})
         return combination_diagnosis(inst.conventions, combination)
     sublayers = len(sublayer_calls(evaluate))
-    found = first(more_hypotheses(component, inst.params, sublayers, inst.config, inst.conventions))
+    owners = getattr(inst.handle, "owners", None)  # which parameters are slices of one tensor
+    found = first(
+        more_hypotheses(
+            component,
+            inst.params,
+            sublayers,
+            inst.config,
+            inst.conventions,
+            owners() if callable(owners) else None,
+        )
+    )
     if found is None:
         found = first(
             itertools.chain(

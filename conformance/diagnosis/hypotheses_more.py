@@ -1512,11 +1512,35 @@ _SIBLING_WORDS = {
 }
 
 
-def other_module_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
+def _held_apart(
+    owners: Mapping[str, str] | None,
+    places: Mapping[str, Mapping[str, str]],
+    sources: Mapping[str, Mapping[str, str]],
+) -> bool:
+    """Does the subject hold the reader's and the source's weights in tensors of their own
+    (``owners``), in every parent, rather than as slices of one fused tensor?"""
+    if not owners:
+        return False
+    for parent, leaves in places.items():
+        mine, theirs = (
+            owners.get(leaves.get("weight", "")),
+            owners.get(sources[parent].get("weight", "")),
+        )
+        if mine is None or theirs is None or mine == theirs:
+            return False
+    return True
+
+
+def other_module_hypotheses(
+    params: Arrays | None, owners: Mapping[str, str] | None = None
+) -> Iterator[Alternative]:
     """A module computing with a sibling module's parameters (same parent, same leaves,
     same shapes), in every layer at once: ``ln_2`` read with ``ln_1``'s weights (a wrong key
     into the parameter tree), a projection loaded from its neighbour's. Read off the
-    canonical parameter layout (``tck.reference.params``), not off a list of modules."""
+    canonical parameter layout (``tck.reference.params``), not off a list of modules. One
+    attention projection computed with another's weights is the qkv order where the two are
+    slices of one fused tensor, or where ``owners`` (canonical -> the subject's tensor) is
+    not known; a module read from another where the subject holds them apart."""
     if not params:
         return
     # (parent with the layer index blanked, module) -> {actual parent: {leaf: key}}
@@ -1547,6 +1571,8 @@ def other_module_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
             if not fits_all:
                 continue
             code = _OWN_CODES.get((reader, source), "params.read_from_other_module")
+            if code == "attention.qkv_order_wrong" and _held_apart(owners, places, sources):
+                code = "params.read_from_other_module"  # self.k_proj(x) for the queries
             how = _SIBLING_WORDS.get(
                 code,
                 "a wrong key into the parameter tree, such as a second norm that reads the "
@@ -1690,11 +1716,13 @@ def more_hypotheses(
     sublayers: int = 0,
     config: Any = None,
     conventions: Any = None,
+    owners: Mapping[str, str] | None = None,
 ) -> Iterator[Alternative]:
     """Every hypothesis of this module for ``component`` with ``params``; ``sublayers``: how
     many sublayers the call runs (0: not counted, no one-sublayer hypotheses); ``config``:
     the instance's (the fused-qkv layouts need its head count); ``conventions``: the
-    declared ones (the norm's placement)."""
+    declared ones (the norm's placement); ``owners``: canonical parameter -> the tensor the
+    subject holds it in, where the adapter says (``TorchHandle.owners``)."""
     yield from head_split_hypotheses(component)
     yield from head_merge_hypotheses(component)
     yield from residual_hypotheses(component, sublayers)
@@ -1714,7 +1742,7 @@ def more_hypotheses(
     yield from gating_hypotheses(component)
     yield from normalised_logits_hypotheses(component)
     yield from one_norm_eps_hypotheses(component, params)
-    yield from other_module_hypotheses(params)
+    yield from other_module_hypotheses(params, owners)
     yield from stack_module_from_layer_hypotheses(params)
     yield from unused_param_hypotheses(component, params)
     yield from reshaped_weight_hypotheses(params)
