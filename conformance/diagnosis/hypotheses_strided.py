@@ -86,8 +86,27 @@ def merge_feature_major_in_groups(groups: int) -> Callable[[Any], np.ndarray]:
     return merge_heads
 
 
-def _split_some(targets: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
-    """A fresh ``split_heads`` per evaluation, feature-major for ``targets``."""
+def split_channel_first(x: Any, n_heads: int) -> np.ndarray:
+    """(B, L, H*d) held channel-first, (B, H*d, L), as convolutional code holds it
+    (SqueezeBERT's NCW), viewed (B, H, d, L) and reshaped to (B, H, L, d) where a permute
+    belongs: head h's (L, d) block is read in the order its (d, L) storage holds, so rows
+    mix positions and features."""
+    heads = oracle.split_heads(oracle._f64(x), n_heads)  # (B, H, L, d)
+    return np.ascontiguousarray(heads.swapaxes(-1, -2)).reshape(heads.shape)
+
+
+# every non-empty subset of q, k, v: a port rewrites one line, or two (the queries and the
+# values of a code whose keys are kept pre-transposed for the product)
+_SUBSETS = tuple(
+    tuple(t for t, bit in zip(_SPLIT_ORDER, bits, strict=True) if bit)
+    for bits in ((1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 0), (1, 0, 1), (0, 1, 1), (1, 1, 1))
+)
+
+
+def _split_some(
+    targets: tuple[str, ...], split: Callable[[Any, int], np.ndarray] = split_feature_major
+) -> Callable[[], dict[str, Any]]:
+    """A fresh ``split_heads`` per evaluation, ``split`` (feature-major) for ``targets``."""
 
     def pieces() -> dict[str, Any]:
         calls = [0]
@@ -96,7 +115,7 @@ def _split_some(targets: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
             which = _SPLIT_ORDER[calls[0] % len(_SPLIT_ORDER)]
             calls[0] += 1
             if which in targets:
-                return split_feature_major(x, n_heads)
+                return split(x, n_heads)
             return oracle.split_heads(oracle._f64(x), n_heads)
 
         return {"split_heads": split_heads}
@@ -144,6 +163,16 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
             ".transpose(-1, -2)) instead of channels h*d .. h*d + d - 1 (x.view(B, L, H, d)), "
             "so each head attends with a comb of every head's features (SPEC.md §3.3)",
             pieces=_split_some(targets),
+        )
+    for targets in _SUBSETS:
+        words = " and ".join(_TENSOR_WORDS[t] for t in targets)
+        yield Alternative(
+            registered("attention.heads_split_wrong_order"),
+            f"the output is the spec's with the {words} split into heads from a channel-first "
+            "layout by a reshape: (B, H*d, L) viewed (B, H, d, L) and reshaped to (B, H, L, "
+            "d) where a permute belongs, so each head's rows read its (d, L) block in storage "
+            "order and mix positions with features (SPEC.md §3.3)",
+            pieces=_split_some(targets, split_channel_first),
         )
 
 

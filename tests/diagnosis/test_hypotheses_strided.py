@@ -13,6 +13,7 @@ from tck.conformance.diagnosis.explain import explain
 from tck.conformance.diagnosis.hypotheses_strided import (
     _split_some,
     merge_feature_major,
+    split_channel_first,
     split_feature_major,
 )
 from tck.conformance.toolkit.harness import Harness
@@ -54,3 +55,22 @@ def test_a_feature_major_split_is_named_in_a_layer(targets: tuple[str, ...]) -> 
     code, message = _explained("encoder_layer", Alternative("", "", pieces=_split_some(targets)))
     assert code == "attention.heads_split_wrong_order", message
     assert "feature-major" in message
+
+
+def test_a_channel_first_split_is_the_reshape_a_permute_belongs_in() -> None:
+    """(B, L, H*d) held (B, H*d, L), viewed (B, H, d, L) and reshaped, not permuted."""
+    import torch
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 6))
+    ncw = torch.from_numpy(x).transpose(1, 2).contiguous()
+    by_torch = ncw.view(2, 2, 3, 5).reshape(2, 2, 5, 3).numpy()
+    assert np.array_equal(split_channel_first(x, 2), by_torch)
+
+
+@pytest.mark.parametrize("targets", [("q", "v"), ("k",)])
+def test_a_channel_first_split_is_named_in_a_layer(targets: tuple[str, ...]) -> None:
+    code, message = _explained(
+        "encoder_layer", Alternative("", "", pieces=_split_some(targets, split_channel_first))
+    )
+    assert code == "attention.heads_split_wrong_order", message
+    assert "channel-first" in message
