@@ -401,6 +401,8 @@ NAMES: tuple[str, ...] = (
     "encoder_queries_from_key_projection",
     # queries and values split from a channel-first (NCW) layout by a reshape, not a permute
     "encoder_heads_from_channel_first_reshape",
+    # the FFN handed the attention's merged context before the output projection
+    "encoder_ffn_reads_attention_context",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

@@ -318,6 +318,36 @@ def _from_previous_branch(target: str, part: str) -> Callable[[], dict[str, Call
     return pieces
 
 
+def _from_attention_context(target: str) -> Callable[[], dict[str, Callable[..., Any]]]:
+    """Pieces (built anew for each evaluation) under which the sublayer normalised by
+    ``target`` computes its branch from the attention's merged context before the output
+    projection (the heads merged, W_o not yet applied: SqueezeBERT's FFN handed
+    ``context_layer`` where the attention sublayer's output belongs), its residual add right
+    (``h + f(norm(c))`` pre-LN, ``norm(h + f(c))`` post-LN; SPEC.md §7.1)."""
+
+    def pieces() -> dict[str, Callable[..., Any]]:
+        context: list[Any] = []  # the last merged context of this layer's attention
+
+        def merge_heads(x: Any) -> Any:
+            merged = oracle.merge_heads(x)
+            context[:] = [merged]
+            return merged
+
+        def sublayer(x: Any, params: Any, norm_prefix: str, conventions: Any, fn: Any) -> Any:
+            if _norm_name(norm_prefix) != target or not context:
+                return oracle._sublayer(x, params, norm_prefix, conventions, fn)
+            x, stale = oracle._f64(x), oracle._f64(context.pop())
+            if stale.shape != x.shape:
+                raise ValueError("the context is not of the model width")
+            if conventions.norm_placement == "post":
+                return oracle.norm(x + fn(stale), params, norm_prefix, conventions)
+            return x + fn(oracle.norm(stale, params, norm_prefix, conventions))
+
+        return {"merge_heads": merge_heads, "_sublayer": sublayer}
+
+    return pieces
+
+
 def residual_from_layer_input_hypotheses(
     component: str, params: Arrays | None
 ) -> Iterator[Alternative]:
@@ -372,6 +402,15 @@ def residual_from_layer_input_hypotheses(
             "right (SPEC.md §7.1)",
             pieces=_from_previous_branch(name, "branch"),
         )
+        if reaches(component, "merge_heads"):
+            yield Alternative(
+                "blocks.branch_from_layer_input",
+                f"the output is the spec's with the sublayer normalised by {name} computing "
+                "its branch from the attention's merged context before the output projection "
+                "(the heads merged, W_o not applied) instead of the attention sublayer's "
+                "output, while its residual add is right (SPEC.md §7.1)",
+                pieces=_from_attention_context(name),
+            )
     # a layer of three sublayers: the third's residual or branch from the second's input
     for earlier, name in itertools.combinations(names, 2):
         yield Alternative(
