@@ -403,6 +403,8 @@ NAMES: tuple[str, ...] = (
     "encoder_heads_from_channel_first_reshape",
     # the FFN handed the attention's merged context before the output projection
     "encoder_ffn_reads_attention_context",
+    # keys rotated per head, then cut into heads feature-major (MPT's hand-written rearrange)
+    "lm_keys_split_feature_major_after_rope",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

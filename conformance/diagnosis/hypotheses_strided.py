@@ -123,6 +123,29 @@ def _split_some(
     return pieces
 
 
+def _rotated_then_split(targets: tuple[str, ...]) -> Callable[[], dict[str, Any]]:
+    """A fresh ``rope_rows`` per evaluation: for ``targets`` (the oracle rotates q, then k),
+    the rotation as the spec's, then the heads merged and cut again feature-major: RoPE
+    applied on the (B, L, H, d) view, and the heads of the attention taken from the rotated
+    (B, L, H*d) as (d, H) (a rearrange of ``b s (h d)`` written with the factors swapped,
+    after llm-foundry's rotary)."""
+
+    def pieces() -> dict[str, Any]:
+        calls = [0]
+
+        def rope_rows(x: Any, positions: Any, **kw: Any) -> np.ndarray:
+            which = ("q", "k")[calls[0] % 2]
+            calls[0] += 1
+            out = oracle.rope_rows(x, positions, **kw)
+            if which in targets:
+                return split_feature_major(oracle.merge_heads(out), out.shape[1])
+            return out
+
+        return {"rope_rows": rope_rows}
+
+    return pieces
+
+
 def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
     """The heads merged feature-major; q, k, v (or some of them) split feature-major."""
     if reaches(component, "merge_heads"):
@@ -174,6 +197,17 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
             "order and mix positions with features (SPEC.md §3.3)",
             pieces=_split_some(targets, split_channel_first),
         )
+    if reaches(component, "rope_rows"):
+        for targets in (("q",), ("k",), ("q", "k")):
+            words = " and ".join(_TENSOR_WORDS[t] for t in targets)
+            yield Alternative(
+                registered("attention.heads_split_wrong_order"),
+                f"the output is the spec's with the {words} rotated by RoPE per head and then "
+                "cut into heads feature-major: head h takes channels h, h + H, ... of the "
+                "rotated position ((B, L, H*d) viewed (B, L, d, H)), so each head attends "
+                "with a comb of every head's rotated features (SPEC.md §3.3, §2.3)",
+                pieces=_rotated_then_split(targets),
+            )
 
 
 def _split_into(rule: str) -> Callable[..., np.ndarray]:
