@@ -405,6 +405,8 @@ NAMES: tuple[str, ...] = (
     "encoder_ffn_reads_attention_context",
     # keys rotated per head, then cut into heads feature-major (MPT's hand-written rearrange)
     "lm_keys_split_feature_major_after_rope",
+    # the attention's output projection left out: the merged heads added as they are
+    "encoder_output_projection_skipped",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

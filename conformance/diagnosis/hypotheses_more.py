@@ -1375,9 +1375,30 @@ def unused_param_hypotheses(component: str, params: Arrays | None) -> Iterator[A
             "place, or the step that applies it skipped)",
             params=zeroed,
         )
+        # a square linear skipped: its input passed on as it is (the identity, no bias)
+        shapes = {np.shape(params[k]) for k in keys}
+        if name.endswith(".weight") and len(shapes) == 1 and _square(next(iter(shapes))):
+            skipped = dict(params)
+            for key in keys:
+                skipped[key] = np.eye(np.shape(params[key])[0])
+                bias = key.removesuffix("weight") + "bias"
+                if bias in params:
+                    skipped[bias] = np.zeros_like(np.asarray(params[bias]))
+            yield Alternative(
+                "params.unused",
+                f"the output is the spec's with the linear map {name.removesuffix('.weight')} "
+                "skipped (its input passed on as it is, the weight and any bias never "
+                "applied: the attention's output projection left out, the merged heads added "
+                "to the residual directly; SPEC.md §3.4, §0.2)",
+                params=skipped,
+            )
 
 
 _LAYER = re.compile(r"^(.*?layers\.)(\d+)\.(.+)$")
+
+
+def _square(shape: tuple[int, ...]) -> bool:
+    return len(shape) == 2 and shape[0] == shape[1]
 
 
 def reshaped_weight_hypotheses(params: Arrays | None) -> Iterator[Alternative]:
