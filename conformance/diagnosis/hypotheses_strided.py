@@ -177,37 +177,36 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
             )
     if not reaches(component, "split_heads"):
         return
-    for targets in TARGETS:
-        words = " and ".join(_TENSOR_WORDS[t] for t in targets)
-        yield Alternative(
-            registered("attention.heads_split_wrong_order"),
-            f"the output is the spec's with the {words} split into heads feature-major: "
-            "head h takes channels h, h + H, h + 2H, ... of each position (x.view(B, L, d, H)"
-            ".transpose(-1, -2)) instead of channels h*d .. h*d + d - 1 (x.view(B, L, H, d)), "
-            "so each head attends with a comb of every head's features (SPEC.md §3.3)",
-            pieces=_split_some(targets),
-        )
-    for targets in _SUBSETS:
-        words = " and ".join(_TENSOR_WORDS[t] for t in targets)
-        yield Alternative(
-            registered("attention.heads_split_wrong_order"),
-            f"the output is the spec's with the {words} split into heads from a channel-first "
-            "layout by a reshape: (B, H*d, L) viewed (B, H, d, L) and reshaped to (B, H, L, "
-            "d) where a permute belongs, so each head's rows read its (d, L) block in storage "
-            "order and mix positions with features (SPEC.md §3.3)",
-            pieces=_split_some(targets, split_channel_first),
-        )
+    splits = [(t, _FEATURE_MAJOR, _split_some(t)) for t in TARGETS]
+    splits += [(t, _CHANNEL_FIRST, _split_some(t, split_channel_first)) for t in _SUBSETS]
     if reaches(component, "rope_rows"):
-        for targets in (("q",), ("k",), ("q", "k")):
-            words = " and ".join(_TENSOR_WORDS[t] for t in targets)
-            yield Alternative(
-                registered("attention.heads_split_wrong_order"),
-                f"the output is the spec's with the {words} rotated by RoPE per head and then "
-                "cut into heads feature-major: head h takes channels h, h + H, ... of the "
-                "rotated position ((B, L, H*d) viewed (B, L, d, H)), so each head attends "
-                "with a comb of every head's rotated features (SPEC.md §3.3, §2.3)",
-                pieces=_rotated_then_split(targets),
-            )
+        splits += [(t, _AFTER_ROPE, _rotated_then_split(t)) for t in (("q",), ("k",), ("q", "k"))]
+    for targets, how, pieces in splits:
+        words = " and ".join(_TENSOR_WORDS[t] for t in targets)
+        yield Alternative(
+            registered("attention.heads_split_wrong_order"),
+            f"the output is the spec's with the {words} {how}",
+            pieces=pieces,
+        )
+
+
+# How a split went wrong, after "the output is the spec's with the queries (keys, ...)".
+_FEATURE_MAJOR = (
+    "split into heads feature-major: head h takes channels h, h + H, h + 2H, ... of each "
+    "position (x.view(B, L, d, H).transpose(-1, -2)) instead of channels h*d .. h*d + d - 1 "
+    "(x.view(B, L, H, d)), so each head attends with a comb of every head's features "
+    "(SPEC.md §3.3)"
+)
+_CHANNEL_FIRST = (
+    "split into heads from a channel-first layout by a reshape: (B, H*d, L) viewed (B, H, d, "
+    "L) and reshaped to (B, H, L, d) where a permute belongs, so each head's rows read its "
+    "(d, L) block in storage order and mix positions with features (SPEC.md §3.3)"
+)
+_AFTER_ROPE = (
+    "rotated by RoPE per head and then cut into heads feature-major: head h takes channels "
+    "h, h + H, ... of the rotated position ((B, L, H*d) viewed (B, L, d, H)), so each head "
+    "attends with a comb of every head's rotated features (SPEC.md §3.3, §2.3)"
+)
 
 
 def _split_into(rule: str) -> Callable[..., np.ndarray]:
