@@ -216,9 +216,9 @@ def _measure(h: Harness) -> Island | str:
 
 # A 16-bit step's hypothesis reproduces the output when it is this many times closer to it
 # than the oracle is. The same step computed by the same kernel gives the same 16-bit numbers
-# but where a float64 input sits within its last bits of a 16-bit rounding boundary (about
-# 2^-42 of the values: the subject's products and the reference's differ in the last bits),
-# so the measured distance is float64 rounding, 1e-8 or less of the oracle's; ten leaves room
+# except where a float64 input lies within its last bits of a 16-bit rounding boundary (the
+# subject's products and the reference's differ there, so such a value may round the other
+# way: rare), so the measured distance is mostly float64 rounding; ten leaves room
 # for a step written another way (exp / sum in 16 bits where torch.softmax accumulates in
 # float32), while float16 against bfloat16 stays apart (8 bits of mantissa against 11: the
 # wrong one is about 8 times further off, not ten times closer).
