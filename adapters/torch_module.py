@@ -478,10 +478,7 @@ class TorchModuleAdapter(Adapter):
     def param_count(self, handle: TorchHandle) -> int:
         """The scalars the module itself holds (``module.parameters()``, a shared tensor once),
         whatever ``param_map`` shows: an extra LayerNorm counts (SPEC.md §10.3)."""
-        held = handle.entry.holds(handle.module) if handle.entry.holds else handle.module
-        parts = [held] if isinstance(held, nn.Module) else list(held)
-        unique = {id(p): p for part in parts for p in part.parameters()}
-        return sum(p.numel() for p in unique.values())
+        return sum(p.numel() for p in _held_parameters(handle).values())
 
     def unmapped_count(self, handle: TorchHandle) -> dict[str, int]:
         """The scalars of module tensors that ``param_map`` reads in slices (``Param.slice``,
@@ -490,9 +487,7 @@ class TorchModuleAdapter(Adapter):
         as ``Param(table, slice=(0, 2, 2 + max_len))``). ``params.count`` shows them as
         held beyond the spec instead of failing (SPEC.md §10.3)."""
         named = _named_parameters(handle.module)
-        held = handle.entry.holds(handle.module) if handle.entry.holds else handle.module
-        parts = [held] if isinstance(held, nn.Module) else list(held)
-        counted = {id(p) for part in parts for p in part.parameters()}
+        counted = _held_parameters(handle)
         read: dict[str, int] = {}
         sliced: set[str] = set()
         for canonical, ref in handle.param_map().items():
@@ -588,6 +583,14 @@ class TorchModuleAdapter(Adapter):
 # a stack's final norm among the canonical names (SPEC.md §0.2): ``norm.weight`` of an
 # encoder, decoder or causal LM, ``encoder.norm.bias`` of a seq2seq model or a ViT
 _FINAL_NORM = re.compile(r"((encoder|decoder)\.)?norm\.(weight|bias)")
+
+
+def _held_parameters(handle: TorchHandle) -> dict[int, torch.Tensor]:
+    """The subject's own parameters (``TorchEntry.holds``, default the module), a shared
+    tensor once, by id."""
+    held = handle.entry.holds(handle.module) if handle.entry.holds else handle.module
+    parts = [held] if isinstance(held, nn.Module) else list(held)
+    return {id(p): p for part in parts for p in part.parameters()}
 
 
 def _named_parameters(module: nn.Module) -> dict[str, torch.Tensor]:
