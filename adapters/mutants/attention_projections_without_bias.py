@@ -17,16 +17,15 @@ EXPECTED_CODES = frozenset({"params.bias_unused"})
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = F.linear(q, self.w_q.weight).view(b, lq, h, d_k).transpose(1, 2)  # BUG: no bias
-        k = F.linear(k, self.w_k.weight).view(b, lk, h, d_k).transpose(1, 2)
-        v = F.linear(v, self.w_v.weight).view(b, lk, h, d_k).transpose(1, 2)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal).transpose(1, 2).reshape(b, lq, h * d_k)
+    def project(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # BUG: no bias (F.linear(x, w.weight, w.bias))
+        return (
+            F.linear(q, self.w_q.weight),
+            F.linear(k, self.w_k.weight),
+            F.linear(v, self.w_v.weight),
+        )
+
+    def output(self, x: Tensor) -> Tensor:
         return F.linear(x, self.fc.weight)
 
 

@@ -18,18 +18,9 @@ EXPECTED_CODES = frozenset({"blocks.branch_from_layer_input"})
 class MultiHeadAttention(tutorial.MultiHeadAttention):
     context: Tensor | None = None  # the heads merged, before the output projection
 
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, lq, h, d_k).transpose(1, 2)
-        k = self.w_k(k).view(b, lk, h, d_k).transpose(1, 2)
-        v = self.w_v(v).view(b, lk, h, d_k).transpose(1, 2)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal)
-        self.context = x.transpose(1, 2).contiguous().view(b, lq, h * d_k)
-        return self.fc(self.context)
+    def merge_heads(self, x: Tensor) -> Tensor:
+        self.context = super().merge_heads(x)
+        return self.context
 
 
 class EncoderLayer(tutorial.EncoderLayer):

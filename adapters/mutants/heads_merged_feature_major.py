@@ -17,18 +17,10 @@ EXPECTED_CODES = frozenset({"attention.heads_merged_wrong_order"})
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, lq, h, d_k).transpose(1, 2)
-        k = self.w_k(k).view(b, lk, h, d_k).transpose(1, 2)
-        v = self.w_v(v).view(b, lk, h, d_k).transpose(1, 2)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal)  # (B, H, Lq, d_k)
-        x = x.permute(0, 2, 3, 1).reshape(b, lq, h * d_k)  # BUG: (B, L, d, H), not (B, L, H, d)
-        return self.fc(x)
+    def merge_heads(self, x: Tensor) -> Tensor:  # x: (B, H, Lq, d_k)
+        b, _, lq, _ = x.shape
+        # BUG: (B, L, d, H), not (B, L, H, d)
+        return x.permute(0, 2, 3, 1).reshape(b, lq, self.n_heads * self.d_k)
 
 
 class EncoderLayer(tutorial.EncoderLayer):

@@ -20,20 +20,11 @@ RANKS = 2
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, lq, h, d_k).transpose(1, 2)
-        k = self.w_k(k).view(b, lk, h, d_k).transpose(1, 2)
-        v = self.w_v(v).view(b, lk, h, d_k).transpose(1, 2)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal)  # (B, H, Lq, d_k)
+    def merge_heads(self, x: Tensor) -> Tensor:  # x: (B, H, Lq, d_k)
+        b, _, lq, _ = x.shape
         shards = x.chunk(RANKS, dim=1)  # each rank's heads
         # BUG: each rank merges (B, L, d, H/2), not (B, L, H/2, d)
-        x = torch.cat([s.permute(0, 2, 3, 1).reshape(b, lq, -1) for s in shards], dim=-1)
-        return self.fc(x)
+        return torch.cat([s.permute(0, 2, 3, 1).reshape(b, lq, -1) for s in shards], dim=-1)
 
 
 class EncoderLayer(tutorial.EncoderLayer):

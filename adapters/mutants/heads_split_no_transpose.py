@@ -20,18 +20,9 @@ EXPECTED_CODES = frozenset({"attention.heads_split_wrong_order"})
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, h, lq, d_k)  # BUG: view(b, lq, h, d_k).transpose(1, 2)
-        k = self.w_k(k).view(b, h, lk, d_k)  # BUG
-        v = self.w_v(v).view(b, h, lk, d_k)  # BUG
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal)  # (B, H, Lq, d_k)
-        x = x.transpose(1, 2).contiguous().view(b, lq, h * d_k)
-        return self.fc(x)
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, length = x.shape[:2]
+        return x.view(b, self.n_heads, length, self.d_k)  # BUG: view(b, L, h, d_k).transpose(1, 2)
 
 
 adapter = mutant(BUG_CLASS, mha_entry(MultiHeadAttention))

@@ -19,18 +19,13 @@ RAISES = True
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, lq, h, d_k)  # BUG: .transpose(1, 2) missing, here and below
-        k = self.w_k(k).view(b, lk, h, d_k)
-        v = self.w_v(v).view(b, lk, h, d_k)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal)
-        x = x.transpose(1, 2).reshape(b, lq, h * d_k)
-        return self.fc(x)
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, length = x.shape[:2]
+        return x.view(b, length, self.n_heads, self.d_k)  # BUG: .transpose(1, 2) missing
+
+    def merge_heads(self, x: Tensor) -> Tensor:  # x: (B, Lq, H, d_k), as split above
+        b, lq = x.shape[:2]
+        return x.transpose(1, 2).reshape(b, lq, self.n_heads * self.d_k)
 
 
 adapter = mutant(BUG_CLASS, mha_entry(MultiHeadAttention))

@@ -17,18 +17,9 @@ EXPECTED_CODES = frozenset({"attention.head_count_wrong"})
 
 
 class MultiHeadAttention(tutorial.MultiHeadAttention):
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, lq, d_k, h).transpose(1, 2)  # BUG: (d_k, h) for (h, d_k)
-        k = self.w_k(k).view(b, lk, d_k, h).transpose(1, 2)  # BUG
-        v = self.w_v(v).view(b, lk, d_k, h).transpose(1, 2)  # BUG
-        if mask is not None:
-            mask = mask.unsqueeze(1)  # the same mask for every head
-        x = self.attention(q, k, v, mask, causal)  # (B, d_k, Lq, h), scaled by sqrt(d_k)
-        x = x.transpose(1, 2).contiguous().view(b, lq, h * d_k)
-        return self.fc(x)
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, length = x.shape[:2]
+        return x.view(b, length, self.d_k, self.n_heads).transpose(1, 2)  # BUG: (d_k, h)
 
 
 class EncoderLayer(tutorial.EncoderLayer):

@@ -24,19 +24,9 @@ class ScaledDotProductAttention(tutorial.ScaledDotProductAttention):
 class MultiHeadAttention(tutorial.MultiHeadAttention):
     attention_class = ScaledDotProductAttention
 
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
-    ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q * d_k**-0.5)  # BUG: q_proj(x * scaling), not q_proj(x) * scaling
-        q = q.view(b, lq, h, d_k).transpose(1, 2)
-        k = self.w_k(k).view(b, lk, h, d_k).transpose(1, 2)
-        v = self.w_v(v).view(b, lk, h, d_k).transpose(1, 2)
-        if mask is not None:
-            mask = mask.unsqueeze(1)
-        x = self.attention(q, k, v, mask, causal)
-        x = x.transpose(1, 2).contiguous().view(b, lq, h * d_k)
-        return self.fc(x)
+    def project(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # BUG: q_proj(x * scaling), not q_proj(x) * scaling
+        return self.w_q(q * self.d_k**-0.5), self.w_k(k), self.w_v(v)
 
 
 adapter = mutant(BUG_CLASS, mha_entry(MultiHeadAttention))

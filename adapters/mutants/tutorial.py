@@ -73,14 +73,28 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False
     ) -> Tensor:
-        b, lq, lk, h, d_k = q.size(0), q.size(1), k.size(1), self.n_heads, self.d_k
-        q = self.w_q(q).view(b, lq, h, d_k).transpose(1, 2)  # (B, H, Lq, d_k)
-        k = self.w_k(k).view(b, lk, h, d_k).transpose(1, 2)
-        v = self.w_v(v).view(b, lk, h, d_k).transpose(1, 2)
+        q, k, v = (self.split_heads(t) for t in self.project(q, k, v))  # (B, H, L, d_k)
         if mask is not None:
             mask = mask.unsqueeze(1)  # the same mask for every head
         x = self.attention(q, k, v, mask, causal)  # (B, H, Lq, d_k)
-        x = x.transpose(1, 2).contiguous().view(b, lq, h * d_k)
+        return self.output(self.merge_heads(x))
+
+    # One method a step, so that a mutant replaces the one line its bug is in.
+    def project(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The three input projections, each (B, L, d_model)."""
+        return self.w_q(q), self.w_k(k), self.w_v(v)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, d_model) -> (B, H, L, d_k): head i reads features [i*d_k, (i+1)*d_k)."""
+        b, length = x.shape[:2]
+        return x.view(b, length, self.n_heads, self.d_k).transpose(1, 2)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """(B, H, L, d_k) -> (B, L, d_model), the inverse of ``split_heads``."""
+        return x.transpose(1, 2).flatten(2)
+
+    def output(self, x: Tensor) -> Tensor:
+        """The output projection W_o."""
         return self.fc(x)
 
 
