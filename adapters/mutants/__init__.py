@@ -407,6 +407,8 @@ NAMES: tuple[str, ...] = (
     "lm_keys_split_feature_major_after_rope",
     # the attention's output projection left out: the merged heads added as they are
     "encoder_output_projection_skipped",
+    # keys split into heads after a permute that exchanged the head and feature axes
+    "encoder_keys_split_grid_transposed",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

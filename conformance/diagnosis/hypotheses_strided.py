@@ -10,6 +10,9 @@ position's channels, and nothing crosses positions (the layouts that do cross po
 view without the transpose, are ``hypotheses_more`` and ``hypotheses_folded``). The inverse
 permutation, channel ``h*d + j`` holding channel ``j*H + h``, is what an output projection
 computes whose weight reads its input axis as (d, H): a merge read feature-major.
+The same inverse on the split side is a permute that exchanges the head and feature axes
+before the reshape into heads (``split_grid_transposed``): head h' takes the d channels at
+h'*d .. h'*d + d - 1 of the grid read (d, H).
 
 Each hypothesis replaces the oracle's ``split_heads`` (for q, k, v or any of them, in the
 order the oracle splits them) or ``merge_heads``, so it is tested on every component whose
@@ -84,6 +87,20 @@ def merge_feature_major_in_groups(groups: int) -> Callable[[Any], np.ndarray]:
         return np.concatenate([merge_feature_major(block) for block in blocks], axis=-1)
 
     return merge_heads
+
+
+def split_grid_transposed(x: Any, n_heads: int) -> np.ndarray:
+    """(B, L, H*d) with each position's (H, d) channel grid transposed to (d, H) before the
+    head-major split (a permute that exchanges the head and feature axes ahead of a reshape,
+    Sockeye's ``permute(1, 3, 2, 0)`` for ``permute(1, 2, 3, 0)``): channel ``j*H + h`` of
+    the heads holds the spec's channel ``h*d + j``, ``split_feature_major``'s inverse, the
+    same when H = d."""
+    x = oracle._f64(x)
+    b, length, width = x.shape
+    if width % n_heads:
+        raise ValueError(f"width {width} is not divisible by n_heads={n_heads}")
+    grid = x.reshape(b, length, n_heads, width // n_heads).transpose(0, 1, 3, 2)
+    return oracle.split_heads(grid.reshape(b, length, width), n_heads)
 
 
 def split_channel_first(x: Any, n_heads: int) -> np.ndarray:
@@ -179,6 +196,7 @@ def strided_head_hypotheses(component: str) -> Iterator[Alternative]:
         return
     splits = [(t, _FEATURE_MAJOR, _split_some(t)) for t in TARGETS]
     splits += [(t, _CHANNEL_FIRST, _split_some(t, split_channel_first)) for t in _SUBSETS]
+    splits += [(t, _GRID_TRANSPOSED, _split_some(t, split_grid_transposed)) for t in _SUBSETS]
     if reaches(component, "rope_rows"):
         splits += [(t, _AFTER_ROPE, _rotated_then_split(t)) for t in (("q",), ("k",), ("q", "k"))]
     for targets, how, pieces in splits:
@@ -201,6 +219,13 @@ _CHANNEL_FIRST = (
     "split into heads from a channel-first layout by a reshape: (B, H*d, L) viewed (B, H, d, "
     "L) and reshaped to (B, H, L, d) where a permute belongs, so each head's rows read its "
     "(d, L) block in storage order and mix positions with features (SPEC.md §3.3)"
+)
+_GRID_TRANSPOSED = (
+    "split into heads after each position's (head, feature) grid was transposed to "
+    "(feature, head) (a permute that exchanges the head and feature axes before the reshape "
+    "into heads): head 0 takes feature 0 of every head, then feature 1 of every head, ... "
+    "instead of its own d channels, so each head attends with pieces of every head's "
+    "features (SPEC.md §3.3)"
 )
 _AFTER_ROPE = (
     "rotated by RoPE per head and then cut into heads feature-major: head h takes channels "

@@ -15,6 +15,7 @@ from tck.conformance.diagnosis.hypotheses_strided import (
     merge_feature_major,
     split_channel_first,
     split_feature_major,
+    split_grid_transposed,
 )
 from tck.conformance.toolkit.harness import Harness
 from tck.reference import oracle
@@ -74,3 +75,27 @@ def test_a_channel_first_split_is_named_in_a_layer(targets: tuple[str, ...]) -> 
     )
     assert code == "attention.heads_split_wrong_order", message
     assert "channel-first" in message
+
+
+def test_a_grid_transposed_split_is_the_inverse_of_the_feature_major_one() -> None:
+    """Sockeye's (len, batch, heads, head_dim) keys permuted (batch, head_dim, heads, len)
+    and reshaped to (batch * heads, head_dim, len): the (H, d) grid read as (d, H)."""
+    import torch
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 6))  # (B, L, H*d), H = 2, d = 3
+    time_major = torch.from_numpy(x).transpose(0, 1).reshape(5, 2, 2, 3)
+    by_torch = time_major.permute(1, 3, 2, 0).reshape(2, 2, 3, 5).transpose(-1, -2).numpy()
+    assert np.array_equal(split_grid_transposed(x, 2), by_torch)
+    merged = oracle.merge_heads(split_grid_transposed(x, 2))
+    assert np.array_equal(oracle.merge_heads(split_feature_major(merged, 2)), x)
+    square = np.random.default_rng(1).standard_normal((1, 2, 9))  # H = d: the two agree
+    assert np.array_equal(split_grid_transposed(square, 3), split_feature_major(square, 3))
+
+
+@pytest.mark.parametrize("targets", [("k",), ("q", "k", "v")])
+def test_a_grid_transposed_split_is_named_in_a_layer(targets: tuple[str, ...]) -> None:
+    code, message = _explained(
+        "encoder_layer", Alternative("", "", pieces=_split_some(targets, split_grid_transposed))
+    )
+    assert code == "attention.heads_split_wrong_order", message
+    assert "(feature, head)" in message
