@@ -410,7 +410,56 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
 ]
 
 # Phase 2 only: bug id -> (expected codes, class without code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    # ---- kerashub_llama
+    "kl.softmax_mask_polarity_inverted": (["mask.polarity_inverted", "mask.causal_leak"], ""),
+    "kl.softmax_over_queries": (["attention.softmax_axis_wrong", "attention.weights_not_normalized"], ""),
+    "kl.causal_mask_ignores_cache_index": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "kl.causal_mask_strict": (["mask.causal_diagonal_hidden", "cache.causal_off_by_one"], ""),
+    "kl.rope_start_index_zero": (["cache.rope_offset_wrong"], ""),
+    "kl.rope_table_interleaved": (["rope.table_layout_mismatch", "rope.not_norm_preserving", "rope.not_relative"], ""),
+    "kl.inverse_freq_half_dim": (["positional.frequency_wrong", "positional.base_wrong"], ""),
+    "kl.norm_statistics_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "kl.gqa_keys_tiled": (["attention.kv_heads_tiled"], ""),
+    "kl.scale_hidden_dim": (["attention.scale_wrong"], ""),
+    "kl.cache_slots_swapped": (["cache.keys_values_swapped"], ""),
+    "kl.cache_written_at_start": (["cache.ignored", "cache.unwritten_slots_read", "cache.slots_overlap"], ""),
+    "kl.padding_causal_union": (["mask.combined_with_or", "mask.causal_leak"], ""),
+    "kl.gate_reads_up_projection": (["ffn.gate_up_swapped", "params.unused"], ""),
+    "kl.ffn_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "kl.cached_head_reads_unnormed": (["blocks.final_norm_missing"], ""),
+    "kl.cache_layer_slot_zero": (["cache.layers_share_pool"], ""),
+    "kl.query_kernel_heads_transposed": (["attention.heads_split_wrong_order"], ""),
+    "kl.scores_keys_by_queries": (["attention.softmax_axis_wrong"], ""),
+    # ---- albert_encoder
+    "al.mask_fill_sign_flipped": (["mask.polarity_inverted"], ""),
+    "al.mask_fill_finite": (["mask.added_as_bias", "mask.fully_masked_rows_other"], ""),
+    "al.all_layers_use_first_group": (["blocks.layer_params_wrong", "params.unused"], ""),
+    "al.merge_heads_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "al.split_heads_dims_swapped": (["attention.head_count_wrong", "attention.heads_split_wrong_order"], ""),
+    "al.scale_all_head_size": (["attention.scale_wrong"], ""),
+    "al.attention_residual_dropped": (["blocks.residual_missing"], ""),
+    "al.ffn_residual_from_layer_input": (["blocks.residual_from_layer_input"], ""),
+    "al.ffn_norm_uses_attention_norm": (["params.read_from_other_module", "params.unused"], ""),
+    "al.gelu_new_is_exact_gelu": (["ffn.activation_gelu"], ""),
+    "al.layer_norm_eps_default": (["layer_norm.eps_wrong"], ""),
+    "al.attention_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "al.keys_from_query_projection": (["attention.qkv_order_wrong", "params.unused"], ""),
+    # ---- beit_vit
+    "bv.qkv_unpacked_per_head": (["attention.qkv_order_wrong"], ""),
+    "bv.scale_inverted": (["attention.scale_inverted"], ""),
+    "bv.merge_heads_without_transpose": (["attention.heads_merged_wrong_order"], ""),
+    "bv.class_token_position_twice": (["vit.pos_embed_transformed"], ""),
+    "bv.mean_pooling_with_class_token": (["vit.pooling_mean_with_cls"], ""),
+    "bv.class_token_without_position": (["vit.cls_pos_embed_missing", "params.unused"], ""),
+    "bv.patches_column_major": (["vit.patch_order"], ""),
+    "bv.norm2_default_eps": (["layer_norm.eps_wrong"], ""),
+    "bv.attention_residual_from_normed": (["blocks.residual_after_norm"], ""),
+    "bv.drop_path_in_eval": (["dropout.active_in_eval"], ""),
+    "bv.gelu_tanh_default": (["ffn.activation_gelu_tanh"], ""),
+    "bv.keys_values_swapped": (["attention.qkv_order_wrong", "attention.value_uses_key_projection"], ""),
+    "bv.softmax_over_heads": (["attention.softmax_axis_wrong"], ""),
+}
 
 
 def _locate(impl: str, stripped: str) -> tuple[int, str]:
