@@ -409,6 +409,8 @@ NAMES: tuple[str, ...] = (
     "encoder_output_projection_skipped",
     # keys split into heads after a permute that exchanged the head and feature axes
     "encoder_keys_split_grid_transposed",
+    # the final norm skipped on the decoding path alone (the calls that carry a cache)
+    "lm_steps_skip_final_norm",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

@@ -38,8 +38,10 @@ from tck.reference.tolerance import (
     FLOOR,
     ISLAND_FLOOR,
     Comparison,
+    compare,
     float64_floor,
     floor_of,
+    k_forward,
     round_to,
 )
 
@@ -209,6 +211,39 @@ def explain(
     ), f"disagrees with the oracle: {numbers}"
 
 
+def explain_steps(
+    h: Harness,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    full: np.ndarray,
+    stepped: np.ndarray,
+    decoded: np.ndarray,
+) -> tuple[str, str] | None:
+    """(code, message) of a hypothesis that reproduces the output of incremental decoding
+    ``stepped`` at the ``decoded`` positions (those of the calls after the prefill, SPEC.md
+    §11.6) where the full forward ``full`` agrees with the spec: a bug on the cached path
+    alone (a final norm the step path skips, a scale its branch writes again). The forward's
+    own hypotheses, tried on the steps' output; None below float64, where the bound needs a
+    careful run, when the forward disagrees too (its own check names that), or when none
+    fits. Recorded as a reproduction (``reproduced_by``)."""
+    if inst.dtype != "float64" or inst.params is None:
+        return None
+    gold = h.gold(inst, inputs)
+    if not stepped.shape == full.shape == decoded.shape == gold.shape:
+        return None
+    ignore = h.ignore_mask(inst, gold, inputs)
+    k = k_forward(h.component)
+    if not compare(full, gold, k=k, ignore=ignore).passed:
+        return None
+    unjudged = ~decoded if ignore is None else ignore | ~decoded
+    result = compare(stepped, gold, k=k, ignore=unjudged)
+    found = None if result.passed else _hypotheses(h, inst, inputs, stepped, result, ~decoded)
+    if found is None:
+        return None
+    h.note({"reproduced_by": found[0], "reproduced_at": "float64"})
+    return found[0], f"on the cached path alone (the full forward agrees with the spec): {found[1]}"
+
+
 def explain_shape(
     h: Harness, inst: Instance, inputs: Mapping[str, np.ndarray], test: np.ndarray
 ) -> tuple[str, str] | None:
@@ -311,9 +346,11 @@ def _hypotheses(
     inputs: Mapping[str, np.ndarray],
     test: np.ndarray,
     tolerance: Comparison,
+    unjudged: np.ndarray | None = None,
 ) -> tuple[str, str] | None:
     """The first hypothesis that explains ``test`` within ``tolerance`` while differing from
-    the spec's own output by more than that bound (``alternatives.fits``)."""
+    the spec's own output by more than that bound (``alternatives.fits``); positions True in
+    ``unjudged`` are left out as the unpromised ones are."""
     from .hypotheses_cross import cross_attention_hypotheses
     from .hypotheses_fitted import (  # position tables, FFN activations, ViT tokens
         activation_family_hypotheses,
@@ -415,6 +452,8 @@ def _hypotheses(
     # The positions the failed comparison left out (a causal subject's padded query rows,
     # SPEC.md §11.7) are left out of every hypothesis's judgement too.
     unpromised = h.ignore_mask(inst, spec, inputs)
+    if unjudged is not None:
+        unpromised = unjudged if unpromised is None else unpromised | unjudged
 
     # A parameter the subject uses wrongly shows on every call: a parameter hypothesis found
     # on a padded call must hold on the same call without its padding mask too, where the
