@@ -423,8 +423,57 @@ CONTROLS: list[tuple[str, str, str, str, list[str], str]] = [
      "Multiplying by depth^(-1/2) is dividing by sqrt(depth) (to rounding)."),
 ]
 
-# Phase 2: bug id -> (expected codes, class without a code). Empty in phase 1.
-PHASE_2: dict[str, tuple[list[str], str]] = {}
+# Phase 2: bug id -> (expected codes, class without a code), from each bug's frozen class and
+# the one-line meanings of SPEC.md Appendix C (PROTOCOL.md, "Phase 2: codes").
+PHASE_2: dict[str, tuple[list[str], str]] = {
+    "ex.inv_freq_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "ex.inv_freq_exponent_halved": (["positional.frequency_wrong", "positional.base_wrong"], ""),
+    "ex.query_pairs_concatenated": (["rope.table_layout_mismatch"], ""),
+    "ex.key_rotation_sign": (["rope.not_norm_preserving", "rope.not_relative"], ""),
+    "ex.cached_positions_restart": (["cache.rope_offset_wrong"], ""),
+    "ex.mask_rows_from_call": (["cache.causal_top_left", "mask.causal_alignment_top_left"], ""),
+    "ex.mask_row_previous_position": (["cache.causal_off_by_one", "cache.causal_offset_wrong", "mask.causal_leak", "cache.unwritten_slots_read"], ""),
+    "ex.key_cache_updated_on_copy": (["cache.ignored", "cache.unwritten_slots_read"], ""),
+    "ex.kv_heads_tiled": (["attention.kv_heads_tiled"], ""),
+    "ex.scale_by_model_width": (["attention.scale_wrong"], ""),
+    "ex.cached_heads_merged_untransposed": (["attention.heads_merged_wrong_order"], ""),
+    "ex.query_heads_split_channel_minor": (["attention.heads_split_wrong_order"], ""),
+    "ex.gate_and_up_swapped": (["ffn.gate_up_swapped"], ""),
+    "ex.rms_eps_outside_sqrt": (["layer_norm.eps_outside_sqrt"], ""),
+    "ex.rms_gain_offset": (["layer_norm.gain_plus_one"], ""),
+    "ex.ffn_reads_block_input": (["blocks.branch_from_layer_input"], ""),
+    "ex.logits_from_embedding": (["model.head_tied_to_embedding"], ""),
+    "ne.attn_scale_full_root": (["attention.scale_wrong"], ""),
+    "ne.mask_polarity_inverted": (["mask.polarity_inverted"], ""),
+    "ne.mask_over_queries": (["mask.applied_to_queries"], ""),
+    "ne.causal_hides_diagonal": (["mask.causal_diagonal_hidden"], ""),
+    "ne.softmax_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "ne.softmax_over_queries": (["attention.softmax_axis_wrong"], ""),
+    "ne.heads_merged_untransposed": (["attention.heads_merged_wrong_order"], ""),
+    "ne.heads_split_on_wrong_axis": (["attention.head_count_wrong", "attention.heads_split_wrong_order", "attention.heads_merged_wrong_order"], ""),
+    "ne.values_from_key_projection": (["attention.value_uses_key_projection", "params.unused"], ""),
+    "ne.keys_normed_with_second_norm": (["params.read_from_other_module"], ""),
+    "ne.attention_residual_normed": (["blocks.residual_after_norm"], ""),
+    "ne.post_ln_branch_taken": (["blocks.norm_placement_post"], ""),
+    "ne.keys_from_stack_input": ([], "A stack passes every layer the stack's input (the first layer's memory states) as the attention's key/value input while the queries are chained: keys and values never see the earlier layers' outputs. No meaning names it: blocks.layers_not_chained is every layer computing from the stack's input (queries too, only the last layer reaching the output), and attention.input_read_wrong is a projection reading another of the attention's own inputs."),
+    "ne.returns_before_final_norm": (["blocks.final_norm_missing", "params.unused"], ""),
+    "ne.attention_dropout_in_eval": (["dropout.active_in_eval"], ""),
+    "sv.kernel_spatial_axes_swapped": (["vit.patch_kernel_transposed"], ""),
+    "sv.patch_grid_column_major": (["vit.patch_order"], ""),
+    "sv.class_token_appended": (["vit.pooling_wrong_token"], ""),
+    "sv.mean_pool_with_class_token": (["vit.pooling_mean_with_cls"], ""),
+    "sv.class_token_without_position": (["vit.cls_pos_embed_missing"], ""),
+    "sv.scale_by_head_count": (["attention.scale_wrong"], ""),
+    "sv.scores_keys_by_queries": (["attention.softmax_axis_wrong"], ""),
+    "sv.mlp_dropout_flag_inverted": (["dropout.active_in_eval"], ""),
+    "sv.stochastic_depth_in_eval": (["dropout.active_in_eval"], ""),
+    "sv.layer_norm_unbiased_variance": (["layer_norm.unbiased_variance"], ""),
+    "sv.norm_statistics_float32": (["numerics.float32_island", "numerics.float64_precision_lost"], ""),
+    "sv.gelu_exact": (["ffn.activation_gelu"], ""),
+    "sv.ffn_residual_from_block_input": (["blocks.residual_from_layer_input"], ""),
+    "sv.ffn_norm_with_attention_norm": (["params.read_from_other_module", "params.unused"], ""),
+    "sv.first_block_repeated": (["blocks.layer_params_wrong", "params.unused"], ""),
+}
 
 
 def _locate(impl: str, original: str) -> tuple[int, str]:
