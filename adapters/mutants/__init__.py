@@ -411,6 +411,14 @@ NAMES: tuple[str, ...] = (
     "encoder_keys_split_grid_transposed",
     # the final norm skipped on the decoding path alone (the calls that carry a cache)
     "lm_steps_skip_final_norm",
+    # heads merged by a view whose shape is read off the unpermuted context: raises but at L = H
+    "encoder_heads_merged_shape_from_context",
+    # the queries' rotated halves written back interleaved, the keys' as declared
+    "lm_query_rope_written_interleaved",
+    # the keys' rotate_half without its minus sign, the queries' right
+    "lm_key_rotation_sign_lost",
+    # heads merged without the transpose on the decoding path alone (its prefill shows it)
+    "lm_step_path_merges_heads_untransposed",
     # a (B, C, H, W) image reshaped, not permuted, to a channels-last port's (B, H, W, C)
     "vit_image_reshaped_to_channels_last",
     # the image's channels reversed (RGB read as BGR) before the patch kernel

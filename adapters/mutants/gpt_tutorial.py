@@ -75,6 +75,12 @@ class Attention(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
 
+    def rotate_queries(self, q: Tensor, positions: Tensor) -> Tensor:
+        return self.rotate(q, positions)
+
+    def rotate_keys(self, k: Tensor, positions: Tensor) -> Tensor:
+        return self.rotate(k, positions)
+
     def repeat_kv(self, x: Tensor) -> Tensor:  # (B, H_kv, T, hd) -> (B, H, T, hd)
         return x.repeat_interleave(self.n_rep, dim=1)
 
@@ -112,13 +118,16 @@ class Attention(nn.Module):
             positions = self.default_positions(b, n, past)
         q, k, v = self.project(x)
         if self.rope:
-            q, k = self.rotate(q, positions), self.rotate(k, positions)
+            q, k = self.rotate_queries(q, positions), self.rotate_keys(k, positions)
         cache = self.extend_cache(cache, k, v)
         k, v = self.repeat_kv(cache[0]), self.repeat_kv(cache[1])
         att = (q @ k.transpose(-2, -1)) * self.scale()  # (B, H, n, T)
         att = self.masked(att, n, past > 0, pad_mask)
-        y = (self.weights(att) @ v).transpose(1, 2).reshape(b, n, -1)
-        return self.wo(y), cache
+        return self.wo(self.merge_heads(self.weights(att) @ v)), cache
+
+    def merge_heads(self, y: Tensor) -> Tensor:
+        """(B, H, n, hd) -> (B, n, H * hd)."""
+        return y.transpose(1, 2).flatten(2)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, n, hd), k and v (B, H_kv, n, hd) from x (B, n, D)."""

@@ -145,6 +145,17 @@ def schedule(length: int, prefill: int, chunk: int = 1) -> list[tuple[int, int]]
     return [(start, stop) for start, stop in pairwise(bounds) if stop > start]
 
 
+def prefill_inputs(component: str, inputs: Arrays, prefill: int) -> dict[str, np.ndarray]:
+    """The first ``prefill`` tokens of ``inputs`` as a forward call takes them (tokens,
+    positions, key padding cut to that length): the prefill call of ``decode`` as a forward,
+    whose oracle output is the first ``prefill`` positions of the whole sequence's."""
+    cut = {token_input(component), "positions", "key_padding"}
+    return {
+        name: np.ascontiguousarray(np.asarray(a)[:, :prefill]) if name in cut else a
+        for name, a in inputs.items()
+    }
+
+
 def decode(
     adapter: Any,
     handle: Any,

@@ -53,7 +53,7 @@ from .alternatives import (
     output_of,
     within,
 )
-from .decoding import param_hypotheses
+from .decoding import param_hypotheses, prefill_inputs
 from .position_measured import POSITION_TABLE, measure_position_table, patch_order_or_table
 
 # Explanations that change several convention fields at once: at most this many
@@ -217,15 +217,18 @@ def explain_steps(
     inputs: Mapping[str, np.ndarray],
     full: np.ndarray,
     stepped: np.ndarray,
+    prefill: int,
     decoded: np.ndarray,
 ) -> tuple[str, str] | None:
     """(code, message) of a hypothesis that reproduces the output of incremental decoding
-    ``stepped`` at the ``decoded`` positions (those of the calls after the prefill, SPEC.md
-    §11.6) where the full forward ``full`` agrees with the spec: a bug on the cached path
-    alone (a final norm the step path skips, a scale its branch writes again). The forward's
-    own hypotheses, tried on the steps' output; None below float64, where the bound needs a
-    careful run, when the forward disagrees too (its own check names that), or when none
-    fits. Recorded as a reproduction (``reproduced_by``)."""
+    ``stepped`` where the full forward ``full`` agrees with the spec: a bug on the cached
+    path alone (a final norm the step path skips, heads merged wrongly in the step's own
+    attention). The forward's own hypotheses, tried on the steps' output at the ``decoded``
+    positions (those of the calls after the prefill, SPEC.md §11.6), then on the prefill
+    call alone, a forward through the step path on an empty cache, against the oracle on
+    its ``prefill`` tokens. None below float64, where the bound needs a careful run, when
+    the forward disagrees too (its own check names that), or when none fits. Recorded as a
+    reproduction (``reproduced_by``)."""
     if inst.dtype != "float64" or inst.params is None:
         return None
     gold = h.gold(inst, inputs)
@@ -238,10 +241,21 @@ def explain_steps(
     unjudged = ~decoded if ignore is None else ignore | ~decoded
     result = compare(stepped, gold, k=k, ignore=unjudged)
     found = None if result.passed else _hypotheses(h, inst, inputs, stepped, result, ~decoded)
+    where = "on the cached path alone (the full forward agrees with the spec)"
+    if found is None and prefill > 1:
+        first = prefill_inputs(h.component, inputs, prefill)
+        test = stepped[:, :prefill]
+        first_gold = h.gold(inst, first)
+        result = compare(test, first_gold, k=k, ignore=h.ignore_mask(inst, first_gold, first))
+        found = None if result.passed else _hypotheses(h, inst, first, test, result)
+        where = (
+            f"in the prefill call of {prefill} tokens, made through the step path on an empty "
+            "cache (the full forward agrees with the spec)"
+        )
     if found is None:
         return None
     h.note({"reproduced_by": found[0], "reproduced_at": "float64"})
-    return found[0], f"on the cached path alone (the full forward agrees with the spec): {found[1]}"
+    return found[0], f"{where}: {found[1]}"
 
 
 def explain_shape(

@@ -75,6 +75,7 @@ from tck.reference.variants import reaches
 from .alternatives import Alternative, broadcast_keep
 from .hypotheses_layout import _scores
 from .position_measured import POSITION_TABLE
+from .rope_measured import rope_on_one_side
 
 Evaluate = Callable[[Alternative], np.ndarray]
 
@@ -307,7 +308,9 @@ def _rope_sign_lost(spec_half: int) -> Callable[..., np.ndarray]:
 def rope_sign_lost_hypotheses(component: str) -> Iterator[Alternative]:
     """rotate_half without its minus sign (``cat((x2, x1))``) or with two (``cat((-x2,
     -x1))``): ``x cos + rotate_half(x) sin`` is then no rotation, in every component whose
-    oracle runs RoPE."""
+    oracle runs RoPE; and the same sign lost on the queries alone or the keys alone (one
+    line of a rotation written out per side, Meta's ``xk_out_r = xk_r * cos - xk_i * sin``
+    with a + for the -), where the oracle rotates both."""
     if not reaches(component, "rope"):
         return
     for spec_half, helper in ((1, "[x2, x1]"), (0, "[-x2, -x1]")):
@@ -318,6 +321,19 @@ def rope_sign_lost_hypotheses(component: str) -> Iterator[Alternative]:
             "same sign of sin, which is no rotation, so a vector's norm changes with its "
             "position and q_i . k_j is no function of i - j (SPEC.md §2.3, §2.4)",
             pieces={"rope": _rope_sign_lost(spec_half)},
+        )
+    if not reaches(component, "rope_rows"):
+        return
+    for (spec_half, member), side in itertools.product(((1, "first"), (0, "second")), (0, 1)):
+        rotated, kept = ("queries", "keys") if side == 0 else ("keys", "queries")
+        yield Alternative(
+            registered("rope.not_norm_preserving"),
+            f"the output is the spec's with the {rotated}' rotation giving the {member} member "
+            "of each pair the wrong sign of sin (a cos + b sin where a cos - b sin belongs, or "
+            f"b cos - a sin for b cos + a sin), the {kept} rotated as declared: the {rotated}' "
+            "map is no rotation, so their norm changes with the position and the scores are "
+            "no function of i - j (SPEC.md §2.3, §2.4)",
+            pieces=rope_on_one_side(_rope_sign_lost(spec_half), side),
         )
 
 

@@ -394,6 +394,23 @@ def table_layout_hypotheses(component: str, conventions: Any) -> Iterator[Altern
             "torch.stack belongs, or the reverse; SPEC.md §2.3)",
             pieces={"rope": _rope_written_as(read, write, across)},
         )
+    # one side's rotated pairs written back in the other layout, the other side's as declared
+    # (Meta's llama: torch.cat for torch.stack on xq_out alone)
+    if reaches(component, "rope_rows"):
+        for (read, write), side in itertools.product(
+            ((declared, other), (other, declared)), (0, 1)
+        ):
+            rotated, kept = ("queries", "keys") if side == 0 else ("keys", "queries")
+            yield Alternative(
+                registered("rope.table_layout_mismatch"),
+                f"the output is the spec's with the {rotated}' RoPE pairs read as "
+                f"{words[read].split(':')[0]} and each rotated pair written back as "
+                f"{words[write].split(':')[0]}, the {kept} rotated as declared: the "
+                f"{rotated}' channels no longer line up with the {kept}' in the scores "
+                "(torch.cat where torch.stack belongs on one side, or the reverse; SPEC.md "
+                "§2.3)",
+                pieces=rope_on_one_side(_rope_written_as(read, write, False), side),
+            )
     # x * cos + rotate_half(x) * sin with the rotate_half built in another layout than the
     # table (torch.stack((-x2, x1)).flatten(-2) of the halves beside a cat(freqs, freqs) table)
     for table, (read, write) in itertools.product(
@@ -446,6 +463,28 @@ def _rope_written_as(read: str, write: str, across_heads: bool) -> Callable[...,
         return out
 
     return rope
+
+
+def rope_on_one_side(rope: Callable[..., np.ndarray], side: int) -> Callable[[], dict[str, Any]]:
+    """A fresh ``rope_rows`` per evaluation: ``rope`` (a per-row rotation, the signature of
+    ``oracle.rope``) on one side only (``side`` 0, the queries; 1, the keys: the oracle
+    rotates q, then k), the spec's rotation on the other."""
+
+    def pieces() -> dict[str, Any]:
+        calls = [0]
+
+        def rope_rows(x, positions, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
+            which = calls[0] % 2
+            calls[0] += 1
+            kw = {"base": base, "layout": layout, "frequencies": frequencies}
+            if which != side:
+                return oracle.rope_rows(x, positions, **kw)
+            x = oracle._f64(x)
+            return np.stack([rope(x[b], positions[b], **kw) for b in range(len(x))])
+
+        return {"rope_rows": rope_rows}
+
+    return pieces
 
 
 def _rope_rows_flat_index(x, positions, *, base=10000.0, layout="interleaved", frequencies=None):  # type: ignore[no-untyped-def]
