@@ -155,26 +155,42 @@ def _nearest_length_that_runs(tck: Harness, raised: RuntimeError) -> None:
     named by the diagnosis is the finding. Returns when none runs or the one that runs is
     the spec's."""
     config = tck.instance().config
-    for length, axis in ((config.n_heads, "head count"), (config.head_dim_k, "head width")):
-        if length == Shape().lq or length < 2:
-            continue
+    lengths = [
+        (n, what)
+        for n, what in ((config.n_heads, "the head count"), (config.head_dim_k, "the head width"))
+        if n != Shape().lq and n > 1
+    ]
+    calls = [(Shape(lq=n, lk=n), f"of {n} tokens ({what})") for n, what in lengths]
+    found = _first_call_that_runs(tck, calls)
+    if found is None:
+        return
+    fresh, plain, shape, how = found
+    try:
+        tck.assert_matches_oracle(fresh, plain, what=f"the call {how}")
+    except CheckFailure as failure:
+        raise CheckFailure(
+            failure.code,
+            f"the call raises RuntimeError ({str(raised)[:120]}): a shape read off an axis of "
+            f"another length; the same call {how}, where that shape has the right size, "
+            f"runs, and {failure.message} (SPEC.md §3.3, §10.6)",
+            {**failure.metrics, "nearest_length": shape.lq},
+        ) from None
+
+
+def _first_call_that_runs(
+    tck: Harness, calls: list[tuple[Shape, str]] | tuple[tuple[Shape, str], ...]
+) -> tuple[Any, Any, Shape, str] | None:
+    """(instance, inputs, shape, words) of the first of ``calls`` (a shape and its words)
+    that runs on a fresh instance; None when each raises."""
+    for shape, how in calls:
         fresh = tck.instance()
-        plain = tck.inputs(fresh, Shape(lq=length, lk=length))
+        plain = tck.inputs(fresh, shape)
         try:
             tck.run(fresh, plain)
-        except Exception:  # raises here too: try the next length
+        except Exception:  # raises here too: try the next call
             continue
-        try:
-            tck.assert_matches_oracle(fresh, plain, what=f"the call of {length} tokens")
-        except CheckFailure as failure:
-            raise CheckFailure(
-                failure.code,
-                f"the call raises RuntimeError ({str(raised)[:120]}): a shape read off an axis "
-                f"of another length; the same call of {length} tokens (the {axis}), where that "
-                f"shape has the right size, runs, and {failure.message} (SPEC.md §3.3, §10.6)",
-                {**failure.metrics, "nearest_length": length},
-            ) from None
-        return
+        return fresh, plain, shape, how
+    return None
 
 
 # The calls tried in turn when the default masked call raises: no mask; no mask with the keys
@@ -206,21 +222,17 @@ def test_masked_call_errors(tck: Harness) -> None:
     else:
         pytest.skip("the masked call runs: the oracle checks judge its output")
     words = f"{type(raised).__name__}: {str(raised)[:200]}"
-    for shape, how in UNMASKED_CALLS:
-        fresh = tck.instance()
-        plain = tck.inputs(fresh, shape)
-        try:
-            tck.run(fresh, plain)
-        except Exception:  # raises here too: try the next call
-            continue
-        try:
-            tck.assert_matches_oracle(fresh, plain, what=f"the call {how}")
-        except CheckFailure as failure:
-            raise CheckFailure(
-                failure.code,
-                f"the masked call raises ({words}); the same call {how} runs, and "
-                f"{failure.message} (SPEC.md §4.1, §10.6)",
-                {**failure.metrics, "masked_call_raised": type(raised).__name__},
-            ) from None
-        raise raised  # the unmasked call is the spec's: the mask handling is the only fault
-    raise raised  # nothing nearer runs: the exception is all there is to report
+    found = _first_call_that_runs(tck, UNMASKED_CALLS)
+    if found is None:
+        raise raised  # nothing nearer runs: the exception is all there is to report
+    fresh, plain, _, how = found
+    try:
+        tck.assert_matches_oracle(fresh, plain, what=f"the call {how}")
+    except CheckFailure as failure:
+        raise CheckFailure(
+            failure.code,
+            f"the masked call raises ({words}); the same call {how} runs, and "
+            f"{failure.message} (SPEC.md §4.1, §10.6)",
+            {**failure.metrics, "masked_call_raised": type(raised).__name__},
+        ) from None
+    raise raised  # the unmasked call is the spec's: the mask handling is the only fault
